@@ -1,0 +1,84 @@
+// Host planning speed: page tables → forest (derive_forest) → plan
+// (make_plan), for a three-level tree like a shared system prompt over
+// documents over questions: 1 root of 2,048 tokens, B/16 documents of 1,024
+// tokens, and B questions of 128 tokens (B = 1,024 gives 1,089 nodes).
+// Plans target the H200 (roofline cost model, 264 blocks).
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "codec/cost/cost_model.hpp"
+#include "codec/plan/planner.hpp"
+
+namespace {
+
+constexpr int kPageSize = 16;
+
+struct Tables {
+  std::vector<std::int32_t> indptr{0}, indices, last;
+  std::int64_t num_pages = 0;
+  codec::PageTable view() const { return {indptr, indices, last, kPageSize, num_pages}; }
+};
+
+Tables three_level_tree(int batch) {
+  auto pages = [](std::int32_t& next, int tokens) {
+    std::vector<std::int32_t> p;
+    for (int t = 0; t < tokens; t += kPageSize) p.push_back(next++);
+    return p;
+  };
+  Tables t;
+  std::int32_t next = 0;
+  const std::vector<std::int32_t> root = pages(next, 2048);
+  for (int doc = 0; doc < batch / 16; ++doc) {
+    const std::vector<std::int32_t> body = pages(next, 1024);
+    for (int q = 0; q < 16; ++q) {
+      const std::vector<std::int32_t> own = pages(next, 128 - 3);  // a partial last page
+      t.indices.insert(t.indices.end(), root.begin(), root.end());
+      t.indices.insert(t.indices.end(), body.begin(), body.end());
+      t.indices.insert(t.indices.end(), own.begin(), own.end());
+      t.indptr.push_back(std::int32_t(t.indices.size()));
+      t.last.push_back((128 - 3) % kPageSize);
+    }
+  }
+  t.num_pages = next;
+  return t;
+}
+
+const codec::HeadConfig kHeads{32, 8, 128};
+
+codec::PlannerOptions h200_options() {
+  codec::PlannerOptions opt;
+  opt.num_blocks = codec::RooflineParams::h200().concurrent_blocks;
+  return opt;
+}
+
+void BM_DeriveForest(benchmark::State& state) {
+  const Tables t = three_level_tree(int(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(codec::derive_forest(t.view()));
+  state.counters["pages"] = double(t.indices.size());
+}
+
+void BM_MakePlan(benchmark::State& state) {
+  const Tables t = three_level_tree(int(state.range(0)));
+  const codec::Forest forest = codec::derive_forest(t.view());
+  const codec::RooflineCostModel cost(codec::RooflineParams::h200(), kHeads, codec::DType::bf16);
+  codec::PlanStats stats;
+  for (auto _ : state) stats = codec::make_plan(forest, kHeads, cost, h200_options()).stats();
+  state.counters["nodes"] = forest.num_nodes();
+  state.counters["tasks"] = stats.num_tasks;
+  state.counters["makespan/bound"] = stats.quality();
+}
+
+void BM_DeriveAndPlan(benchmark::State& state) {
+  const Tables t = three_level_tree(int(state.range(0)));
+  const codec::RooflineCostModel cost(codec::RooflineParams::h200(), kHeads, codec::DType::bf16);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(codec::make_plan(codec::derive_forest(t.view()), kHeads, cost, h200_options()));
+}
+
+}  // namespace
+
+BENCHMARK(BM_DeriveForest)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MakePlan)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DeriveAndPlan)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK_MAIN();

@@ -1,0 +1,32 @@
+#pragma once
+// Errors: every public entry validates its input and throws codec::Error with a
+// message naming the argument, the value and the expectation.
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace codec {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+namespace detail {
+template <typename... Args>
+[[noreturn]] void fail(const char* file, int line, const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  os << " [" << file << ":" << line << "]";
+  throw Error(os.str());
+}
+}  // namespace detail
+
+}  // namespace codec
+
+// CODEC_CHECK(cond, "num_qo_heads ", hq, " is not a multiple of num_kv_heads ", hkv)
+#define CODEC_CHECK(cond, ...)                                     \
+  do {                                                             \
+    if (!(cond)) ::codec::detail::fail(__FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define CODEC_FAIL(...) ::codec::detail::fail(__FILE__, __LINE__, __VA_ARGS__)

@@ -1,0 +1,78 @@
+#pragma once
+// Cost model C(rows, kv_len): predicted time in microseconds of one partial
+// attention task (rows query rows against kv_len keys of one kv head) on one
+// of the m concurrently running blocks. The planner only compares costs, so
+// what matters is the shape of C, not its absolute accuracy.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/core/dtype.hpp"
+#include "codec/core/heads.hpp"
+
+namespace codec {
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual double cost_us(int rows, long kv_len) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Analytic roofline: max(bytes / (bandwidth / m), flops / (peak / m)) + overhead,
+// where m blocks share the device and a task moves its KV chunk, its query rows
+// and its partial outputs.
+struct RooflineParams {
+  double bandwidth_gbps = 4200;    // device memory GB/s, all blocks together
+  double peak_tflops = 790;        // matrix TFLOP/s, all blocks together
+  int concurrent_blocks = 264;     // m: blocks sharing bandwidth and compute
+  double task_overhead_us = 1.0;   // fixed cost of a task: scheduling, prologue, epilogue
+  static RooflineParams h200();    // measured ceilings of BENCHMARKS.md, 132 SMs × 2 blocks
+  static RooflineParams cpu(int threads);  // a few-core host running the CPU engine
+};
+
+class RooflineCostModel final : public CostModel {
+ public:
+  RooflineCostModel(const RooflineParams& params, const HeadConfig& heads, DType dtype);
+  double cost_us(int rows, long kv_len) const override;
+  std::string describe() const override;
+  const RooflineParams& params() const { return params_; }
+
+ private:
+  RooflineParams params_;
+  double kv_bytes_per_token_;   // K + V of one kv head
+  double row_bytes_;            // one query row in, one fp32 partial (o, lse) out
+  double flops_per_row_token_;  // QKᵀ and PV: 4 · head_dim
+};
+
+// Measured table over a grid of (rows, kv_len), bilinear between grid points,
+// linear in kv_len beyond the last column, clamped in rows. File format (JSON):
+//   {"device": "...", "head_dim": 128, "dtype": "bf16", "group": 4,
+//    "rows": [1, 4, ...], "kv_len": [16, 64, ...], "us": [[...], ...]}
+// with us[i][j] the time of a task of rows[i] rows and kv_len[j] keys.
+struct CostTable {
+  std::string device;
+  int head_dim = 0;
+  DType dtype = DType::bf16;
+  std::vector<int> rows;       // strictly increasing, ≥ 1
+  std::vector<long> kv_len;    // strictly increasing, ≥ 1
+  std::vector<std::vector<double>> us;  // [rows.size()][kv_len.size()], > 0
+
+  void validate() const;
+  static CostTable load(const std::string& path);  // throws naming the file and field
+  static CostTable parse(const std::string& json_text, const std::string& source);
+  void save(const std::string& path) const;
+};
+
+class TableCostModel final : public CostModel {
+ public:
+  explicit TableCostModel(CostTable table);
+  double cost_us(int rows, long kv_len) const override;
+  std::string describe() const override;
+  const CostTable& table() const { return table_; }
+
+ private:
+  CostTable table_;
+};
+
+}  // namespace codec

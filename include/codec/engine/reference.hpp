@@ -1,0 +1,35 @@
+#pragma once
+// Ground truth: naive fp64 attention of each request alone, straight from the
+// page tables (no forest, no planner), and the comparison of an output with it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codec/core/heads.hpp"
+#include "codec/forest/page_table.hpp"
+
+namespace codec {
+
+struct ReferenceResult {
+  std::vector<double> out;  // [B, Hq, D]
+  std::vector<double> lse;  // [B, Hq], natural log
+};
+
+// q: [B, Hq, D] in kv.dtype, contiguous. Multithreaded over (request, head).
+ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
+                                    const void* q);
+
+struct ErrorStats {
+  double rel_l2 = 0;   // ‖out − ref‖₂ / ‖ref‖₂
+  double max_abs = 0;  // max |out − ref|
+  bool has_nan = false;
+  std::int64_t worst_index = -1;  // element of max_abs
+  bool within(double tol) const { return !has_nan && rel_l2 <= tol; }
+  std::string describe() const;
+};
+ErrorStats compare(const float* out, const std::vector<double>& ref);
+
+// Relative L2 tolerance of BENCHMARKS.md for outputs computed from `dtype` inputs.
+double tolerance(DType dtype);
+
+}  // namespace codec

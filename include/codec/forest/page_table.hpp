@@ -1,0 +1,63 @@
+#pragma once
+// The standard paged KV cache description used across the ecosystem (vLLM,
+// SGLang, FlashInfer): per-request page lists in CSR form, plus the physical
+// page pool addressed by pointer and strides.
+#include <cstdint>
+#include <span>
+
+#include "codec/core/dtype.hpp"
+
+namespace codec {
+
+// Request r owns pages indices[indptr[r] .. indptr[r+1]); every page is full
+// (page_size tokens) except the last, which holds last_page_len[r] ∈ [1, page_size].
+// Two requests whose lists hold the same page id share that page's KV.
+struct PageTable {
+  std::span<const std::int32_t> indptr;         // [B + 1], indptr[0] = 0, non-decreasing
+  std::span<const std::int32_t> indices;        // [indptr[B]] page ids in [0, num_pages)
+  std::span<const std::int32_t> last_page_len;  // [B]
+  int page_size = 0;                            // tokens per page, ≥ 1
+  std::int64_t num_pages = 0;                   // size of the page pool
+
+  int num_requests() const { return indptr.empty() ? 0 : int(indptr.size()) - 1; }
+  std::int64_t request_tokens(int r) const {
+    const std::int64_t pages = indptr[r + 1] - indptr[r];
+    return (pages - 1) * page_size + last_page_len[r];
+  }
+  // Throws codec::Error naming the request, the field and the value.
+  void validate() const;
+};
+
+// A page pool of K and V in any layout with a unit stride along head_dim:
+// element (page p, token t, kv head h, dim d) of K is at
+//   k + p·stride_page + t·stride_token + h·stride_head + d   (in elements of dtype)
+// and likewise for V with the same strides.
+struct PagedKV {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DType dtype = DType::bf16;
+  std::int64_t num_pages = 0;
+  int page_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  std::int64_t stride_page = 0;
+  std::int64_t stride_token = 0;
+  std::int64_t stride_head = 0;
+
+  // [pages, page_size, Hkv, D] for K and V separately.
+  static PagedKV nhd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
+                     int num_kv_heads, int head_dim);
+  // [pages, Hkv, page_size, D] for K and V separately.
+  static PagedKV hnd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
+                     int num_kv_heads, int head_dim);
+  // One buffer [pages, 2, page_size, Hkv, D]: K then V inside every page.
+  static PagedKV interleaved_nhd(const void* kv, DType dtype, std::int64_t num_pages, int page_size,
+                                 int num_kv_heads, int head_dim);
+
+  std::int64_t offset(std::int64_t page, int token, int head) const {
+    return page * stride_page + std::int64_t(token) * stride_token + std::int64_t(head) * stride_head;
+  }
+  void validate() const;
+};
+
+}  // namespace codec

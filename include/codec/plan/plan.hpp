@@ -1,0 +1,125 @@
+#pragma once
+// A Plan: everything a run needs besides the tensors, as flat arrays in one
+// buffer, so one copy moves it to a device and one plan serves every layer and
+// several decode steps. PlanView reads the same arrays on the host or, through
+// the base address of a device copy, in a kernel.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "codec/core/hd.hpp"
+#include "codec/core/heads.hpp"
+
+namespace codec {
+
+// One partial-attention job: KV tokens [kv_begin, kv_end) of a forest node,
+// which is chunk `chunk` of that node, for one kv head, against rows
+// [row_begin, row_end) of the node's row list. Row v of a node is
+// (request node_reqs[node_req_begin[node] + v / G], qo head kv_head·G + v % G).
+struct Task {
+  std::int32_t node;
+  std::int32_t kv_head;
+  std::int32_t chunk;
+  std::int32_t kv_begin;
+  std::int32_t kv_end;
+  std::int32_t row_begin;
+  std::int32_t row_end;
+};
+
+struct PlanView {
+  int num_tasks = 0;
+  int num_blocks = 0;    // m: persistent workers; block b runs its tasks in order
+  int num_nodes = 0;
+  int num_requests = 0;  // B; output row of (request, qo head) is request · Hq + qo head
+  int num_slots = 0;     // partial states in the workspace
+  int group = 0;         // G = Hq / Hkv
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  const Task* tasks = nullptr;                 // [num_tasks]
+  const std::int32_t* block_indptr = nullptr;  // [num_blocks + 1]
+  const std::int32_t* block_tasks = nullptr;   // task ids, block by block, in execution order
+  const std::int32_t* node_page_begin = nullptr;  // [num_nodes + 1]; token t of a node is in page
+  const std::int32_t* node_pages = nullptr;       //   node_pages[node_page_begin[node] + t / page_size]
+  const std::int32_t* node_req_begin = nullptr;   // [num_nodes + 1] into node_reqs
+  const std::int32_t* node_reqs = nullptr;
+  const std::int32_t* node_splits = nullptr;      // [num_nodes] chunks b_k of each node (0 if empty)
+  const std::int32_t* node_slot_base = nullptr;   // [num_nodes] first partial slot of each node
+  // Reduction schedule, factored per request: the nodes on request b's path are
+  // path_node[path_indptr[b] .. path_indptr[b+1]), and path_pos gives b's index
+  // in each node's request list. Row (b, h) merges, for every path entry and
+  // every chunk c < node_splits[node], slot_of(node, c, h / G, path_pos·G + h % G).
+  const std::int32_t* path_indptr = nullptr;  // [num_requests + 1]
+  const std::int32_t* path_node = nullptr;
+  const std::int32_t* path_pos = nullptr;
+  const std::int32_t* request_partials = nullptr;  // [num_requests] partials per row (Σ splits on the path)
+
+  CODEC_HD int node_rows(int node) const { return (node_req_begin[node + 1] - node_req_begin[node]) * group; }
+  // Partial slots of a node are laid out [chunk][kv head][row].
+  CODEC_HD int slot_of(int node, int chunk, int kv_head, int row) const {
+    return node_slot_base[node] + (chunk * num_kv_heads + kv_head) * node_rows(node) + row;
+  }
+};
+
+struct PlanStats {
+  int num_nodes = 0;
+  int num_requests = 0;
+  int num_units = 0;     // (node, kv head, row tile) before KV splitting
+  int num_tasks = 0;     // after splitting
+  int num_blocks = 0;
+  int max_splits = 0;    // largest b_k of any node
+  int num_slots = 0;
+  int merged_requests = 0;  // requests whose rows merge more than one partial
+  double makespan_us = 0;     // slowest block's predicted time
+  double lower_bound_us = 0;  // no plan under this cost model can be faster
+  double plan_ms = 0;         // host time of make_plan
+  std::int64_t kv_tokens_read = 0;    // Σ task KV tokens (each kv head counted)
+  std::int64_t unique_kv_tokens = 0;  // forest tokens × kv heads
+  double quality() const { return lower_bound_us > 0 ? makespan_us / lower_bound_us : 1.0; }
+};
+
+// Host arrays a planner fills; Plan packs them into one buffer.
+struct PlanArrays {
+  std::vector<Task> tasks;
+  std::vector<std::int32_t> block_indptr, block_tasks;
+  std::vector<std::int32_t> node_page_begin, node_pages, node_req_begin, node_reqs, node_splits, node_slot_base;
+  std::vector<std::int32_t> path_indptr, path_node, path_pos, request_partials;
+};
+
+// Workspace of a run: fp32 partial outputs [num_slots, head_dim], then fp32
+// partial lse [num_slots] (natural log). Its size comes from the plan alone.
+struct WorkspaceLayout {
+  std::size_t o_offset = 0;
+  std::size_t lse_offset = 0;
+  std::size_t bytes = 0;
+};
+
+class Plan {
+ public:
+  Plan() = default;
+  Plan(const HeadConfig& heads, int page_size, const PlanArrays& arrays, const PlanStats& stats);
+
+  const HeadConfig& heads() const { return heads_; }
+  const PlanStats& stats() const { return stats_; }
+  PlanStats& stats() { return stats_; }
+
+  // The packed arrays, to copy to a device as they are.
+  std::span<const std::byte> bytes() const { return buffer_; }
+  PlanView view() const { return view(buffer_.data()); }
+  // The same view with its pointers into a copy of bytes() that starts at `base`.
+  PlanView view(const void* base) const;
+  WorkspaceLayout workspace() const;
+
+ private:
+  HeadConfig heads_;
+  int page_size_ = 0;
+  PlanStats stats_;
+  std::vector<std::byte> buffer_;
+  PlanView counts_;                       // sizes filled in, pointers null
+  std::array<std::size_t, 15> offsets_{};  // byte offset of each array, in PlanView order
+};
+
+}  // namespace codec

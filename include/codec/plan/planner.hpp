@@ -1,0 +1,28 @@
+#pragma once
+// The planner (DESIGN §4): a pure host function from a prefix forest, a head
+// configuration and a cost model to a Plan.
+#include "codec/cost/cost_model.hpp"
+#include "codec/forest/forest.hpp"
+#include "codec/plan/plan.hpp"
+
+namespace codec {
+
+enum class SplitPolicy {
+  adaptive,  // the paper's search over per-node split counts b_k
+  fixed,     // every node split into the same number of chunks (ablation)
+  none,      // one chunk per node (ablation: sharing without partitioning)
+};
+
+struct PlannerOptions {
+  int num_blocks = 0;        // m: blocks that run concurrently (GPU: SMs × blocks per SM; CPU: threads)
+  int max_tile_rows = 64;    // query rows one task holds; more rows make several row tiles
+  int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
+  SplitPolicy split = SplitPolicy::adaptive;
+  int fixed_splits = 1;      // b_k for SplitPolicy::fixed
+  void validate() const;
+};
+
+Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& cost,
+               const PlannerOptions& options);
+
+}  // namespace codec

@@ -1,0 +1,88 @@
+#pragma once
+// Workloads: a tree (or forest) of nodes with token counts, and requests that
+// each name the node ending their path. Built-in scenarios of BENCHMARKS.md and
+// JSON files of the same shape; materialised into a real paged KV cache through
+// the forest manager, so shared tokens are physically shared pages.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/core/dtype.hpp"
+#include "codec/core/heads.hpp"
+#include "codec/forest/forest_manager.hpp"
+#include "codec/forest/page_table.hpp"
+
+namespace codec {
+
+struct WorkloadNode {
+  std::string id;
+  std::int32_t parent = -1;  // index into Workload::nodes, −1 for a root
+  std::int64_t tokens = 0;   // ≥ 0
+};
+
+struct Workload {
+  std::string name;
+  std::uint64_t seed = 1;
+  std::string model = "qwen3-4b";
+  HeadConfig heads = model_heads("qwen3-4b");
+  int page_size = 16;
+  DType dtype = DType::bf16;
+  std::vector<WorkloadNode> nodes;   // parents before children
+  std::vector<std::int32_t> requests;  // node index ending each request's path
+
+  // Throws codec::Error naming the field and value (unknown parent, cycle,
+  // negative tokens, no requests, empty request, heads, page size, dtype).
+  void validate() const;
+  std::int64_t request_tokens(int r) const;
+  std::int64_t unique_tokens() const;
+  // Multiplies every node's token count by factor (a non-empty node keeps ≥ 1 token).
+  Workload scaled(double factor) const;
+};
+
+// "seq:512", "batch:64", "depth:4", "ratio:0.2", "shape:3", "shape:DT", "long",
+// "loogle:8", "fewshot", "flat:64"; a bare sweep name takes its default point.
+Workload builtin_workload(const std::string& spec);
+std::vector<std::string> builtin_workload_names();  // every sweep point, in table order
+bool is_builtin_workload(const std::string& spec);
+
+Workload parse_workload_json(const std::string& text, const std::string& source);
+Workload load_workload_file(const std::string& path);
+// A built-in name or a path to a JSON file.
+Workload resolve_workload(const std::string& spec);
+
+// A workload's batch in memory: K/V page pools (NHD) and queries filled with
+// seeded random values, page tables from the forest manager.
+struct Batch {
+  HeadConfig heads;
+  DType dtype = DType::bf16;
+  int page_size = 0;
+  std::int64_t num_pages = 0;
+  std::vector<std::byte> k, v;   // [num_pages, page_size, Hkv, D] in dtype
+  std::vector<std::byte> q;      // [B, Hq, D] in dtype
+  ForestManager::Tables tables;  // one page list per request, in request order
+  PageTable page_table() const { return tables.view(num_pages, page_size); }
+  PagedKV kv() const;
+  int num_requests() const { return int(tables.ids.size()); }
+};
+Batch materialize(const Workload& workload);
+
+// The page tables materialize() would make, without any KV data: every request
+// inserted into a forest manager whose pool fits the workload unshared.
+struct WorkloadTables {
+  ForestManager::Tables tables;
+  std::int64_t num_pages = 0;
+  int page_size = 0;
+  PageTable view() const { return tables.view(num_pages, page_size); }
+};
+WorkloadTables workload_page_tables(const Workload& workload);
+
+// The synthetic data materialize() writes, exposed so that tests and tools can
+// check a batch without trusting its page tables. Node i's tokens get distinct
+// ids; a request's ids are those of its path's nodes, concatenated.
+std::vector<std::int32_t> request_token_ids(const Workload& workload, int r);
+// K (is_v false) or V of one token, in [−1, 1), before rounding to the dtype: a
+// function of the seed and the token id only, so equal prefixes hold equal KV.
+float synthetic_kv(std::uint64_t seed, std::int32_t token, int kv_head, int dim, bool is_v);
+
+}  // namespace codec

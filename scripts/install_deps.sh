@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what building and testing CoDec needs, from Debian's packages.
+# Idempotent: does nothing when everything is present.
+set -euo pipefail
+packages=(
+  g++ cmake make         # C++20 compiler and build
+  libgtest-dev           # GoogleTest: the test suite
+  libbenchmark-dev       # Google Benchmark: planner speed
+  nlohmann-json3-dev     # JSON: workload files, cost tables, --json output
+  libcli11-dev           # CLI11: the codec command line
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi

@@ -1,0 +1,51 @@
+#include "codec/core/heads.hpp"
+
+#include <iterator>
+#include <sstream>
+
+#include "codec/core/error.hpp"
+
+namespace codec {
+
+void HeadConfig::validate() const {
+  CODEC_CHECK(num_qo_heads >= 1, "num_qo_heads ", num_qo_heads, " must be >= 1");
+  CODEC_CHECK(num_kv_heads >= 1, "num_kv_heads ", num_kv_heads, " must be >= 1");
+  CODEC_CHECK(num_qo_heads % num_kv_heads == 0, "num_qo_heads ", num_qo_heads,
+              " is not a multiple of num_kv_heads ", num_kv_heads);
+  CODEC_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, "unsupported head_dim ",
+              head_dim, " (supported: 64, 128, 256)");
+  CODEC_CHECK(std::isfinite(sm_scale) && sm_scale >= 0.f, "sm_scale ", sm_scale,
+              " must be finite and >= 0 (0 means 1/sqrt(head_dim))");
+}
+
+namespace {
+
+struct NamedModel {
+  const char* name;
+  HeadConfig heads;
+};
+
+// The model shapes of BENCHMARKS.md.
+constexpr NamedModel kModels[] = {
+    {"qwen3-4b", {32, 8, 128, 0.f}},   {"llama3.2-1b", {32, 8, 64, 0.f}},
+    {"mistral-7b", {32, 8, 128, 0.f}}, {"llama4-scout", {40, 8, 128, 0.f}},
+    {"mha", {32, 32, 128, 0.f}},       {"mqa", {32, 1, 128, 0.f}},
+};
+
+constexpr const char* kModelNames[] = {"qwen3-4b", "llama3.2-1b", "mistral-7b", "llama4-scout",
+                                       "mha",      "mqa",         nullptr};
+static_assert(std::size(kModelNames) == std::size(kModels) + 1);
+
+}  // namespace
+
+HeadConfig model_heads(const std::string& name) {
+  for (const NamedModel& model : kModels)
+    if (name == model.name) return model.heads;
+  std::ostringstream known;
+  for (const NamedModel& model : kModels) known << (&model == kModels ? "" : ", ") << model.name;
+  CODEC_FAIL("unknown model '", name, "' (known: ", known.str(), ")");
+}
+
+const char* const* model_names() { return kModelNames; }
+
+}  // namespace codec

@@ -1,0 +1,290 @@
+#include "codec/cost/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "codec/core/error.hpp"
+
+namespace codec {
+
+// ---------------------------------------------------------------------------
+// Roofline
+
+RooflineParams RooflineParams::h200() {
+  RooflineParams p;
+  p.bandwidth_gbps = 4200;    // device copy, BENCHMARKS.md
+  p.peak_tflops = 790;        // cuBLAS bf16 GEMM, BENCHMARKS.md
+  p.concurrent_blocks = 264;  // 132 SMs × 2 resident blocks
+  // A task pays about two dependent HBM round trips (~0.6-0.8 us each) that its
+  // KV stream cannot hide: reading its descriptor and query rows before the
+  // first KV load issues, and storing its partial state at the end.
+  p.task_overhead_us = 1.5;
+  return p;
+}
+
+RooflineParams RooflineParams::cpu(int threads) {
+  CODEC_CHECK(threads >= 1, "threads ", threads, " must be >= 1");
+  RooflineParams p;
+  // Per thread, as the CPU engine converts 16-bit tiles to fp32 and runs
+  // vectorised dot products: far from the socket's peak, but the shape is right.
+  p.bandwidth_gbps = 10.0 * threads;
+  p.peak_tflops = 0.02 * threads;
+  p.concurrent_blocks = threads;
+  p.task_overhead_us = 0.5;  // dynamic dispatch of one work item, query conversion, state write
+  return p;
+}
+
+RooflineCostModel::RooflineCostModel(const RooflineParams& params, const HeadConfig& heads,
+                                     DType dtype)
+    : params_(params) {
+  heads.validate();
+  CODEC_CHECK(std::isfinite(params.bandwidth_gbps) && params.bandwidth_gbps > 0,
+              "roofline bandwidth_gbps ", params.bandwidth_gbps, " must be > 0");
+  CODEC_CHECK(std::isfinite(params.peak_tflops) && params.peak_tflops > 0, "roofline peak_tflops ",
+              params.peak_tflops, " must be > 0");
+  CODEC_CHECK(params.concurrent_blocks >= 1, "roofline concurrent_blocks ",
+              params.concurrent_blocks, " must be >= 1");
+  CODEC_CHECK(std::isfinite(params.task_overhead_us) && params.task_overhead_us >= 0,
+              "roofline task_overhead_us ", params.task_overhead_us, " must be >= 0");
+  const double d = heads.head_dim;
+  const double elem = static_cast<double>(dtype_size(dtype));
+  kv_bytes_per_token_ = 2 * d * elem;
+  row_bytes_ = d * elem + (d + 1) * 4;  // q row in; fp32 o and lse out
+  flops_per_row_token_ = 4 * d;
+}
+
+double RooflineCostModel::cost_us(int rows, long kv_len) const {
+  CODEC_CHECK(rows >= 1, "cost model: rows ", rows, " must be >= 1");
+  CODEC_CHECK(kv_len >= 0, "cost model: kv_len ", kv_len, " must be >= 0");
+  const double bytes = static_cast<double>(kv_len) * kv_bytes_per_token_ + rows * row_bytes_;
+  const double flops =
+      static_cast<double>(rows) * static_cast<double>(kv_len) * flops_per_row_token_;
+  const double m = params_.concurrent_blocks;
+  const double bytes_per_us = params_.bandwidth_gbps * 1e3 / m;  // GB/s = 1e3 B/us
+  const double flops_per_us = params_.peak_tflops * 1e6 / m;     // TFLOP/s = 1e6 FLOP/us
+  return std::max(bytes / bytes_per_us, flops / flops_per_us) + params_.task_overhead_us;
+}
+
+std::string RooflineCostModel::describe() const {
+  std::ostringstream os;
+  os << "roofline: " << params_.bandwidth_gbps << " GB/s, " << params_.peak_tflops
+     << " TFLOP/s shared by " << params_.concurrent_blocks << " blocks, "
+     << params_.task_overhead_us << " us/task; " << kv_bytes_per_token_ << " B KV/token, "
+     << row_bytes_ << " B/row, " << flops_per_row_token_ << " FLOP/(row·token)";
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------
+// Cost table
+
+namespace {
+
+using nlohmann::json;
+
+// `where` prefixes every message ("cost table t.json") so errors name the file.
+void validate_table(const CostTable& t, const std::string& where) {
+  CODEC_CHECK(t.head_dim == 64 || t.head_dim == 128 || t.head_dim == 256, where,
+              ": head_dim = ", t.head_dim, " is unsupported (supported: 64, 128, 256)");
+  CODEC_CHECK(!t.rows.empty(), where, ": rows is empty");
+  CODEC_CHECK(!t.kv_len.empty(), where, ": kv_len is empty");
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    CODEC_CHECK(t.rows[i] >= 1, where, ": rows[", i, "] = ", t.rows[i], " must be >= 1");
+    CODEC_CHECK(i == 0 || t.rows[i] > t.rows[i - 1], where, ": rows[", i, "] = ", t.rows[i],
+                " must be > rows[", i - 1, "] = ", t.rows[i - 1], " (strictly increasing)");
+  }
+  for (std::size_t j = 0; j < t.kv_len.size(); ++j) {
+    CODEC_CHECK(t.kv_len[j] >= 1, where, ": kv_len[", j, "] = ", t.kv_len[j], " must be >= 1");
+    CODEC_CHECK(j == 0 || t.kv_len[j] > t.kv_len[j - 1], where, ": kv_len[", j, "] = ", t.kv_len[j],
+                " must be > kv_len[", j - 1, "] = ", t.kv_len[j - 1], " (strictly increasing)");
+  }
+  CODEC_CHECK(t.us.size() == t.rows.size(), where, ": us has ", t.us.size(), " rows, expected ",
+              t.rows.size(), " (one per rows entry)");
+  for (std::size_t i = 0; i < t.us.size(); ++i) {
+    CODEC_CHECK(t.us[i].size() == t.kv_len.size(), where, ": us[", i, "] has ", t.us[i].size(),
+                " values, expected ", t.kv_len.size(), " (one per kv_len entry)");
+    for (std::size_t j = 0; j < t.us[i].size(); ++j)
+      CODEC_CHECK(std::isfinite(t.us[i][j]) && t.us[i][j] > 0, where, ": us[", i, "][", j,
+                  "] = ", t.us[i][j], " must be > 0");
+  }
+}
+
+const json& field(const json& doc, const char* name, const std::string& where) {
+  const auto it = doc.find(name);
+  CODEC_CHECK(it != doc.end(), where, ": missing field '", name, "'");
+  return *it;
+}
+
+template <typename Int>
+Int integer(const json& value, const std::string& where, const std::string& name) {
+  CODEC_CHECK(value.is_number_integer(), where, ": ", name, " = ", value.dump(),
+              " must be an integer");
+  if (value.is_number_unsigned()) {
+    const auto v = value.get<std::uint64_t>();
+    CODEC_CHECK(v <= static_cast<std::uint64_t>(std::numeric_limits<Int>::max()), where, ": ", name,
+                " = ", v, " is too large");
+    return static_cast<Int>(v);
+  }
+  const auto v = value.get<std::int64_t>();
+  CODEC_CHECK(v >= std::numeric_limits<Int>::min() && v <= std::numeric_limits<Int>::max(), where,
+              ": ", name, " = ", v, " is out of range");
+  return static_cast<Int>(v);
+}
+
+template <typename Int>
+std::vector<Int> integers(const json& doc, const char* name, const std::string& where) {
+  const json& array = field(doc, name, where);
+  CODEC_CHECK(array.is_array(), where, ": ", name, " must be an array, got ", array.type_name());
+  std::vector<Int> out;
+  out.reserve(array.size());
+  for (std::size_t i = 0; i < array.size(); ++i)
+    out.push_back(integer<Int>(array[i], where, std::string(name) + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+}  // namespace
+
+void CostTable::validate() const { validate_table(*this, "cost table"); }
+
+CostTable CostTable::parse(const std::string& json_text, const std::string& source) {
+  const std::string where = "cost table " + source;
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    CODEC_FAIL(where, ": invalid JSON: ", e.what());  // what() gives line and column
+  }
+  CODEC_CHECK(doc.is_object(), where, ": expected a JSON object, got ", doc.type_name());
+
+  // Unknown fields are allowed so a profiler may record extra provenance
+  // (command, date); every field the model uses is required.
+  CostTable t;
+  const json& device = field(doc, "device", where);
+  CODEC_CHECK(device.is_string(), where, ": device = ", device.dump(), " must be a string");
+  t.device = device.get<std::string>();
+  t.head_dim = integer<int>(field(doc, "head_dim", where), where, "head_dim");
+  const json& dtype = field(doc, "dtype", where);
+  CODEC_CHECK(dtype.is_string(), where, ": dtype = ", dtype.dump(), " must be a string");
+  try {
+    t.dtype = parse_dtype(dtype.get<std::string>());
+  } catch (const Error& e) {
+    CODEC_FAIL(where, ": dtype: ", e.what());
+  }
+  // "group" (query heads per kv head at measurement time) is informational:
+  // rows already count packed query heads, so it is checked but not kept.
+  if (const auto group = doc.find("group"); group != doc.end())
+    CODEC_CHECK(integer<int>(*group, where, "group") >= 1, where, ": group = ", group->dump(),
+                " must be >= 1");
+  t.rows = integers<int>(doc, "rows", where);
+  t.kv_len = integers<long>(doc, "kv_len", where);
+
+  const json& us = field(doc, "us", where);
+  CODEC_CHECK(us.is_array(), where, ": us must be an array of arrays, got ", us.type_name());
+  for (std::size_t i = 0; i < us.size(); ++i) {
+    CODEC_CHECK(us[i].is_array(), where, ": us[", i, "] must be an array, got ", us[i].type_name());
+    std::vector<double>& row = t.us.emplace_back();
+    for (std::size_t j = 0; j < us[i].size(); ++j) {
+      const json& v = us[i][j];
+      CODEC_CHECK(v.is_number(), where, ": us[", i, "][", j, "] = ", v.dump(), " must be a number");
+      row.push_back(v.get<double>());
+    }
+  }
+  validate_table(t, where);
+  return t;
+}
+
+CostTable CostTable::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CODEC_CHECK(in, "cost table ", path, ": cannot open file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  CODEC_CHECK(!in.bad(), "cost table ", path, ": read error");
+  return parse(text.str(), path);
+}
+
+void CostTable::save(const std::string& path) const {
+  validate_table(*this, "cost table " + path);
+  const json doc = {
+      {"device", device}, {"head_dim", head_dim}, {"dtype", std::string(to_string(dtype))},
+      {"rows", rows},     {"kv_len", kv_len},     {"us", us}};
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  CODEC_CHECK(out, "cost table ", path, ": cannot open file for writing");
+  out << doc.dump(2) << '\n';  // doubles are written with round-trip precision
+  out.close();
+  CODEC_CHECK(out, "cost table ", path, ": write error");
+}
+
+// ---------------------------------------------------------------------------
+// Table model
+
+TableCostModel::TableCostModel(CostTable table) : table_(std::move(table)) { table_.validate(); }
+
+namespace {
+
+// Slope used beyond the last kv_len column for table row i: the largest
+// last-interval slope of rows 0..i, and never negative. Taking the running max
+// keeps the extrapolation monotone in rows too (a row with more query rows
+// never gets a flatter tail than a smaller one), so the planner never sees a
+// task get cheaper by growing.
+double tail_slope(const CostTable& t, std::size_t i) {
+  const std::size_t n = t.kv_len.size();
+  if (n < 2) return 0;
+  const double dk = static_cast<double>(t.kv_len[n - 1] - t.kv_len[n - 2]);
+  double slope = 0;
+  for (std::size_t r = 0; r <= i; ++r)
+    slope = std::max(slope, (t.us[r][n - 1] - t.us[r][n - 2]) / dk);
+  return slope;
+}
+
+// Cost of table row i at kv_len. Below the first column the first value is
+// used: tasks that small are dominated by fixed overhead, and a flat start
+// keeps the cost monotone. Between columns: linear. Beyond the last: linear
+// with tail_slope.
+double row_cost(const CostTable& t, std::size_t i, long kv_len) {
+  const std::vector<long>& k = t.kv_len;
+  const std::vector<double>& u = t.us[i];
+  if (kv_len <= k.front()) return u.front();
+  if (kv_len >= k.back())
+    return u.back() + tail_slope(t, i) * static_cast<double>(kv_len - k.back());
+  const std::size_t j =
+      static_cast<std::size_t>(std::upper_bound(k.begin(), k.end(), kv_len) - k.begin());
+  const double w = static_cast<double>(kv_len - k[j - 1]) / static_cast<double>(k[j] - k[j - 1]);
+  return u[j - 1] + w * (u[j] - u[j - 1]);
+}
+
+}  // namespace
+
+double TableCostModel::cost_us(int rows, long kv_len) const {
+  CODEC_CHECK(rows >= 1, "cost model: rows ", rows, " must be >= 1");
+  CODEC_CHECK(kv_len >= 0, "cost model: kv_len ", kv_len, " must be >= 0");
+  // Rows outside the grid clamp: below, fewer rows than measured still pay the
+  // smallest measured task; above, the grid is expected to reach one query
+  // tile, and the planner splits larger tasks into tiles (DESIGN §4).
+  const std::vector<int>& r = table_.rows;
+  if (rows <= r.front()) return row_cost(table_, 0, kv_len);
+  if (rows >= r.back()) return row_cost(table_, r.size() - 1, kv_len);
+  const std::size_t i =
+      static_cast<std::size_t>(std::upper_bound(r.begin(), r.end(), rows) - r.begin());
+  const double w = static_cast<double>(rows - r[i - 1]) / static_cast<double>(r[i] - r[i - 1]);
+  const double lo = row_cost(table_, i - 1, kv_len);
+  return lo + w * (row_cost(table_, i, kv_len) - lo);
+}
+
+std::string TableCostModel::describe() const {
+  const CostTable& t = table_;
+  double lo = t.us[0][0], hi = t.us[0][0];
+  for (const auto& row : t.us)
+    for (double v : row) lo = std::min(lo, v), hi = std::max(hi, v);
+  std::ostringstream os;
+  os << "table '" << t.device << "' head_dim " << t.head_dim << ' ' << to_string(t.dtype)
+     << ": rows " << t.rows.front() << ".." << t.rows.back() << " (" << t.rows.size()
+     << " points) x kv_len " << t.kv_len.front() << ".." << t.kv_len.back() << " ("
+     << t.kv_len.size() << " points), " << lo << ".." << hi << " us";
+  return os.str();
+}
+
+}  // namespace codec

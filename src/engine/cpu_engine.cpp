@@ -1,0 +1,181 @@
+#include "codec/engine/cpu_engine.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "codec/core/error.hpp"
+#include "codec/core/state.hpp"
+
+namespace codec {
+
+namespace {
+
+constexpr int kTileTokens = 64;  // KV tokens converted to fp32 at once: 2 × 64 × 256 × 4 B = 128 KiB at most
+
+// Per-thread buffers, sized once per run for the largest task.
+struct Scratch {
+  std::vector<float> q, o, s, k, v;
+  std::vector<OnlineSoftmax> softmax;
+  Scratch(int rows, int dim)
+      : q(std::size_t(rows) * dim), o(std::size_t(rows) * dim), s(std::size_t(rows) * kTileTokens),
+        k(std::size_t(kTileTokens) * dim), v(std::size_t(kTileTokens) * dim), softmax(rows) {}
+};
+
+template <typename T>
+class CpuRunner {
+ public:
+  CpuRunner(const PlanView& p, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> ws,
+            const WorkspaceLayout& layout, float sm_scale)
+      : p_(p), kv_(kv), io_(io), sm_scale_(sm_scale),
+        k_(static_cast<const T*>(kv.k)), v_(static_cast<const T*>(kv.v)), q_(static_cast<const T*>(io.q)),
+        part_o_(reinterpret_cast<float*>(ws.data() + layout.o_offset)),
+        part_lse_(reinterpret_cast<float*>(ws.data() + layout.lse_offset)) {}
+
+  // Partial attention of one task: each KV tile is loaded and converted once
+  // and applied to all of the task's rows.
+  void task(const Task& t, Scratch& sc) const {
+    const int D = p_.head_dim, G = p_.group, rows = t.row_end - t.row_begin;
+    const std::int32_t* reqs = p_.node_reqs + p_.node_req_begin[t.node];
+    const std::int32_t* pages = p_.node_pages + p_.node_page_begin[t.node];
+    // prologue: load the rows' queries, pre-scaled
+    for (int r = 0; r < rows; ++r) {
+      const int v = t.row_begin + r;
+      const T* src = q_ + (std::int64_t(reqs[v / G]) * p_.num_qo_heads + t.kv_head * G + v % G) * D;
+      float* dst = &sc.q[std::size_t(r) * D];
+      for (int d = 0; d < D; ++d) dst[d] = to_float(src[d]) * sm_scale_;
+      std::fill_n(&sc.o[std::size_t(r) * D], D, 0.f);
+      sc.softmax[r] = OnlineSoftmax{};
+    }
+    for (int t0 = t.kv_begin; t0 < t.kv_end; t0 += kTileTokens) {
+      const int n = std::min(kTileTokens, t.kv_end - t0);
+      for (int j = 0; j < n; ++j) {
+        const int tok = t0 + j;
+        const std::int64_t off = kv_.offset(pages[tok / p_.page_size], tok % p_.page_size, t.kv_head);
+        for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
+        for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]);
+      }
+      for (int r = 0; r < rows; ++r) {
+        const float* q = &sc.q[std::size_t(r) * D];
+        float* s = &sc.s[std::size_t(r) * kTileTokens];
+        float tile_max = kNegInf;
+        for (int j = 0; j < n; ++j) {
+          const float* k = &sc.k[std::size_t(j) * D];
+          float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+          for (int d = 0; d < D; ++d) dot += q[d] * k[d];
+          s[j] = dot;
+          tile_max = std::max(tile_max, dot);
+        }
+        OnlineSoftmax& st = sc.softmax[r];
+        const float factor = st.rescale(tile_max);
+        float* o = &sc.o[std::size_t(r) * D];
+        for (int d = 0; d < D; ++d) o[d] *= factor;
+        for (int j = 0; j < n; ++j) {
+          const float pj = std::exp(s[j] - st.m);
+          st.l += pj;
+          const float* v = &sc.v[std::size_t(j) * D];
+#pragma omp simd
+          for (int d = 0; d < D; ++d) o[d] += pj * v[d];
+        }
+      }
+    }
+    // epilogue: normalise; a row with a single partial goes straight to the output
+    for (int r = 0; r < rows; ++r) {
+      const int v = t.row_begin + r, req = reqs[v / G], head = t.kv_head * G + v % G;
+      const float inv_l = sc.softmax[r].inv_l(), lse = sc.softmax[r].lse();
+      const bool direct = p_.request_partials[req] == 1;
+      const std::int64_t slot = p_.slot_of(t.node, t.chunk, t.kv_head, v);
+      const std::int64_t row = std::int64_t(req) * p_.num_qo_heads + head;
+      float* dst = direct ? io_.out + row * D : part_o_ + slot * D;
+      for (int d = 0; d < D; ++d) dst[d] = sc.o[std::size_t(r) * D + d] * inv_l;
+      if (!direct) part_lse_[slot] = lse;
+      else if (io_.lse) io_.lse[row] = lse;
+    }
+  }
+
+  // Merges the partials of every row of one request along its path.
+  void merge(int req) const {
+    if (p_.request_partials[req] == 1) return;  // written by its only task
+    const int D = p_.head_dim, G = p_.group;
+    for (int h = 0; h < p_.num_qo_heads; ++h) {
+      const std::int64_t row = std::int64_t(req) * p_.num_qo_heads + h;
+      float* out = io_.out + row * D;
+      std::fill_n(out, D, 0.f);
+      float lse = kNegInf;  // starts as the empty state
+      for (int e = p_.path_indptr[req]; e < p_.path_indptr[req + 1]; ++e) {
+        const int node = p_.path_node[e], local = p_.path_pos[e] * G + h % G;
+        for (int c = 0; c < p_.node_splits[node]; ++c) {
+          const std::int64_t slot = p_.slot_of(node, c, h / G, local);
+          const MergeWeights w = merge_weights(lse, part_lse_[slot]);
+          const float* o = part_o_ + slot * D;
+#pragma omp simd
+          for (int d = 0; d < D; ++d) out[d] = w.w1 * out[d] + w.w2 * o[d];
+          lse = w.lse;
+        }
+      }
+      if (io_.lse) io_.lse[row] = lse;
+    }
+  }
+
+ private:
+  const PlanView& p_;
+  const PagedKV& kv_;
+  const AttentionIO& io_;
+  float sm_scale_;
+  const T* k_;
+  const T* v_;
+  const T* q_;
+  float* part_o_;
+  float* part_lse_;
+};
+
+void validate_run(const Plan& plan, const PlanView& p, const PagedKV& kv, const AttentionIO& io,
+                  std::span<std::byte> workspace) {
+  kv.validate();
+  const HeadConfig& h = plan.heads();
+  CODEC_CHECK(kv.num_kv_heads == h.num_kv_heads, "paged KV has num_kv_heads ", kv.num_kv_heads,
+              " but the plan was made for ", h.num_kv_heads);
+  CODEC_CHECK(kv.head_dim == h.head_dim, "paged KV has head_dim ", kv.head_dim, " but the plan was made for ",
+              h.head_dim);
+  CODEC_CHECK(kv.page_size == p.page_size, "paged KV has page_size ", kv.page_size,
+              " but the plan was made for ", p.page_size);
+  CODEC_CHECK(io.q != nullptr && io.out != nullptr, "run_cpu: q and out must not be null");
+  const WorkspaceLayout layout = plan.workspace();
+  CODEC_CHECK(workspace.size() >= layout.bytes, "workspace of ", workspace.size(), " bytes is smaller than the ",
+              layout.bytes, " bytes the plan needs");
+  CODEC_CHECK(reinterpret_cast<std::uintptr_t>(workspace.data()) % 16 == 0, "workspace must be 16-byte aligned");
+  for (int i = 0; i < p.node_page_begin[p.num_nodes]; ++i)
+    CODEC_CHECK(p.node_pages[i] >= 0 && p.node_pages[i] < kv.num_pages, "plan page ", p.node_pages[i],
+                " is outside the KV pool of ", kv.num_pages, " pages");
+}
+
+}  // namespace
+
+void run_cpu(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
+             const CpuOptions& options) {
+  const PlanView p = plan.view();
+  validate_run(plan, p, kv, io, workspace);
+  const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
+  int max_rows = 1;
+  for (int t = 0; t < p.num_tasks; ++t) max_rows = std::max(max_rows, p.tasks[t].row_end - p.tasks[t].row_begin);
+
+  dispatch_dtype(kv.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const CpuRunner<T> runner(p, kv, io, workspace, plan.workspace(), plan.heads().scale());
+    // Phase 1 (PAC): blocks are the plan's balanced bins; threads take them in turn.
+#pragma omp parallel num_threads(threads)
+    {
+      Scratch scratch(max_rows, p.head_dim);
+#pragma omp for schedule(dynamic, 1)
+      for (int b = 0; b < p.num_blocks; ++b)
+        for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) runner.task(p.tasks[p.block_tasks[i]], scratch);
+    }
+    // Phase 2 (POR): rows are independent.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
+    for (int r = 0; r < p.num_requests; ++r) runner.merge(r);
+  });
+}
+
+}  // namespace codec

@@ -1,0 +1,102 @@
+#include "codec/engine/reference.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "codec/core/error.hpp"
+
+namespace codec {
+
+ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
+                                    const void* q) {
+  table.validate();
+  kv.validate();
+  heads.validate();
+  CODEC_CHECK(kv.num_kv_heads == heads.num_kv_heads && kv.head_dim == heads.head_dim,
+              "reference: paged KV heads ", kv.num_kv_heads, "x", kv.head_dim, " do not match ",
+              heads.num_kv_heads, "x", heads.head_dim);
+  CODEC_CHECK(kv.page_size == table.page_size, "reference: paged KV page_size ", kv.page_size,
+              " differs from the page table's ", table.page_size);
+  CODEC_CHECK(table.num_pages <= kv.num_pages, "reference: page table addresses ", table.num_pages,
+              " pages but the KV pool has ", kv.num_pages);
+  const int B = table.num_requests(), Hq = heads.num_qo_heads, D = heads.head_dim, G = heads.group();
+  const double scale = heads.scale();
+  ReferenceResult res;
+  res.out.assign(std::size_t(B) * Hq * D, 0.0);
+  res.lse.assign(std::size_t(B) * Hq, 0.0);
+
+  dispatch_dtype(kv.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* K = static_cast<const T*>(kv.k);
+    const T* V = static_cast<const T*>(kv.v);
+    const T* Q = static_cast<const T*>(q);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t rh = 0; rh < std::int64_t(B) * Hq; ++rh) {
+      const int r = int(rh / Hq), h = int(rh % Hq), kvh = h / G;
+      const std::int64_t n = table.request_tokens(r);
+      std::vector<double> qd(D), s(n);
+      for (int d = 0; d < D; ++d) qd[d] = to_float(Q[rh * D + d]);
+      auto token_offset = [&](std::int64_t t) {
+        return kv.offset(table.indices[table.indptr[r] + t / table.page_size], int(t % table.page_size), kvh);
+      };
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::int64_t t = 0; t < n; ++t) {
+        const std::int64_t off = token_offset(t);
+        double dot = 0;
+        for (int d = 0; d < D; ++d) dot += qd[d] * to_float(K[off + d]);
+        s[t] = dot * scale;
+        m = std::max(m, s[t]);
+      }
+      double l = 0;
+      double* out = &res.out[rh * D];
+      for (std::int64_t t = 0; t < n; ++t) {
+        const double p = std::exp(s[t] - m);
+        l += p;
+        const std::int64_t off = token_offset(t);
+        for (int d = 0; d < D; ++d) out[d] += p * to_float(V[off + d]);
+      }
+      for (int d = 0; d < D; ++d) out[d] /= l;
+      res.lse[rh] = m + std::log(l);
+    }
+  });
+  return res;
+}
+
+ErrorStats compare(const float* out, const std::vector<double>& ref) {
+  ErrorStats e;
+  double diff2 = 0, ref2 = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double x = out[i];
+    if (std::isnan(x) || std::isinf(x)) {
+      e.has_nan = true;
+      if (e.worst_index < 0) e.worst_index = std::int64_t(i);
+      continue;
+    }
+    const double d = std::abs(x - ref[i]);
+    diff2 += d * d;
+    ref2 += ref[i] * ref[i];
+    if (d > e.max_abs) e.max_abs = d, e.worst_index = std::int64_t(i);
+  }
+  e.rel_l2 = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  if (e.has_nan) e.rel_l2 = std::numeric_limits<double>::infinity();
+  return e;
+}
+
+std::string ErrorStats::describe() const {
+  std::ostringstream os;
+  os << "rel_l2 " << rel_l2 << ", max_abs " << max_abs << " at element " << worst_index
+     << (has_nan ? ", NaN/inf present" : "");
+  return os.str();
+}
+
+double tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return 1e-2;
+    case DType::f16: return 3e-3;
+    case DType::f32: break;
+  }
+  return 1e-5;
+}
+
+}  // namespace codec

@@ -1,0 +1,59 @@
+#include "codec/forest/page_table.hpp"
+
+#include "codec/core/error.hpp"
+
+namespace codec {
+
+void PageTable::validate() const {
+  CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
+  CODEC_CHECK(num_pages >= 1, "num_pages ", num_pages, " must be >= 1");
+  CODEC_CHECK(indptr.size() >= 2, "kv_indptr has ", indptr.size(), " entries; a batch needs at least one request");
+  const int batch = num_requests();
+  CODEC_CHECK(last_page_len.size() == std::size_t(batch), "kv_last_page_len has ", last_page_len.size(),
+              " entries, expected ", batch, " (one per request)");
+  CODEC_CHECK(indptr[0] == 0, "kv_indptr[0] = ", indptr[0], " must be 0");
+  CODEC_CHECK(std::size_t(indptr[batch]) == indices.size(), "kv_indptr[", batch, "] = ", indptr[batch],
+              " does not match the ", indices.size(), " entries of kv_indices");
+  for (int r = 0; r < batch; ++r) {
+    CODEC_CHECK(indptr[r + 1] > indptr[r], "request ", r, " has no pages (kv_indptr[", r, "] = ", indptr[r],
+                ", kv_indptr[", r + 1, "] = ", indptr[r + 1], ")");
+    CODEC_CHECK(last_page_len[r] >= 1 && last_page_len[r] <= page_size, "kv_last_page_len[", r, "] = ",
+                last_page_len[r], " is outside [1, page_size = ", page_size, "]");
+    for (std::int32_t i = indptr[r]; i < indptr[r + 1]; ++i)
+      CODEC_CHECK(indices[i] >= 0 && indices[i] < num_pages, "page index ", indices[i], " at kv_indices[", i,
+                  "] (request ", r, ") is outside [0, num_pages = ", num_pages, ")");
+  }
+}
+
+PagedKV PagedKV::nhd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
+                     int num_kv_heads, int head_dim) {
+  const std::int64_t head = head_dim, token = std::int64_t(num_kv_heads) * head_dim;
+  return {k, v, dtype, num_pages, page_size, num_kv_heads, head_dim, token * page_size, token, head};
+}
+
+PagedKV PagedKV::hnd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
+                     int num_kv_heads, int head_dim) {
+  const std::int64_t token = head_dim, head = std::int64_t(page_size) * head_dim;
+  return {k, v, dtype, num_pages, page_size, num_kv_heads, head_dim, head * num_kv_heads, token, head};
+}
+
+PagedKV PagedKV::interleaved_nhd(const void* kv, DType dtype, std::int64_t num_pages, int page_size,
+                                 int num_kv_heads, int head_dim) {
+  const std::int64_t head = head_dim, token = std::int64_t(num_kv_heads) * head_dim;
+  const std::int64_t half = token * page_size;  // K part of a page, in elements
+  const void* v = static_cast<const std::byte*>(kv) + half * std::int64_t(dtype_size(dtype));
+  return {kv, v, dtype, num_pages, page_size, num_kv_heads, head_dim, 2 * half, token, head};
+}
+
+void PagedKV::validate() const {
+  CODEC_CHECK(k != nullptr && v != nullptr, "paged KV: k and v must not be null");
+  CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
+  CODEC_CHECK(num_pages >= 1, "num_pages ", num_pages, " must be >= 1");
+  CODEC_CHECK(num_kv_heads >= 1, "num_kv_heads ", num_kv_heads, " must be >= 1");
+  CODEC_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, "unsupported head_dim ", head_dim,
+              " (supported: 64, 128, 256)");
+  CODEC_CHECK(stride_page >= 0 && stride_token >= 0 && stride_head >= 0, "paged KV strides must be >= 0 (page ",
+              stride_page, ", token ", stride_token, ", head ", stride_head, ")");
+}
+
+}  // namespace codec

@@ -1,0 +1,80 @@
+#include "codec/plan/plan.hpp"
+
+#include <cstring>
+
+#include "codec/core/error.hpp"
+
+namespace codec {
+
+namespace {
+constexpr std::size_t kAlign = 16;  // every array starts 16-byte aligned (vector loads on a device)
+std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+Plan::Plan(const HeadConfig& heads, int page_size, const PlanArrays& a, const PlanStats& stats)
+    : heads_(heads), page_size_(page_size), stats_(stats) {
+  const std::pair<const void*, std::size_t> arrays[] = {
+      {a.tasks.data(), a.tasks.size() * sizeof(Task)},
+      {a.block_indptr.data(), a.block_indptr.size() * 4},
+      {a.block_tasks.data(), a.block_tasks.size() * 4},
+      {a.node_page_begin.data(), a.node_page_begin.size() * 4},
+      {a.node_pages.data(), a.node_pages.size() * 4},
+      {a.node_req_begin.data(), a.node_req_begin.size() * 4},
+      {a.node_reqs.data(), a.node_reqs.size() * 4},
+      {a.node_splits.data(), a.node_splits.size() * 4},
+      {a.node_slot_base.data(), a.node_slot_base.size() * 4},
+      {a.path_indptr.data(), a.path_indptr.size() * 4},
+      {a.path_node.data(), a.path_node.size() * 4},
+      {a.path_pos.data(), a.path_pos.size() * 4},
+      {a.request_partials.data(), a.request_partials.size() * 4},
+  };
+  static_assert(std::size(arrays) <= std::tuple_size_v<decltype(offsets_)>);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < std::size(arrays); ++i) offsets_[i] = total, total = align_up(total + arrays[i].second);
+  // std::memcpy into bytes implicitly creates the Task objects (C++20 implicit-lifetime types).
+  buffer_.assign(total, std::byte{0});
+  for (std::size_t i = 0; i < std::size(arrays); ++i)
+    if (arrays[i].second) std::memcpy(buffer_.data() + offsets_[i], arrays[i].first, arrays[i].second);
+
+  counts_.num_tasks = int(a.tasks.size());
+  counts_.num_blocks = int(a.block_indptr.size()) - 1;
+  counts_.num_nodes = int(a.node_splits.size());
+  counts_.num_requests = int(a.request_partials.size());
+  counts_.num_slots = stats.num_slots;
+  counts_.group = heads.group();
+  counts_.num_qo_heads = heads.num_qo_heads;
+  counts_.num_kv_heads = heads.num_kv_heads;
+  counts_.head_dim = heads.head_dim;
+  counts_.page_size = page_size;
+}
+
+PlanView Plan::view(const void* base) const {
+  const auto* b = static_cast<const std::byte*>(base);
+  auto ints = [&](int i) { return reinterpret_cast<const std::int32_t*>(b + offsets_[i]); };
+  PlanView v = counts_;
+  v.tasks = reinterpret_cast<const Task*>(b + offsets_[0]);
+  v.block_indptr = ints(1);
+  v.block_tasks = ints(2);
+  v.node_page_begin = ints(3);
+  v.node_pages = ints(4);
+  v.node_req_begin = ints(5);
+  v.node_reqs = ints(6);
+  v.node_splits = ints(7);
+  v.node_slot_base = ints(8);
+  v.path_indptr = ints(9);
+  v.path_node = ints(10);
+  v.path_pos = ints(11);
+  v.request_partials = ints(12);
+  return v;
+}
+
+WorkspaceLayout Plan::workspace() const {
+  WorkspaceLayout w;
+  const std::size_t slots = std::size_t(counts_.num_slots);
+  w.o_offset = 0;
+  w.lse_offset = align_up(slots * std::size_t(heads_.head_dim) * sizeof(float));
+  w.bytes = align_up(w.lse_offset + slots * sizeof(float));
+  return w;
+}
+
+}  // namespace codec

@@ -1,0 +1,66 @@
+// codec: run CoDec on built-in or JSON workloads, compare it with the flat
+// baseline and the fp64 reference, and show plan statistics.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "codec/core/error.hpp"
+#include "commands.hpp"
+
+namespace {
+
+void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
+  cmd->add_option("--workload,-w", w.workload, "Built-in workload (e.g. batch:64, seq:512), a JSON file, or 'all'")
+      ->capture_default_str();
+  cmd->add_option("--model", w.model, "Model shape from BENCHMARKS.md (qwen3-4b, llama3.2-1b, ...)");
+  cmd->add_option("--dtype", w.dtype, "KV and query dtype: bf16, fp16 or fp32");
+  cmd->add_option("--page-size", w.page_size, "Tokens per KV page")->check(CLI::PositiveNumber);
+  cmd->add_option("--scale", w.scale, "Multiply every node's token count (default: 1 on a GPU, 1/16 on the CPU)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cost-table", w.cost_table, "Cost table file measured by 'codec profile'");
+  cmd->add_option("--blocks", w.blocks, "Planner blocks m (default: the backend's)")->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", w.json, "Print JSON instead of a table");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"CoDec: prefix-shared decode attention"};
+  app.require_subcommand(1);
+  codec::tools::WorkloadArgs bench_w, plan_w;
+  codec::tools::BenchArgs bench;
+  std::string target = "h200";
+
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Run CoDec and the flat baseline, verify against fp64, time both");
+  add_workload_options(bench_cmd, bench_w);
+  bench_cmd->add_option("--backend", bench.backend, "auto, cpu")
+      ->check(CLI::IsMember({"auto", "cpu"}))
+      ->capture_default_str();
+  bench_cmd->add_option("--threads", bench.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--reps", bench.reps, "Timed repetitions (median reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_cmd->add_option("--dump", bench.dump, "Write inputs and outputs as .npy files into this folder");
+
+  CLI::App* plan_cmd = app.add_subcommand("plan", "Plan statistics, without generating KV data");
+  add_workload_options(plan_cmd, plan_w);
+  plan_cmd->add_option("--target", target, "Device the plan is for: h200 or cpu")
+      ->check(CLI::IsMember({"h200", "cpu"}))
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (*bench_cmd) return codec::tools::run_bench(bench_w, bench);
+    return codec::tools::run_plan(plan_w, target);
+  } catch (const codec::Error& e) {
+    std::cerr << "codec: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "codec: failure: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,249 @@
+#include "commands.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "codec/core/error.hpp"
+#include "codec/engine/cpu_engine.hpp"
+#include "codec/engine/reference.hpp"
+#include "codec/plan/planner.hpp"
+#include "npy.hpp"
+
+namespace codec::tools {
+
+namespace {
+
+constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads finish in seconds
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Aligned workspace for one plan.
+struct Workspace {
+  std::vector<std::byte> storage;
+  std::span<std::byte> bytes;
+  explicit Workspace(std::size_t n) : storage(n + 64) {
+    auto base = reinterpret_cast<std::uintptr_t>(storage.data());
+    bytes = {storage.data() + ((base + 63) / 64 * 64 - base), n};
+  }
+};
+
+struct Measured {
+  double median_ms = 0;
+  ErrorStats error;
+  std::vector<float> out, lse;
+};
+
+Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& ref, int threads, int reps) {
+  const PlanView p = plan.view();
+  const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
+  Measured m;
+  m.out.assign(rows * p.head_dim, NAN);  // poisoned: a row never written fails the check
+  m.lse.assign(rows, NAN);
+  Workspace ws(plan.workspace().bytes);
+  const AttentionIO io{batch.q.data(), m.out.data(), m.lse.data()};
+  run_cpu(plan, batch.kv(), io, ws.bytes, {threads});  // warm-up, and the checked run
+  m.error = compare(m.out.data(), ref.out);
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_cpu(plan, batch.kv(), io, ws.bytes, {threads});
+    times.push_back(ms_since(t0));
+  }
+  std::sort(times.begin(), times.end());
+  m.median_ms = times[times.size() / 2];
+  return m;
+}
+
+std::vector<float> widen(const std::vector<std::byte>& data, DType dtype) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = reinterpret_cast<const T*>(data.data());
+    std::vector<float> out(data.size() / sizeof(T));
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(p[i]);
+    return out;
+  });
+}
+
+void dump(const std::string& dir, const Workload& w, const Batch& b, const Measured& codec, const Measured& flat) {
+  std::filesystem::create_directories(dir);
+  const HeadConfig& h = w.heads;
+  const std::int64_t B = b.num_requests();
+  nlohmann::json meta = {{"workload", w.name},           {"num_qo_heads", h.num_qo_heads},
+                         {"num_kv_heads", h.num_kv_heads}, {"head_dim", h.head_dim},
+                         {"page_size", b.page_size},       {"sm_scale", h.scale()},
+                         {"layout", "NHD"},                {"dtype", std::string(to_string(b.dtype))},
+                         {"lse_base", "e"}};
+  std::ofstream(dir + "/meta.json") << meta.dump(2) << "\n";
+  write_npy(dir + "/q.npy", widen(b.q, b.dtype).data(), {B, h.num_qo_heads, h.head_dim});
+  const std::vector<std::int64_t> kv_shape = {b.num_pages, b.page_size, h.num_kv_heads, h.head_dim};
+  write_npy(dir + "/k_cache.npy", widen(b.k, b.dtype).data(), kv_shape);
+  write_npy(dir + "/v_cache.npy", widen(b.v, b.dtype).data(), kv_shape);
+  const ForestManager::Tables& t = b.tables;
+  write_npy(dir + "/kv_indptr.npy", t.indptr.data(), {std::int64_t(t.indptr.size())});
+  write_npy(dir + "/kv_indices.npy", t.indices.data(), {std::int64_t(t.indices.size())});
+  write_npy(dir + "/kv_last_page_len.npy", t.last_page_len.data(), {std::int64_t(t.last_page_len.size())});
+  write_npy(dir + "/out.npy", codec.out.data(), {B, h.num_qo_heads, h.head_dim});
+  write_npy(dir + "/out_flat.npy", flat.out.data(), {B, h.num_qo_heads, h.head_dim});
+  write_npy(dir + "/lse.npy", codec.lse.data(), {B, h.num_qo_heads});
+}
+
+std::string fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_workloads(const std::string& spec) {
+  if (spec == "all") return builtin_workload_names();
+  return {spec};
+}
+
+Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale) {
+  Workload w = resolve_workload(spec);
+  if (!args.model.empty()) w.model = args.model, w.heads = model_heads(args.model);
+  if (!args.dtype.empty()) w.dtype = parse_dtype(args.dtype);
+  if (args.page_size > 0) w.page_size = args.page_size;
+  const double scale = args.scale > 0 ? args.scale : default_scale;
+  if (scale != 1.0) w = w.scaled(scale);
+  w.validate();
+  return w;
+}
+
+std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
+                                           const Workload& w) {
+  if (!args.cost_table.empty()) return std::make_unique<TableCostModel>(CostTable::load(args.cost_table));
+  return std::make_unique<RooflineCostModel>(roofline, w.heads, w.dtype);
+}
+
+int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
+  // Only the CPU engine exists in this build; "auto" would pick a GPU engine first.
+  const std::string backend = "cpu";
+  const int threads = bench.threads > 0 ? bench.threads : omp_get_max_threads();
+  const std::vector<std::string> specs = expand_workloads(args.workload);
+  nlohmann::json rows = nlohmann::json::array();
+  bool all_pass = true;
+  if (!args.json)
+    std::printf("backend %s, %d threads, median of %d runs; times in ms, KV in MB as each plan reads it\n",
+                backend.c_str(), threads, bench.reps);
+  if (!args.json)
+    std::printf("%-14s %6s %5s %10s %9s %9s %8s %9s %9s %9s %9s %6s\n", "workload", "scale", "reqs", "unique_tok",
+                "codec_ms", "flat_ms", "speedup", "codec_MB", "flat_MB", "err_codec", "err_flat", "check");
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const double scale = args.scale > 0 ? args.scale : kCpuScale;
+    const Workload w = load_workload(specs[i], args, kCpuScale);
+    std::fprintf(stderr, "[%zu/%zu] %s: building the batch\n", i + 1, specs.size(), specs[i].c_str());
+    const Batch batch = materialize(w);
+    const PageTable table = batch.page_table();
+    const auto t0 = std::chrono::steady_clock::now();
+    const Forest forest = derive_forest(table);
+    const double derive_ms = ms_since(t0);
+    RooflineParams params = RooflineParams::cpu(threads);
+    PlannerOptions opt;
+    opt.num_blocks = args.blocks > 0 ? args.blocks : threads;
+    params.concurrent_blocks = opt.num_blocks;
+    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w);
+    const Plan shared = make_plan(forest, w.heads, *cost, opt);
+    const Plan flat = make_plan(flatten(forest), w.heads, *cost, opt);
+    std::fprintf(stderr, "[%zu/%zu] %s: fp64 reference\n", i + 1, specs.size(), specs[i].c_str());
+    const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
+    std::fprintf(stderr, "[%zu/%zu] %s: timing CoDec and flat\n", i + 1, specs.size(), specs[i].c_str());
+    const Measured mc = time_cpu(shared, batch, ref, threads, bench.reps);
+    const Measured mf = time_cpu(flat, batch, ref, threads, bench.reps);
+    const double tol = tolerance(w.dtype);
+    const bool pass = mc.error.within(tol) && mf.error.within(tol);
+    all_pass = all_pass && pass;
+    if (!bench.dump.empty())
+      dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, mc, mf);
+    const double bytes_per_token = 2.0 * w.heads.head_dim * dtype_size(w.dtype);
+    const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
+    const double flat_mb = flat.stats().kv_tokens_read * bytes_per_token / 1e6;
+    rows.push_back({{"workload", w.name},
+                    {"scale", scale},
+                    {"backend", backend},
+                    {"requests", batch.num_requests()},
+                    {"unique_kv_tokens", forest.unique_tokens()},
+                    {"flat_kv_tokens", forest.flat_tokens()},
+                    {"codec_ms", mc.median_ms},
+                    {"flat_ms", mf.median_ms},
+                    {"speedup", mf.median_ms / mc.median_ms},
+                    {"codec_kv_mb", codec_mb},
+                    {"flat_kv_mb", flat_mb},
+                    {"codec_rel_l2", mc.error.rel_l2},
+                    {"flat_rel_l2", mf.error.rel_l2},
+                    {"tolerance", tol},
+                    {"derive_ms", derive_ms},
+                    {"plan_ms", shared.stats().plan_ms},
+                    {"pass", pass}});
+    if (!args.json)
+      std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %9.2e %9.2e %6s\n", w.name.c_str(), fixed(scale, 4).c_str(),
+                  batch.num_requests(), static_cast<long long>(forest.unique_tokens()),
+                  fixed(mc.median_ms, 3).c_str(), fixed(mf.median_ms, 3).c_str(),
+                  fixed(mf.median_ms / mc.median_ms, 2).c_str(), fixed(codec_mb, 1).c_str(),
+                  fixed(flat_mb, 1).c_str(), mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL");
+    std::fflush(stdout);
+    if (!pass)
+      std::fprintf(stderr, "codec: %s failed verification: codec %s; flat %s (tolerance %g)\n", w.name.c_str(),
+                   mc.error.describe().c_str(), mf.error.describe().c_str(), tol);
+  }
+  if (args.json) std::cout << rows.dump(2) << "\n";
+  return all_pass ? 0 : 1;
+}
+
+int run_plan(const WorkloadArgs& args, const std::string& target) {
+  const std::vector<std::string> specs = expand_workloads(args.workload);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!args.json)
+    std::printf("%-14s %5s %6s %6s %7s %6s %6s %11s %11s %8s %9s %8s\n", "workload", "reqs", "nodes", "units",
+                "tasks", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "derive_ms", "plan_ms");
+  for (const std::string& spec : specs) {
+    const Workload w = load_workload(spec, args, 1.0);
+    const WorkloadTables tables = workload_page_tables(w);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Forest forest = derive_forest(tables.view());
+    const double derive_ms = ms_since(t0);
+    RooflineParams params = target == "cpu" ? RooflineParams::cpu(omp_get_max_threads()) : RooflineParams::h200();
+    PlannerOptions opt;
+    opt.num_blocks = args.blocks > 0 ? args.blocks : params.concurrent_blocks;
+    params.concurrent_blocks = opt.num_blocks;
+    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w);
+    const Plan plan = make_plan(forest, w.heads, *cost, opt);
+    const PlanStats& s = plan.stats();
+    rows.push_back({{"workload", w.name},
+                    {"target", target},
+                    {"requests", s.num_requests},
+                    {"nodes", s.num_nodes},
+                    {"units", s.num_units},
+                    {"tasks", s.num_tasks},
+                    {"blocks", s.num_blocks},
+                    {"max_splits", s.max_splits},
+                    {"slots", s.num_slots},
+                    {"makespan_us", s.makespan_us},
+                    {"lower_bound_us", s.lower_bound_us},
+                    {"ratio", s.quality()},
+                    {"derive_ms", derive_ms},
+                    {"plan_ms", s.plan_ms},
+                    {"kv_tokens_read", s.kv_tokens_read},
+                    {"unique_kv_tokens", s.unique_kv_tokens},
+                    {"cost_model", cost->describe()}});
+    if (!args.json)
+      std::printf("%-14s %5d %6d %6d %7d %6d %6d %11s %11s %8s %9s %8s\n", w.name.c_str(), s.num_requests,
+                  s.num_nodes, s.num_units, s.num_tasks, s.num_blocks, s.max_splits, fixed(s.makespan_us, 2).c_str(),
+                  fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(), fixed(derive_ms, 3).c_str(),
+                  fixed(s.plan_ms, 3).c_str());
+  }
+  if (args.json) std::cout << rows.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace codec::tools

@@ -1,0 +1,39 @@
+#pragma once
+// The codec command-line tool: shared options and the subcommands.
+#include <string>
+#include <vector>
+
+#include "codec/cost/cost_model.hpp"
+#include "codec/workload/workload.hpp"
+
+namespace codec::tools {
+
+struct WorkloadArgs {
+  std::string workload = "batch:64";  // built-in name, JSON file, or "all"
+  std::string model;                  // overrides the workload's model
+  std::string dtype;                  // overrides the workload's dtype
+  int page_size = 0;                  // overrides the workload's page size
+  double scale = 0;                   // token-count factor; 0 picks the backend's default
+  std::string cost_table;             // measured cost table instead of the roofline
+  int blocks = 0;                     // planner blocks m; 0 picks the backend's default
+  bool json = false;
+};
+
+struct BenchArgs {
+  std::string backend = "auto";
+  int threads = 0;
+  int reps = 5;
+  std::string dump;
+};
+
+// Workload specs named by --workload ("all" expands to every built-in sweep point).
+std::vector<std::string> expand_workloads(const std::string& spec);
+// Resolves a spec and applies the overrides and the scale.
+Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale);
+std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
+                                           const Workload& w);
+
+int run_bench(const WorkloadArgs& args, const BenchArgs& bench);
+int run_plan(const WorkloadArgs& args, const std::string& target);
+
+}  // namespace codec::tools

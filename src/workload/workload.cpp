@@ -1,0 +1,80 @@
+#include "codec/workload/workload.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "codec/core/error.hpp"
+
+namespace codec {
+
+void Workload::validate() const {
+  const std::int32_t num_nodes = std::int32_t(nodes.size());
+  std::unordered_map<std::string, std::int32_t> ids;
+  for (std::int32_t i = 0; i < num_nodes; ++i) {
+    const WorkloadNode& node = nodes[std::size_t(i)];
+    // Parents before children is what makes every path walk terminate.
+    CODEC_CHECK(node.parent >= -1 && node.parent < i, "node '", node.id, "' (index ", i, ") has parent index ",
+                node.parent, "; expected -1 (a root) or an index below ", i, " (parents come first)");
+    CODEC_CHECK(node.tokens >= 0, "node '", node.id, "' has tokens ", node.tokens, "; expected >= 0");
+    const auto [it, fresh] = ids.emplace(node.id, i);
+    CODEC_CHECK(fresh, "duplicate node id '", node.id, "' at indices ", it->second, " and ", i);
+  }
+  CODEC_CHECK(!requests.empty(), "workload '", name, "' has no requests");
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const std::int32_t node = requests[r];
+    CODEC_CHECK(node >= 0 && node < num_nodes, "request ", r, " names node index ", node, ", outside [0, ",
+                num_nodes, ")");
+    CODEC_CHECK(request_tokens(int(r)) > 0, "request ", r, " (node '", nodes[std::size_t(node)].id,
+                "') has no KV tokens");
+  }
+  heads.validate();
+  CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
+  CODEC_CHECK(dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::f32, "dtype value ", int(dtype),
+              " is not a valid DType");
+}
+
+std::int64_t Workload::request_tokens(int r) const {
+  CODEC_CHECK(r >= 0 && std::size_t(r) < requests.size(), "request index ", r, " is outside [0, ", requests.size(),
+              ")");
+  std::int64_t total = 0;
+  for (std::int32_t i = requests[std::size_t(r)]; i >= 0;) {
+    CODEC_CHECK(std::size_t(i) < nodes.size(), "request ", r, " reaches node index ", i, ", outside [0, ",
+                nodes.size(), ")");
+    const WorkloadNode& node = nodes[std::size_t(i)];
+    CODEC_CHECK(node.parent < i, "node '", node.id, "' (index ", i, ") has parent index ", node.parent,
+                "; parents must come first");
+    total += node.tokens;
+    i = node.parent;
+  }
+  return total;
+}
+
+std::int64_t Workload::unique_tokens() const {
+  // A node's KV exists once however many requests pass through it; nodes on no
+  // request's path hold no KV at all.
+  std::vector<char> used(nodes.size(), 0);
+  for (std::int32_t leaf : requests)
+    for (std::int32_t i = leaf; i >= 0 && !used[std::size_t(i)]; i = nodes[std::size_t(i)].parent)
+      used[std::size_t(i)] = 1;
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (used[i]) total += nodes[i].tokens;
+  return total;
+}
+
+Workload Workload::scaled(double factor) const {
+  CODEC_CHECK(std::isfinite(factor) && factor > 0, "scale factor ", factor, " must be finite and > 0");
+  Workload out = *this;
+  for (WorkloadNode& node : out.nodes) {
+    if (node.tokens <= 0) continue;
+    const double t = std::round(double(node.tokens) * factor);
+    CODEC_CHECK(t < 0x1p62, "node '", node.id, "' with ", node.tokens, " tokens scaled by ", factor,
+                " overflows the token count");
+    // Scaling must not turn a non-empty node into an empty one: that would change the tree's shape.
+    node.tokens = std::max<std::int64_t>(1, std::int64_t(t));
+  }
+  return out;
+}
+
+}  // namespace codec

@@ -1,0 +1,393 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "codec/core/error.hpp"
+#include "codec/cost/cost_model.hpp"
+
+namespace codec {
+namespace {
+
+template <typename F>
+::testing::AssertionResult throws_with(F&& f, const std::string& needle) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(needle) != std::string::npos)
+      return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "message '" << e.what() << "' lacks '" << needle << "'";
+  }
+  return ::testing::AssertionFailure() << "no codec::Error thrown";
+}
+
+// Round numbers: per block 100 GB/s = 1e5 B/us and 10 TFLOP/s = 1e7 FLOP/us.
+RooflineParams simple_params(double overhead_us = 1.0) {
+  RooflineParams p;
+  p.bandwidth_gbps = 1000;
+  p.peak_tflops = 100;
+  p.concurrent_blocks = 10;
+  p.task_overhead_us = overhead_us;
+  return p;
+}
+
+// qwen3-4b heads in bf16: 2·128·2 = 512 B of KV per token; a row moves a
+// 256 B query in and a 4·129 = 516 B fp32 partial out; 512 FLOP per row·token.
+const HeadConfig kQwen{32, 8, 128, 0.f};
+constexpr double kKvBytes = 512, kRowBytes = 772, kFlops = 512;
+
+TEST(Roofline, MemoryBoundWorkedExample) {
+  const RooflineCostModel model(simple_params(), kQwen, DType::bf16);
+  // 1 row × 1000 keys: 512,772 B → 5.12772 us; 512,000 FLOP → 0.0512 us.
+  EXPECT_NEAR(model.cost_us(1, 1000), 5.12772 + 1.0, 1e-9);
+}
+
+TEST(Roofline, ComputeBoundWorkedExample) {
+  const RooflineCostModel model(simple_params(), kQwen, DType::bf16);
+  // 1000 rows × 1000 keys: 1,284,000 B → 12.84 us; 5.12e8 FLOP → 51.2 us.
+  EXPECT_NEAR(model.cost_us(1000, 1000), 51.2 + 1.0, 1e-9);
+}
+
+TEST(Roofline, H200Regimes) {
+  const RooflineParams p = RooflineParams::h200();
+  EXPECT_EQ(p.bandwidth_gbps, 4200);
+  EXPECT_EQ(p.peak_tflops, 790);
+  EXPECT_EQ(p.concurrent_blocks, 264);
+  EXPECT_GE(p.task_overhead_us, 1.0);
+  EXPECT_LE(p.task_overhead_us, 2.0);
+  const RooflineCostModel model(p, kQwen, DType::bf16);
+  const double bytes_per_us = 4200e3 / 264, flops_per_us = 790e6 / 264;
+  // A GQA-4 task over 1024 keys streams 527,376 B: about 33 us per block.
+  EXPECT_NEAR(model.cost_us(4, 1024),
+              (1024 * kKvBytes + 4 * kRowBytes) / bytes_per_us + p.task_overhead_us, 1e-9);
+  // Ridge at 790 / 4.2 ≈ 188 FLOP/B, i.e. about 188 rows per shared KV token.
+  const long n = 1 << 16;
+  EXPECT_NEAR(model.cost_us(128, n),
+              (n * kKvBytes + 128 * kRowBytes) / bytes_per_us + p.task_overhead_us, 1e-6);
+  EXPECT_NEAR(model.cost_us(256, n), 256.0 * n * kFlops / flops_per_us + p.task_overhead_us, 1e-6);
+}
+
+TEST(Roofline, DtypeAndHeadDimScaleBytes) {
+  const RooflineCostModel bf16(simple_params(0), kQwen, DType::bf16);
+  const RooflineCostModel fp32(simple_params(0), kQwen, DType::f32);
+  const RooflineCostModel d64(simple_params(0), HeadConfig{32, 8, 64, 0.f}, DType::bf16);
+  // Memory-bound, KV-dominated: fp32 moves twice the KV bytes, head_dim 64 half.
+  EXPECT_NEAR(fp32.cost_us(1, 100000) / bf16.cost_us(1, 100000), 2.0, 1e-3);
+  EXPECT_NEAR(d64.cost_us(1, 100000) / bf16.cost_us(1, 100000), 0.5, 1e-3);
+}
+
+TEST(Roofline, OverheadIsAdditive) {
+  const RooflineCostModel none(simple_params(0.0), kQwen, DType::bf16);
+  const RooflineCostModel three(simple_params(3.0), kQwen, DType::bf16);
+  for (long n : {0L, 1L, 100L, 100000L})
+    for (int rows : {1, 4, 1000})
+      EXPECT_NEAR(three.cost_us(rows, n) - none.cost_us(rows, n), 3.0, 1e-9);
+  // An empty chunk still moves its rows and pays the overhead.
+  EXPECT_NEAR(three.cost_us(1, 0), kRowBytes / 1e5 + 3.0, 1e-12);
+}
+
+TEST(Roofline, Monotone) {
+  for (const RooflineParams& p :
+       {RooflineParams::h200(), RooflineParams::cpu(2), simple_params()}) {
+    const RooflineCostModel model(p, kQwen, DType::bf16);
+    for (int rows = 1; rows <= 512; rows *= 2)
+      for (long n = 0; n <= 1 << 17; n = n ? n * 2 : 1) {
+        const double c = model.cost_us(rows, n);
+        EXPECT_GT(c, 0);
+        EXPECT_LE(c, model.cost_us(rows, n + 1)) << rows << ' ' << n;
+        EXPECT_LE(c, model.cost_us(rows + 1, n)) << rows << ' ' << n;
+      }
+  }
+}
+
+TEST(Roofline, CpuParams) {
+  const RooflineParams one = RooflineParams::cpu(1), four = RooflineParams::cpu(4);
+  EXPECT_EQ(four.concurrent_blocks, 4);
+  // Per-thread ceilings do not depend on the thread count.
+  EXPECT_DOUBLE_EQ(four.bandwidth_gbps / 4, one.bandwidth_gbps);
+  EXPECT_DOUBLE_EQ(four.peak_tflops / 4, one.peak_tflops);
+  EXPECT_NEAR(RooflineCostModel(one, kQwen, DType::bf16).cost_us(4, 4096),
+              RooflineCostModel(four, kQwen, DType::bf16).cost_us(4, 4096), 1e-9);
+  EXPECT_TRUE(throws_with([] { RooflineParams::cpu(0); }, "threads 0 must be >= 1"));
+}
+
+TEST(Roofline, RejectsBadInput) {
+  RooflineParams p = simple_params();
+  p.bandwidth_gbps = 0;
+  EXPECT_TRUE(throws_with([&] { RooflineCostModel(p, kQwen, DType::bf16); }, "bandwidth_gbps 0"));
+  p = simple_params();
+  p.concurrent_blocks = 0;
+  EXPECT_TRUE(
+      throws_with([&] { RooflineCostModel(p, kQwen, DType::bf16); }, "concurrent_blocks 0"));
+  p = simple_params(-1);
+  EXPECT_TRUE(
+      throws_with([&] { RooflineCostModel(p, kQwen, DType::bf16); }, "task_overhead_us -1"));
+  EXPECT_TRUE(throws_with(
+      [] {
+        RooflineCostModel(simple_params(), HeadConfig{32, 8, 96, 0.f}, DType::bf16);
+      },
+      "unsupported head_dim 96"));
+  const RooflineCostModel model(simple_params(), kQwen, DType::bf16);
+  EXPECT_TRUE(throws_with([&] { model.cost_us(0, 10); }, "rows 0 must be >= 1"));
+  EXPECT_TRUE(throws_with([&] { model.cost_us(1, -1); }, "kv_len -1 must be >= 0"));
+}
+
+TEST(Roofline, Describe) {
+  const std::string d = RooflineCostModel(RooflineParams::h200(), kQwen, DType::bf16).describe();
+  EXPECT_NE(d.find("roofline"), std::string::npos) << d;
+  EXPECT_NE(d.find("4200 GB/s"), std::string::npos) << d;
+  EXPECT_NE(d.find("264 blocks"), std::string::npos) << d;
+  EXPECT_EQ(d.find('\n'), std::string::npos) << d;
+}
+
+// rows {2, 8, 32} × kv_len {100, 200, 400}; tail slopes 0.01, 0.02, 0.04 us/key.
+CostTable sample_table() {
+  CostTable t;
+  t.device = "test";
+  t.head_dim = 128;
+  t.dtype = DType::bf16;
+  t.rows = {2, 8, 32};
+  t.kv_len = {100, 200, 400};
+  t.us = {{2, 3, 5}, {3, 5, 9}, {6, 10, 18}};
+  return t;
+}
+
+TEST(Table, ExactAtGridPoints) {
+  const CostTable t = sample_table();
+  const TableCostModel model(t);
+  for (std::size_t i = 0; i < t.rows.size(); ++i)
+    for (std::size_t j = 0; j < t.kv_len.size(); ++j)
+      EXPECT_DOUBLE_EQ(model.cost_us(t.rows[i], t.kv_len[j]), t.us[i][j]) << i << ' ' << j;
+}
+
+TEST(Table, BilinearBetweenGridPoints) {
+  const TableCostModel model(sample_table());
+  EXPECT_DOUBLE_EQ(model.cost_us(2, 150), 2.5);    // along kv_len
+  EXPECT_DOUBLE_EQ(model.cost_us(5, 100), 2.5);    // along rows
+  EXPECT_DOUBLE_EQ(model.cost_us(5, 150), 3.25);   // (2.5 + 4) / 2
+  EXPECT_DOUBLE_EQ(model.cost_us(20, 300), 10.5);  // (7 + 14) / 2
+  EXPECT_DOUBLE_EQ(model.cost_us(14, 250), 0.75 * 6 + 0.25 * 12);
+}
+
+TEST(Table, ExtrapolatesBeyondLastColumn) {
+  const TableCostModel model(sample_table());
+  EXPECT_DOUBLE_EQ(model.cost_us(2, 600), 5 + 0.01 * 200);
+  EXPECT_DOUBLE_EQ(model.cost_us(8, 600), 9 + 0.02 * 200);
+  EXPECT_DOUBLE_EQ(model.cost_us(32, 1400), 18 + 0.04 * 1000);
+  EXPECT_DOUBLE_EQ(model.cost_us(5, 600), (7 + 13) / 2.0);
+}
+
+TEST(Table, ClampsRowsAndShortKv) {
+  const TableCostModel model(sample_table());
+  EXPECT_DOUBLE_EQ(model.cost_us(1, 200), 3);    // rows below the grid
+  EXPECT_DOUBLE_EQ(model.cost_us(64, 200), 10);  // rows above the grid
+  EXPECT_DOUBLE_EQ(model.cost_us(1000, 400), 18);
+  EXPECT_DOUBLE_EQ(model.cost_us(8, 50), 3);  // kv_len below the first column: first value
+  EXPECT_DOUBLE_EQ(model.cost_us(8, 0), 3);
+  EXPECT_DOUBLE_EQ(model.cost_us(20, 1), 4.5);
+}
+
+TEST(Table, TailSlopeNeverNegativeNorFlatterThanSmallerRows) {
+  CostTable t = sample_table();
+  t.rows = {2, 8};
+  t.kv_len = {100, 200};
+  t.us = {{1, 5}, {6, 5.5}};  // noisy: row 8 got cheaper with more keys at the end
+  const TableCostModel model(t);
+  // Row 2 tail 0.04 us/key; row 8 measured −0.005 but takes the running max 0.04.
+  EXPECT_DOUBLE_EQ(model.cost_us(2, 1000), 5 + 0.04 * 800);
+  EXPECT_DOUBLE_EQ(model.cost_us(8, 1000), 5.5 + 0.04 * 800);
+  EXPECT_LE(model.cost_us(2, 1000), model.cost_us(8, 1000));
+
+  t.us = {{1, 0.5}, {2, 1}};
+  EXPECT_DOUBLE_EQ(TableCostModel(t).cost_us(2, 5000), 0.5);  // negative slope clamps to 0
+}
+
+TEST(Table, SingleColumnAndSingleRow) {
+  CostTable t = sample_table();
+  t.rows = {4};
+  t.kv_len = {256};
+  t.us = {{7}};
+  const TableCostModel model(t);
+  EXPECT_DOUBLE_EQ(model.cost_us(1, 1), 7);
+  EXPECT_DOUBLE_EQ(model.cost_us(100, 100000), 7);
+}
+
+TEST(Table, MonotoneForMonotoneTable) {
+  CostTable t = sample_table();
+  t.rows = {1, 2, 4, 16, 64};
+  t.kv_len = {16, 64, 256, 1024, 4096};
+  // Non-decreasing along both axes, with a flatter tail for larger rows.
+  t.us = {{1, 1.5, 3, 9, 33},
+          {1.2, 1.8, 3.5, 10, 34},
+          {1.3, 2.2, 4, 12, 35},
+          {2, 3, 6, 16, 36},
+          {4, 7, 15, 40, 60}};
+  const TableCostModel model(t);
+  for (int rows = 1; rows <= 80; ++rows)
+    for (long n = 0; n <= 9000; n += 7) {
+      const double c = model.cost_us(rows, n);
+      ASSERT_LE(c, model.cost_us(rows, n + 7)) << rows << ' ' << n;
+      ASSERT_LE(c, model.cost_us(rows + 1, n)) << rows << ' ' << n;
+    }
+}
+
+TEST(Table, RejectsBadQueries) {
+  const TableCostModel model(sample_table());
+  EXPECT_TRUE(throws_with([&] { model.cost_us(0, 10); }, "rows 0 must be >= 1"));
+  EXPECT_TRUE(throws_with([&] { model.cost_us(1, -5); }, "kv_len -5 must be >= 0"));
+}
+
+TEST(Table, Describe) {
+  const std::string d = TableCostModel(sample_table()).describe();
+  EXPECT_NE(d.find("table 'test'"), std::string::npos) << d;
+  EXPECT_NE(d.find("bf16"), std::string::npos) << d;
+  EXPECT_NE(d.find("rows 2..32"), std::string::npos) << d;
+  EXPECT_NE(d.find("kv_len 100..400"), std::string::npos) << d;
+  EXPECT_EQ(d.find('\n'), std::string::npos) << d;
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "codec_" + name; }
+
+TEST(TableFile, SaveLoadRoundTrip) {
+  CostTable t = sample_table();
+  t.device = "NVIDIA H200 \"sxm\"";
+  t.dtype = DType::f16;
+  t.kv_len = {100, 200, 1L << 40};
+  t.us[1][2] = 1.0 / 3.0;  // needs all 17 digits to survive
+  t.us[1][1] = 0.25;
+  t.us[1][0] = 1e-3;
+  const std::string path = temp_path("round_trip.json");
+  t.save(path);
+  const CostTable back = CostTable::load(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(back.device, t.device);
+  EXPECT_EQ(back.head_dim, t.head_dim);
+  EXPECT_EQ(back.dtype, t.dtype);
+  EXPECT_EQ(back.rows, t.rows);
+  EXPECT_EQ(back.kv_len, t.kv_len);
+  EXPECT_EQ(back.us, t.us);  // bit-exact
+}
+
+TEST(TableFile, SaveRejectsInvalidTable) {
+  CostTable t = sample_table();
+  t.us[0][0] = 0;
+  EXPECT_TRUE(throws_with([&] { t.save(temp_path("never.json")); }, "us[0][0] = 0 must be > 0"));
+}
+
+TEST(TableFile, LoadNamesMissingFile) {
+  EXPECT_TRUE(throws_with([] { CostTable::load("/nonexistent/t.json"); },
+                          "cost table /nonexistent/t.json: cannot open file"));
+}
+
+TEST(TableFile, LoadNamesFileInErrors) {
+  const std::string path = temp_path("bad.json");
+  std::ofstream(path) << R"({"device": "x", "head_dim": 128, "dtype": "bf16",
+                            "rows": [1], "kv_len": [16], "us": [[-1]]})";
+  EXPECT_TRUE(throws_with([&] { CostTable::load(path); },
+                          "cost table " + path + ": us[0][0] = -1 must be > 0"));
+  std::remove(path.c_str());
+}
+
+TEST(TableFile, ParsesDocumentedFormat) {
+  const CostTable t =
+      CostTable::parse(R"({"device": "H200", "head_dim": 64, "dtype": "fp16", "group": 4,
+      "command": "codec profile", "rows": [1, 4], "kv_len": [16, 64], "us": [[1, 2], [3, 4.5]]})",
+                       "t.json");
+  EXPECT_EQ(t.device, "H200");
+  EXPECT_EQ(t.head_dim, 64);
+  EXPECT_EQ(t.dtype, DType::f16);
+  EXPECT_EQ(t.rows, (std::vector<int>{1, 4}));
+  EXPECT_EQ(t.kv_len, (std::vector<long>{16, 64}));
+  EXPECT_EQ(t.us, (std::vector<std::vector<double>>{{1, 2}, {3, 4.5}}));
+}
+
+// A valid document with one substring replaced.
+std::string doc_with(const std::string& from, const std::string& to) {
+  std::string doc = R"({"device": "H200", "head_dim": 128, "dtype": "bf16", "group": 4,
+    "rows": [1, 4, 16], "kv_len": [16, 64, 256, 1024],
+    "us": [[1, 2, 3, 4], [2, 3, 4, 5], [3, 4, 5, 6]]})";
+  const auto at = doc.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return doc.replace(at, from.size(), to);
+}
+
+::testing::AssertionResult parse_fails(const std::string& doc, const std::string& needle) {
+  return throws_with([&] { CostTable::parse(doc, "t.json"); }, needle);
+}
+
+TEST(TableFile, RejectsNonIncreasingGrid) {
+  EXPECT_TRUE(parse_fails(doc_with("[1, 4, 16]", "[1, 4, 4]"),
+                          "cost table t.json: rows[2] = 4 must be > rows[1] = 4"));
+  EXPECT_TRUE(parse_fails(doc_with("[16, 64, 256, 1024]", "[16, 256, 64, 1024]"),
+                          "cost table t.json: kv_len[2] = 64 must be > kv_len[1] = 256"));
+  EXPECT_TRUE(parse_fails(doc_with("[1, 4, 16]", "[0, 4, 16]"),
+                          "cost table t.json: rows[0] = 0 must be >= 1"));
+  EXPECT_TRUE(
+      parse_fails(doc_with("[16, 64, 256, 1024]", "[]"), "cost table t.json: kv_len is empty"));
+}
+
+TEST(TableFile, RejectsWrongShape) {
+  EXPECT_TRUE(parse_fails(doc_with(", [3, 4, 5, 6]]", "]"),
+                          "cost table t.json: us has 2 rows, expected 3"));
+  EXPECT_TRUE(parse_fails(doc_with("[2, 3, 4, 5]", "[2, 3, 4]"),
+                          "cost table t.json: us[1] has 3 values, expected 4"));
+  EXPECT_TRUE(
+      parse_fails(doc_with("[2, 3, 4, 5]", "5"), "cost table t.json: us[1] must be an array"));
+}
+
+TEST(TableFile, RejectsBadValues) {
+  EXPECT_TRUE(parse_fails(doc_with("[2, 3, 4, 5]", "[2, 3, 4, -1]"),
+                          "cost table t.json: us[1][3] = -1 must be > 0"));
+  EXPECT_TRUE(parse_fails(doc_with("[2, 3, 4, 5]", "[2, 0, 4, 5]"),
+                          "cost table t.json: us[1][1] = 0 must be > 0"));
+  EXPECT_TRUE(parse_fails(doc_with("[2, 3, 4, 5]", "[2, null, 4, 5]"),
+                          "cost table t.json: us[1][1] = null must be a number"));
+  EXPECT_TRUE(parse_fails(doc_with("[1, 4, 16]", "[1, 4.5, 16]"),
+                          "cost table t.json: rows[1] = 4.5 must be an integer"));
+  EXPECT_TRUE(parse_fails(doc_with("[1, 4, 16]", "[1, 4, 4294967296]"),
+                          "cost table t.json: rows[2] = 4294967296 is too large"));
+  EXPECT_TRUE(parse_fails(doc_with("\"group\": 4", "\"group\": 0"),
+                          "cost table t.json: group = 0 must be >= 1"));
+}
+
+TEST(TableFile, RejectsMissingField) {
+  for (const char* field : {"device", "head_dim", "dtype", "rows", "kv_len"})
+    EXPECT_TRUE(parse_fails(doc_with(std::string("\"") + field + "\"", "\"x_unused\""),
+                            std::string("cost table t.json: missing field '") + field + "'"));
+  EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"u\""), "cost table t.json: missing field 'us'"));
+  EXPECT_TRUE(parse_fails("[1, 2]", "cost table t.json: expected a JSON object, got array"));
+}
+
+TEST(TableFile, RejectsTruncatedJson) {
+  const std::string doc = doc_with("", "");
+  EXPECT_TRUE(parse_fails(doc.substr(0, doc.size() - 5), "cost table t.json: invalid JSON"));
+  EXPECT_TRUE(parse_fails(doc.substr(0, doc.size() - 5), "line 3, column"));  // position of the cut
+  EXPECT_TRUE(parse_fails("", "cost table t.json: invalid JSON"));
+}
+
+TEST(TableFile, RejectsUnsupportedHeadDimAndDtype) {
+  EXPECT_TRUE(
+      parse_fails(doc_with("128", "96"),
+                  "cost table t.json: head_dim = 96 is unsupported (supported: 64, 128, 256)"));
+  EXPECT_TRUE(parse_fails(doc_with("\"bf16\"", "\"fp8\""),
+                          "cost table t.json: dtype: unsupported dtype 'fp8'"));
+  EXPECT_TRUE(
+      parse_fails(doc_with("\"bf16\"", "16"), "cost table t.json: dtype = 16 must be a string"));
+}
+
+TEST(TableFile, ValidateAndConstructorReject) {
+  CostTable t = sample_table();
+  t.us[2][1] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(throws_with([&] { t.validate(); }, "cost table: us[2][1] = nan must be > 0"));
+  EXPECT_TRUE(throws_with([&] { TableCostModel{t}; }, "us[2][1] = nan"));
+  t = sample_table();
+  t.us[0][2] = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(throws_with([&] { t.validate(); }, "us[0][2] = inf must be > 0"));
+  EXPECT_TRUE(throws_with([] { TableCostModel{CostTable{}}; }, "head_dim = 0"));
+}
+
+}  // namespace
+}  // namespace codec

@@ -1,0 +1,209 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+#include "codec/core/error.hpp"
+#include "codec/forest/forest.hpp"
+#include "support/forest_signature.hpp"
+#include "support/random_batch.hpp"
+
+namespace codec {
+namespace {
+
+struct Csr {
+  std::vector<std::int32_t> indptr{0}, indices, last;
+  int page_size = 16;
+  std::int64_t num_pages = 64;
+  void add(std::vector<std::int32_t> pages, std::int32_t last_len) {
+    indices.insert(indices.end(), pages.begin(), pages.end());
+    indptr.push_back(std::int32_t(indices.size()));
+    last.push_back(last_len);
+  }
+  PageTable table() const { return {indptr, indices, last, page_size, num_pages}; }
+};
+
+std::vector<std::int32_t> path_pages(const Forest& f, int r) {
+  std::vector<int> path;
+  for (int i = f.request_node[r]; i >= 0; i = f.nodes[i].parent) path.push_back(i);
+  std::vector<std::int32_t> pages;
+  for (auto it = path.rbegin(); it != path.rend(); ++it)
+    for (int p = 0; p < f.nodes[*it].num_pages; ++p) pages.push_back(f.pages[f.nodes[*it].page_begin + p]);
+  return pages;
+}
+
+TEST(DeriveForest, FindsSharedPrefixAndBranches) {
+  Csr c;
+  c.add({0, 1, 2}, 16);
+  c.add({0, 1, 3}, 5);
+  c.add({0, 1}, 16);
+  const Forest f = derive_forest(c.table());
+  f.validate();
+  ASSERT_EQ(f.num_nodes(), 3);
+  EXPECT_EQ(f.nodes[0].num_tokens, 32);
+  EXPECT_EQ(f.nodes[0].num_reqs, 3);
+  EXPECT_EQ(f.request_node[2], 0);  // request 2 ends where the others branch
+  EXPECT_EQ(f.nodes[f.request_node[1]].num_tokens, 5);
+  EXPECT_EQ(f.unique_tokens(), 32 + 16 + 5);
+  EXPECT_EQ(f.flat_tokens(), 48 + 37 + 32);
+}
+
+TEST(DeriveForest, PageWithDifferentFillIsNotShared) {
+  Csr c;
+  c.add({0, 1}, 5);       // page 1 holds 5 tokens for this request
+  c.add({0, 1, 2}, 16);   // and 16 for this one
+  const Forest f = derive_forest(c.table());
+  f.validate();
+  ASSERT_EQ(f.num_nodes(), 3);
+  EXPECT_EQ(f.nodes[0].num_tokens, 16);
+  EXPECT_EQ(f.nodes[0].num_reqs, 2);
+  EXPECT_EQ(f.request_tokens(0), 21);
+  EXPECT_EQ(f.request_tokens(1), 48);
+}
+
+TEST(DeriveForest, IdenticalRequestsShareTheirPartialLastPage) {
+  Csr c;
+  c.add({4, 5}, 7);
+  c.add({4, 5}, 7);
+  const Forest f = derive_forest(c.table());
+  ASSERT_EQ(f.num_nodes(), 1);
+  EXPECT_EQ(f.nodes[0].num_tokens, 23);
+  EXPECT_EQ(f.nodes[0].num_reqs, 2);
+}
+
+TEST(DeriveForest, NothingSharedGivesOneNodePerRequest) {
+  Csr c;
+  for (int r = 0; r < 5; ++r) c.add({2 * r, 2 * r + 1}, r + 1);
+  const Forest f = derive_forest(c.table());
+  EXPECT_EQ(f.num_nodes(), 5);
+  for (const ForestNode& n : f.nodes) EXPECT_EQ(n.num_reqs, 1);
+}
+
+TEST(DeriveForest, RandomForestsAreExactAndMaximal) {
+  for (int page_size : {1, 3, 7, 16}) {
+    for (std::uint64_t seed = 1; seed <= 25; ++seed) {
+      test::RandomBatchSpec spec;
+      spec.seed = seed;
+      spec.page_size = page_size;
+      spec.num_nodes = 1 + int(seed % 9);
+      spec.num_requests = 1 + int(seed * 7 % 13);
+      spec.heads = {4, 4, 64};
+      const test::RandomBatch b = test::make_random_batch(spec);
+      const PageTable t = b.table();
+      const Forest f = derive_forest(t);
+      SCOPED_TRACE(spec.describe());
+      ASSERT_NO_THROW(f.validate());
+      std::vector<int> children(f.num_nodes(), 0), ends(f.num_nodes(), 0);
+      for (const ForestNode& n : f.nodes)
+        if (n.parent >= 0) ++children[n.parent];
+      for (int r = 0; r < f.num_requests(); ++r) {
+        ++ends[f.request_node[r]];
+        const std::vector<std::int32_t> expect(t.indices.begin() + t.indptr[r], t.indices.begin() + t.indptr[r + 1]);
+        EXPECT_EQ(path_pages(f, r), expect) << "request " << r;
+        EXPECT_EQ(f.request_tokens(r), t.request_tokens(r)) << "request " << r;
+      }
+      for (int i = 0; i < f.num_nodes(); ++i) {
+        // a node with one child and no request ending in it would not be maximal
+        EXPECT_FALSE(children[i] == 1 && ends[i] == 0) << "node " << i << " is not maximal";
+        EXPECT_GT(f.nodes[i].num_tokens, 0);
+      }
+    }
+  }
+}
+
+TEST(DeriveForest, RequestOrderDoesNotMatter) {
+  test::RandomBatchSpec spec;
+  spec.seed = 11;
+  spec.num_nodes = 8;
+  spec.num_requests = 12;
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const Forest f = derive_forest(b.table());
+  std::vector<int> perm(spec.num_requests);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 5; ++trial) {
+    std::shuffle(perm.begin(), perm.end(), rng);
+    Csr c;
+    c.page_size = spec.page_size;
+    c.num_pages = b.num_pages;
+    for (int r : perm)
+      c.add({b.indices.begin() + b.indptr[r], b.indices.begin() + b.indptr[r + 1]}, b.last_page_len[r]);
+    const Forest g = derive_forest(c.table());
+    // request j of g is request perm[j] of f
+    EXPECT_EQ(test::forest_signature(g, perm), test::forest_signature(f));
+  }
+}
+
+TEST(DeriveForest, Flatten) {
+  test::RandomBatchSpec spec;
+  spec.seed = 5;
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const Forest f = derive_forest(b.table());
+  const Forest flat = flatten(f);
+  ASSERT_NO_THROW(flat.validate());
+  for (const ForestNode& n : flat.nodes) EXPECT_EQ(n.num_reqs, 1);
+  EXPECT_EQ(flat.unique_tokens(), f.flat_tokens());
+  for (int r = 0; r < f.num_requests(); ++r) EXPECT_EQ(path_pages(flat, r), path_pages(f, r));
+}
+
+void expect_error(const Csr& c, const std::string& fragment) {
+  try {
+    derive_forest(c.table());
+    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(DeriveForest, BadInput) {
+  Csr c;
+  c.add({0, 1}, 3);
+  Csr bad = c;
+  bad.indices[1] = 64;
+  expect_error(bad, "page index 64 at kv_indices[1] (request 0) is outside [0, num_pages = 64)");
+  bad = c;
+  bad.indices[0] = -2;
+  expect_error(bad, "page index -2");
+  bad = c;
+  bad.last[0] = 0;
+  expect_error(bad, "kv_last_page_len[0] = 0 is outside [1, page_size = 16]");
+  bad = c;
+  bad.last[0] = 17;
+  expect_error(bad, "kv_last_page_len[0] = 17");
+  bad = c;
+  bad.page_size = 0;
+  expect_error(bad, "page_size 0 must be >= 1");
+  bad = c;
+  bad.add({}, 1);
+  expect_error(bad, "request 1 has no pages");
+  bad = c;
+  bad.indptr.back() = 5;
+  expect_error(bad, "kv_indptr[1] = 5 does not match the 2 entries of kv_indices");
+  bad = c;
+  bad.last.push_back(1);
+  expect_error(bad, "kv_last_page_len has 2 entries, expected 1");
+  Csr none;
+  expect_error(none, "at least one request");
+}
+
+TEST(ForestValidate, CatchesBrokenForests) {
+  Csr c;
+  c.add({0, 1, 2}, 16);
+  c.add({0, 1, 3}, 5);
+  const Forest good = derive_forest(c.table());
+  Forest f = good;
+  f.nodes[1].parent = 2;
+  EXPECT_THROW(f.validate(), Error);
+  f = good;
+  f.nodes[0].num_pages = 3;
+  EXPECT_THROW(f.validate(), Error);
+  f = good;
+  f.nodes[0].num_reqs = 1;
+  EXPECT_THROW(f.validate(), Error);
+  f = good;
+  f.request_node[0] = 7;
+  EXPECT_THROW(f.validate(), Error);
+}
+
+}  // namespace
+}  // namespace codec

@@ -1,0 +1,187 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "codec/core/error.hpp"
+#include "codec/cost/cost_model.hpp"
+#include "codec/plan/planner.hpp"
+#include "support/planning.hpp"
+#include "support/random_batch.hpp"
+
+namespace codec {
+namespace {
+
+RooflineCostModel roofline(const HeadConfig& heads) { return {RooflineParams::h200(), heads, DType::bf16}; }
+
+Forest random_forest(std::uint64_t seed, int page_size, const HeadConfig& heads, int nodes = 8, int requests = 9) {
+  test::RandomBatchSpec spec;
+  spec.seed = seed;
+  spec.page_size = page_size;
+  spec.num_nodes = nodes;
+  spec.num_requests = requests;
+  spec.max_node_pages = 40;
+  spec.max_tail = 300;
+  spec.heads = heads;
+  return derive_forest(test::make_random_batch(spec).table());
+}
+
+// Inserts an empty node above every node: the forest stays valid and the plan
+// must skip them.
+Forest with_empty_nodes(const Forest& f) {
+  Forest g;
+  g.page_size = f.page_size;
+  g.pages = f.pages;
+  std::vector<int> id(f.num_nodes());
+  for (int i = 0; i < f.num_nodes(); ++i) {
+    ForestNode empty = f.nodes[i];
+    empty.parent = f.nodes[i].parent < 0 ? -1 : id[f.nodes[i].parent];
+    empty.num_tokens = 0;
+    empty.num_pages = 0;
+    empty.req_begin = std::int64_t(g.reqs.size());
+    g.reqs.insert(g.reqs.end(), f.reqs.begin() + f.nodes[i].req_begin,
+                  f.reqs.begin() + f.nodes[i].req_begin + f.nodes[i].num_reqs);
+    g.nodes.push_back(empty);
+    ForestNode full = f.nodes[i];
+    full.parent = int(g.nodes.size()) - 1;
+    full.req_begin = empty.req_begin;
+    g.nodes.push_back(full);
+    id[i] = int(g.nodes.size()) - 1;
+  }
+  for (int r : f.request_node) g.request_node.push_back(id[r]);
+  return g;
+}
+
+struct Case {
+  HeadConfig heads;
+  int page_size, blocks, tile_rows, align;
+  SplitPolicy split;
+  int fixed;
+};
+
+TEST(Planner, CoversEveryTokenOfEveryRowExactlyOnce) {
+  const Case cases[] = {
+      {{8, 2, 64}, 16, 264, 64, 16, SplitPolicy::adaptive, 1},
+      {{32, 8, 128}, 1, 7, 64, 16, SplitPolicy::adaptive, 1},
+      {{5, 1, 64}, 3, 33, 4, 1, SplitPolicy::adaptive, 1},   // tiles of 4 rows, GQA 5
+      {{4, 4, 128}, 7, 16, 3, 8, SplitPolicy::fixed, 5},
+      {{32, 1, 256}, 16, 2, 64, 16, SplitPolicy::none, 1},   // MQA: 32 rows per request
+      {{40, 8, 128}, 16, 132, 64, 64, SplitPolicy::fixed, 3},
+  };
+  for (const Case& c : cases) {
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      Forest f = random_forest(seed, c.page_size, c.heads);
+      if (seed % 2 == 0) f = with_empty_nodes(f);
+      PlannerOptions opt;
+      opt.num_blocks = c.blocks;
+      opt.max_tile_rows = c.tile_rows;
+      opt.chunk_align = c.align;
+      opt.split = c.split;
+      opt.fixed_splits = c.fixed;
+      const Plan plan = make_plan(f, c.heads, roofline(c.heads), opt);
+      SCOPED_TRACE(testing::Message() << "seed " << seed << " heads " << c.heads.num_qo_heads << "/"
+                                      << c.heads.num_kv_heads << " page " << c.page_size << " blocks " << c.blocks);
+      test::expect_plan_covers_forest(plan, f);
+      const PlanStats& s = plan.stats();
+      EXPECT_GE(s.makespan_us, s.lower_bound_us * (1 - 1e-9));
+      EXPECT_EQ(s.unique_kv_tokens, f.unique_tokens() * c.heads.num_kv_heads);
+      for (int t = 0; t < s.num_tasks; ++t) {
+        const Task& task = plan.view().tasks[t];
+        EXPECT_LE(task.row_end - task.row_begin, c.tile_rows);
+        EXPECT_TRUE(task.kv_begin % c.align == 0) << "chunk start " << task.kv_begin << " not aligned";
+      }
+    }
+  }
+}
+
+TEST(Planner, AdaptiveSplitsRespectTheCap) {
+  const HeadConfig heads{32, 8, 128};
+  const RooflineCostModel cost = roofline(heads);
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    const Forest f = random_forest(seed, 16, heads, 10, 20);
+    PlannerOptions opt;
+    opt.num_blocks = 264;
+    const Plan plan = make_plan(f, heads, cost, opt);
+    const PlanView p = plan.view();
+    const double lb = plan.stats().lower_bound_us;
+    for (int i = 0; i < f.num_nodes(); ++i) {
+      const ForestNode& n = f.nodes[i];
+      const int rows = n.num_reqs * heads.group();
+      const int tiles = (rows + opt.max_tile_rows - 1) / opt.max_tile_rows;
+      const double unsplit = cost.cost_us((rows + tiles - 1) / tiles, n.num_tokens);
+      // The paper's cap ceil(C / cost_l), widened 8× (see make_plan step 3).
+      const int cap = std::max(1, int(std::ceil(8 * unsplit / lb)));
+      EXPECT_LE(p.node_splits[i], cap) << "node " << i << " seed " << seed;
+      EXPECT_LE(p.node_splits[i], (n.num_tokens + opt.chunk_align - 1) / opt.chunk_align);
+    }
+  }
+}
+
+TEST(Planner, SplitsALongSharedPrefixAcrossBlocks) {
+  // One 120,000-token root shared by 64 requests (the batch workload shape).
+  const HeadConfig heads{32, 8, 128};
+  Forest f;
+  f.page_size = 16;
+  f.nodes.push_back({-1, 120000, 0, 7500, 0, 64});
+  for (int r = 0; r < 64; ++r) f.nodes.push_back({0, 2048, 7500 + 128 * r, 128, 64 + r, 1});
+  f.pages.resize(7500 + 128 * 64);
+  for (std::size_t i = 0; i < f.pages.size(); ++i) f.pages[i] = int(i);
+  for (int r = 0; r < 64; ++r) f.reqs.push_back(r);
+  for (int r = 0; r < 64; ++r) f.reqs.push_back(r), f.request_node.push_back(1 + r);
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  const Plan adaptive = make_plan(f, heads, roofline(heads), opt);
+  opt.split = SplitPolicy::none;
+  const Plan none = make_plan(f, heads, roofline(heads), opt);
+  // 4 row tiles × 8 kv heads = 32 root units on 264 blocks: each must split several ways.
+  EXPECT_GE(adaptive.view().node_splits[0], 4);
+  EXPECT_LT(adaptive.stats().makespan_us, 0.5 * none.stats().makespan_us);
+  EXPECT_LE(adaptive.stats().quality(), 1.05) << adaptive.stats().makespan_us << " vs " << adaptive.stats().lower_bound_us;
+  // Sharing: the root's KV is read once per kv head and row tile, not per request.
+  EXPECT_LT(adaptive.stats().kv_tokens_read, 8 * (4 * 120000 + 64 * 2048 + 100000));
+}
+
+TEST(Planner, IsDeterministicAndViewsACopy) {
+  const HeadConfig heads{8, 2, 64};
+  const Forest f = random_forest(3, 16, heads);
+  PlannerOptions opt;
+  opt.num_blocks = 40;
+  const Plan a = make_plan(f, heads, roofline(heads), opt);
+  const Plan b = make_plan(f, heads, roofline(heads), opt);
+  ASSERT_EQ(a.bytes().size(), b.bytes().size());
+  EXPECT_EQ(0, std::memcmp(a.bytes().data(), b.bytes().data(), a.bytes().size()));
+  // A plan read through a copy of its bytes (as a device would) is the same plan.
+  std::vector<std::byte> copy(a.bytes().begin(), a.bytes().end());
+  const PlanView v = a.view(copy.data());
+  const PlanView w = a.view();
+  EXPECT_EQ(v.num_tasks, w.num_tasks);
+  EXPECT_EQ(0, std::memcmp(v.tasks, w.tasks, sizeof(Task) * w.num_tasks));
+  EXPECT_EQ(v.path_indptr[v.num_requests], w.path_indptr[w.num_requests]);
+  EXPECT_EQ(reinterpret_cast<const std::byte*>(v.tasks), copy.data());
+}
+
+TEST(Planner, FlatForestReadsEveryRequestsKv) {
+  const HeadConfig heads{8, 2, 64};
+  const Forest f = random_forest(4, 16, heads);
+  PlannerOptions opt;
+  opt.num_blocks = 16;
+  const Plan shared = make_plan(f, heads, roofline(heads), opt);
+  const Plan flat = make_plan(flatten(f), heads, roofline(heads), opt);
+  EXPECT_EQ(flat.stats().kv_tokens_read, f.flat_tokens() * heads.num_kv_heads);
+  EXPECT_LE(shared.stats().kv_tokens_read, flat.stats().kv_tokens_read);
+}
+
+TEST(Planner, BadOptions) {
+  const HeadConfig heads{8, 2, 64};
+  const Forest f = random_forest(1, 16, heads);
+  PlannerOptions opt;
+  EXPECT_THROW(make_plan(f, heads, roofline(heads), opt), Error);  // num_blocks 0
+  opt.num_blocks = 4;
+  opt.max_tile_rows = 0;
+  EXPECT_THROW(make_plan(f, heads, roofline(heads), opt), Error);
+  opt.max_tile_rows = 64;
+  EXPECT_THROW(make_plan(f, HeadConfig{30, 8, 64}, roofline(heads), opt), Error);
+}
+
+}  // namespace
+}  // namespace codec

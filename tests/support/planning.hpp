@@ -1,0 +1,83 @@
+#pragma once
+// Test support: expands a plan's factored reduction schedule and checks that
+// every KV token of every output row is covered by exactly one task.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "codec/forest/forest.hpp"
+#include "codec/plan/plan.hpp"
+
+namespace codec::test {
+
+// Slots row (request, qo head) merges, per the plan's schedule.
+inline std::vector<int> row_slots(const PlanView& p, int req, int head) {
+  std::vector<int> slots;
+  for (int e = p.path_indptr[req]; e < p.path_indptr[req + 1]; ++e) {
+    const int node = p.path_node[e];
+    for (int c = 0; c < p.node_splits[node]; ++c)
+      slots.push_back(p.slot_of(node, c, head / p.group, p.path_pos[e] * p.group + head % p.group));
+  }
+  return slots;
+}
+
+inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
+  const PlanView p = plan.view();
+  const int G = p.group, Hq = p.num_qo_heads;
+  // Every task appears once in the block lists.
+  std::vector<int> seen(p.num_tasks, 0);
+  for (int i = p.block_indptr[0]; i < p.block_indptr[p.num_blocks]; ++i) ++seen[p.block_tasks[i]];
+  for (int t = 0; t < p.num_tasks; ++t) ASSERT_EQ(seen[t], 1) << "task " << t << " scheduled " << seen[t] << " times";
+  // Expand tasks to (request, head) → node → covered tokens, and slot → writers.
+  std::map<std::tuple<int, int, int>, std::vector<int>> cover;  // (req, head, node) → per-token count
+  std::vector<int> slot_writers(p.num_slots, 0);
+  std::map<int, std::pair<int, int>> slot_row;  // slot → (req, head)
+  for (int t = 0; t < p.num_tasks; ++t) {
+    const Task& task = p.tasks[t];
+    const ForestNode& n = forest.nodes[task.node];
+    ASSERT_TRUE(0 <= task.kv_begin && task.kv_begin < task.kv_end && task.kv_end <= n.num_tokens) << "task " << t;
+    ASSERT_TRUE(0 <= task.row_begin && task.row_begin < task.row_end && task.row_end <= n.num_reqs * G);
+    ASSERT_LT(task.chunk, p.node_splits[task.node]);
+    for (int v = task.row_begin; v < task.row_end; ++v) {
+      const int req = forest.reqs[n.req_begin + v / G], head = task.kv_head * G + v % G;
+      auto& tokens = cover[{req, head, task.node}];
+      tokens.resize(n.num_tokens, 0);
+      for (int k = task.kv_begin; k < task.kv_end; ++k) ++tokens[k];
+      const int slot = p.slot_of(task.node, task.chunk, task.kv_head, v);
+      ASSERT_TRUE(slot >= 0 && slot < p.num_slots);
+      ++slot_writers[slot];
+      slot_row[slot] = {req, head};
+    }
+  }
+  for (int r = 0; r < forest.num_requests(); ++r) {
+    for (int h = 0; h < Hq; ++h) {
+      for (int i = forest.request_node[r]; i >= 0; i = forest.nodes[i].parent) {
+        if (forest.nodes[i].num_tokens == 0) continue;
+        const auto it = cover.find({r, h, i});
+        ASSERT_NE(it, cover.end()) << "request " << r << " head " << h << " node " << i << " not covered";
+        for (int k = 0; k < forest.nodes[i].num_tokens; ++k)
+          ASSERT_EQ(it->second[k], 1) << "request " << r << " head " << h << " node " << i << " token " << k;
+      }
+      const std::vector<int> slots = row_slots(p, r, h);
+      ASSERT_EQ(int(slots.size()), p.request_partials[r]);
+      for (int s : slots) {
+        ASSERT_EQ(slot_writers[s], 1) << "slot " << s;
+        ASSERT_EQ(slot_row[s], std::make_pair(r, h)) << "slot " << s << " belongs to another row";
+      }
+    }
+  }
+  std::size_t covered = 0;
+  for (const auto& [key, tokens] : cover) {
+    const auto [r, h, node] = key;
+    bool on_path = false;
+    for (int i = forest.request_node[r]; i >= 0 && !on_path; i = forest.nodes[i].parent) on_path = i == node;
+    ASSERT_TRUE(on_path) << "request " << r << " reads node " << node << " off its path";
+    ++covered;
+  }
+  (void)covered;
+}
+
+}  // namespace codec::test
