@@ -13,6 +13,8 @@ namespace codec {
 namespace {
 
 constexpr int kTileTokens = 64;  // KV tokens converted to fp32 at once: 2 × 64 × 256 × 4 B = 128 KiB at most
+constexpr int kTransposeRows = 8;  // tasks with at least this many rows transpose K (see task())
+constexpr int kVecDims = 32;     // output dims accumulated in registers: 4 AVX2 or 2 AVX-512 vectors
 
 // Per-thread buffers, sized once per run for the largest task.
 struct Scratch {
@@ -48,36 +50,61 @@ class CpuRunner {
       std::fill_n(&sc.o[std::size_t(r) * D], D, 0.f);
       sc.softmax[r] = OnlineSoftmax{};
     }
+    // With many rows, K is stored transposed (kt[d][j]) so scores accumulate
+    // across a row of tokens with vector FMAs and no horizontal sums; with few
+    // rows (a flat task has G) the strided transpose costs more than it saves.
+    const bool transposed = rows >= kTransposeRows;
     for (int t0 = t.kv_begin; t0 < t.kv_end; t0 += kTileTokens) {
       const int n = std::min(kTileTokens, t.kv_end - t0);
       for (int j = 0; j < n; ++j) {
         const int tok = t0 + j;
         const std::int64_t off = kv_.offset(pages[tok / p_.page_size], tok % p_.page_size, t.kv_head);
-        for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
+        if (transposed)
+          for (int d = 0; d < D; ++d) sc.k[std::size_t(d) * kTileTokens + j] = to_float(k_[off + d]);
+        else
+          for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
         for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]);
       }
       for (int r = 0; r < rows; ++r) {
         const float* q = &sc.q[std::size_t(r) * D];
         float* s = &sc.s[std::size_t(r) * kTileTokens];
-        float tile_max = kNegInf;
-        for (int j = 0; j < n; ++j) {
-          const float* k = &sc.k[std::size_t(j) * D];
-          float dot = 0.f;
+        if (transposed) {
+          float acc[kTileTokens] = {};  // a local array stays in vector registers
+          for (int d = 0; d < D; ++d) {
+            const float qd = q[d];
+            const float* kt = &sc.k[std::size_t(d) * kTileTokens];
+#pragma omp simd
+            for (int j = 0; j < kTileTokens; ++j) acc[j] += qd * kt[j];  // lanes j >= n are ignored
+          }
+          std::copy_n(acc, kTileTokens, s);
+        } else {
+          for (int j = 0; j < n; ++j) {
+            const float* k = &sc.k[std::size_t(j) * D];
+            float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-          for (int d = 0; d < D; ++d) dot += q[d] * k[d];
-          s[j] = dot;
-          tile_max = std::max(tile_max, dot);
+            for (int d = 0; d < D; ++d) dot += q[d] * k[d];
+            s[j] = dot;
+          }
         }
         OnlineSoftmax& st = sc.softmax[r];
-        const float factor = st.rescale(tile_max);
+        const float factor = st.rescale(*std::max_element(s, s + n));
+        float sum = 0.f;
+        for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - st.m));  // s becomes p
+        st.l += sum;
+        // O = factor·O + P·V, kVecDims output dims at a time held in registers.
         float* o = &sc.o[std::size_t(r) * D];
-        for (int d = 0; d < D; ++d) o[d] *= factor;
-        for (int j = 0; j < n; ++j) {
-          const float pj = std::exp(s[j] - st.m);
-          st.l += pj;
-          const float* v = &sc.v[std::size_t(j) * D];
+        for (int d0 = 0; d0 < D; d0 += kVecDims) {
+          float acc[kVecDims];
 #pragma omp simd
-          for (int d = 0; d < D; ++d) o[d] += pj * v[d];
+          for (int e = 0; e < kVecDims; ++e) acc[e] = o[d0 + e] * factor;
+          for (int j = 0; j < n; ++j) {
+            const float pj = s[j];
+            const float* v = &sc.v[std::size_t(j) * D + d0];
+#pragma omp simd
+            for (int e = 0; e < kVecDims; ++e) acc[e] += pj * v[e];
+          }
+#pragma omp simd
+          for (int e = 0; e < kVecDims; ++e) o[d0 + e] = acc[e];
         }
       }
     }
