@@ -1,10 +1,12 @@
 // Host planning speed: page tables → forest (derive_forest) → plan
 // (make_plan), for a three-level tree like a shared system prompt over
-// documents over questions: 1 root of 2,048 tokens, B/16 documents of 1,024
-// tokens, and B questions of 128 tokens (B = 1,024 gives 1,089 nodes).
+// documents over questions: 1 root of 2,048 tokens, B/16 documents of
+// 1,024–8,192 tokens, and B questions of 30–456 tokens (a prompt plus tokens
+// generated so far), all lengths different; B = 1,024 gives 1,089 nodes.
 // Plans target the H200 (roofline cost model, 264 blocks).
 #include <benchmark/benchmark.h>
 
+#include <random>
 #include <vector>
 
 #include "codec/cost/cost_model.hpp"
@@ -26,18 +28,21 @@ Tables three_level_tree(int batch) {
     for (int t = 0; t < tokens; t += kPageSize) p.push_back(next++);
     return p;
   };
+  std::mt19937 rng(42);
+  auto length = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   Tables t;
   std::int32_t next = 0;
   const std::vector<std::int32_t> root = pages(next, 2048);
   for (int doc = 0; doc < batch / 16; ++doc) {
-    const std::vector<std::int32_t> body = pages(next, 1024);
+    const std::vector<std::int32_t> body = pages(next, 1024 * length(1, 8));
     for (int q = 0; q < 16; ++q) {
-      const std::vector<std::int32_t> own = pages(next, 128 - 3);  // a partial last page
+      const int own_tokens = length(30, 456);
+      const std::vector<std::int32_t> own = pages(next, own_tokens);
       t.indices.insert(t.indices.end(), root.begin(), root.end());
       t.indices.insert(t.indices.end(), body.begin(), body.end());
       t.indices.insert(t.indices.end(), own.begin(), own.end());
       t.indptr.push_back(std::int32_t(t.indices.size()));
-      t.last.push_back((128 - 3) % kPageSize);
+      t.last.push_back((own_tokens - 1) % kPageSize + 1);
     }
   }
   t.num_pages = next;

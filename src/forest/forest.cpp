@@ -1,6 +1,7 @@
 #include "codec/forest/forest.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include "codec/core/error.hpp"
@@ -119,10 +120,15 @@ Forest derive_forest(const PageTable& table) {
       }
       const std::int32_t c = it->second;
       const Vertex v = vertices[c];
-      std::int32_t k = 1;  // the key matched the first page
-      while (k < v.length && j + k < n && page_at(r, j + k) == page_at(v.src_request, v.src_offset + k) &&
-             fill_at(r, j + k) == fill_at(v.src_request, v.src_offset + k))
-        ++k;
+      // Match page ids with one vectorisable scan; fills can differ only at
+      // the last page of either request, so check the last matched page alone.
+      const std::int32_t* mine = table.indices.data() + table.indptr[r] + j;
+      const std::int32_t* theirs = table.indices.data() + table.indptr[v.src_request] + v.src_offset;
+      const std::int32_t span = std::min(v.length, n - j);
+      std::int32_t k = std::memcmp(mine, theirs, std::size_t(span) * sizeof(std::int32_t)) == 0
+                           ? span  // the common case, at memory speed
+                           : std::int32_t(std::mismatch(mine, mine + span, theirs).first - mine);
+      if (fill_at(r, j + k - 1) != fill_at(v.src_request, v.src_offset + k - 1)) --k;  // k ≥ 1: the key matched
       if (k < v.length) {  // diverges or ends inside the run: split it, prefix becomes the parent
         vertices.push_back({v.parent, v.src_request, v.src_offset, k});
         const std::int32_t prefix = std::int32_t(vertices.size() - 1);

@@ -1,5 +1,7 @@
 #include "codec/forest/page_table.hpp"
 
+#include <algorithm>
+
 #include "codec/core/error.hpp"
 
 namespace codec {
@@ -19,10 +21,14 @@ void PageTable::validate() const {
                 ", kv_indptr[", r + 1, "] = ", indptr[r + 1], ")");
     CODEC_CHECK(last_page_len[r] >= 1 && last_page_len[r] <= page_size, "kv_last_page_len[", r, "] = ",
                 last_page_len[r], " is outside [1, page_size = ", page_size, "]");
+  }
+  // One vectorisable pass over all page ids; only a failure looks for the culprit.
+  const auto [lo, hi] = std::minmax_element(indices.begin(), indices.end());
+  if (*lo >= 0 && *hi < num_pages) return;
+  for (int r = 0; r < batch; ++r)
     for (std::int32_t i = indptr[r]; i < indptr[r + 1]; ++i)
       CODEC_CHECK(indices[i] >= 0 && indices[i] < num_pages, "page index ", indices[i], " at kv_indices[", i,
                   "] (request ", r, ") is outside [0, num_pages = ", num_pages, ")");
-  }
 }
 
 PagedKV PagedKV::nhd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <queue>
 #include <tuple>
 
@@ -21,7 +22,7 @@ void PlannerOptions::validate() const {
 namespace {
 
 constexpr double kCapFactor = 8;    // see step 3 of make_plan
-constexpr std::size_t kPolishClasses = 4;  // classes coordinate descent may change
+constexpr std::size_t kPolishClasses = 8;  // classes coordinate descent may change
 
 // How b_k chunks cut a node of n tokens: equal chunks of `len` tokens, a
 // multiple of the alignment, and a shorter last chunk.
@@ -173,7 +174,11 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   const int G = heads.group(), kv_heads = heads.num_kv_heads, m = opt.num_blocks, align = opt.chunk_align;
   const int num_nodes = forest.num_nodes(), batch = forest.num_requests();
 
-  // 1. Classes of nodes with work (tokens and requests), by (tokens, rows).
+  // 1. Classes of nodes with work, by (tokens rounded up to the chunk
+  // alignment, rows). Rounding keeps every member's chunk count equal to its
+  // class's (chunk lengths are multiples of the alignment) and only prices a
+  // last chunk up to align − 1 tokens high; it keeps the search small when
+  // lengths are all different (1,024 questions of 30–456 tokens: ~27 classes).
   std::map<std::pair<int, int>, int> class_of_shape;
   std::vector<NodeClass> classes;
   std::vector<int> node_class(num_nodes, -1);
@@ -181,16 +186,17 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
     const ForestNode& n = forest.nodes[i];
     if (n.num_tokens == 0 || n.num_reqs == 0) continue;
     const int rows = n.num_reqs * G;
-    auto [it, added] = class_of_shape.try_emplace({n.num_tokens, rows}, int(classes.size()));
+    const int tokens = (n.num_tokens + align - 1) / align * align;
+    auto [it, added] = class_of_shape.try_emplace({tokens, rows}, int(classes.size()));
     if (added) {
       NodeClass c;
-      c.tokens = n.num_tokens;
+      c.tokens = tokens;
       c.rows = rows;
       const int tiles = (rows + opt.max_tile_rows - 1) / opt.max_tile_rows;
       c.rows_hi = (rows + tiles - 1) / tiles;
       c.tiles_lo = c.rows_hi * tiles - rows;  // tiles one row short, so all tiles differ by ≤ 1 row
       c.tiles_hi = tiles - c.tiles_lo;
-      c.max_splits = std::max(1, (n.num_tokens + align - 1) / align);
+      c.max_splits = tokens / align;
       c.unsplit_cost = cost.cost_us(c.rows_hi, c.tokens);
       classes.push_back(std::move(c));
     }
@@ -201,7 +207,12 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   // 2. Lower bound (the paper's cost_l). A plan whose dearest chunk costs tau
   // takes ≥ max(tau, mean_load(tau)): mean_load falls as tau grows, so the
   // bound is least where the two cross; bisect tau geometrically to find it.
-  Search search(cost, align, kv_heads, m);
+  // KV heads are interchangeable: with g = gcd(m, Hkv), a schedule of Hkv/g
+  // heads on m/g blocks, repeated for each of g head slices on its own m/g
+  // blocks, has the same makespan. Searching the slice is g times cheaper
+  // (qwen3-4b on 264 blocks: g = 8).
+  const int slices = std::gcd(m, kv_heads), slice_heads = kv_heads / slices, slice_blocks = m / slices;
+  Search search(cost, align, slice_heads, slice_blocks);
   double tau_min = 0, tau_max = 0;
   for (const NodeClass& c : classes) {
     tau_min = std::max(tau_min, search.chunk_cost(c, c.max_splits));
@@ -228,7 +239,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   // few long units cannot be cut fine enough to pack (ratio:0.05 on the H200
   // model: 128 units of ~2,100 µs against cost_l ≈ 1,070 µs may take only 2
   // chunks each, and LPT ends at 1.65× the bound; 8× reaches 1.04×). Within
-  // the caps, targets tau on a geometric grid below cost_l each propose two
+  // the caps, targets tau on a geometric grid around cost_l each propose two
   // split vectors (fewest chunks whose dearest costs ≤ tau, and C / tau
   // rounded up); the one whose LPT makespan is least wins, then coordinate
   // descent on the classes with the dearest chunks polishes it.
@@ -237,8 +248,8 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
     cap[ci] = std::clamp(int(std::ceil(kCapFactor * classes[ci].unsplit_cost / lower_bound)), 1,
                          classes[ci].max_splits);
   auto makespan_of = [&](const std::vector<int>& s) {
-    std::vector<TaskGroup> groups = task_groups(classes, s, cost, align, kv_heads);
-    return lpt(groups, m, [](std::size_t, std::int64_t, std::int64_t, int) {});
+    std::vector<TaskGroup> groups = task_groups(classes, s, cost, align, slice_heads);
+    return lpt(groups, slice_blocks, [](std::size_t, std::int64_t, std::int64_t, int) {});
   };
   std::vector<int> splits(classes.size(), 1);
   if (opt.split == SplitPolicy::fixed) {
@@ -251,7 +262,10 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
       tried = s;
       if (const double t = makespan_of(s); t < best * (1 - 1e-9)) best = t, splits = s;
     };
-    for (double tau = lower_bound; tau > lower_bound / (2 * kCapFactor); tau *= 0.85) {
+    // Targets span 2·cost_l (small trees: fewer, larger chunks may pack
+    // better) down to cost_l / 16 (the cap). The makespan is not unimodal in
+    // tau, so the whole grid is tried: ~60 targets, each cheap after slicing.
+    for (double tau = 2 * lower_bound; tau > lower_bound / (2 * kCapFactor); tau *= 0.92) {
       for (std::size_t ci = 0; ci < classes.size(); ++ci) {
         by_chunk[ci] = std::min(cap[ci], search.min_splits(classes[ci], tau));
         by_cost[ci] = std::clamp(int(std::ceil(classes[ci].unsplit_cost / tau)), 1, cap[ci]);
@@ -297,7 +311,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
     a.node_reqs.insert(a.node_reqs.end(), forest.reqs.begin() + n.req_begin,
                        forest.reqs.begin() + n.req_begin + n.num_reqs);
     if (node_class[i] >= 0) {
-      const int b = chunking(n.num_tokens, splits[node_class[i]], align).count;
+      const int b = chunking(classes[node_class[i]].tokens, splits[node_class[i]], align).count;
       a.node_splits[i] = b;
       a.node_slot_base[i] = std::int32_t(slots);
       slots += std::int64_t(b) * kv_heads * n.num_reqs * G;
@@ -308,33 +322,36 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   a.node_req_begin[num_nodes] = std::int32_t(a.node_reqs.size());
   CODEC_CHECK(slots < (std::int64_t(1) << 31), "plan needs ", slots, " partial slots, more than 2^31");
 
-  // 5. Tasks: replay LPT on the chosen splits, expanding each group's items.
-  std::vector<TaskGroup> groups = task_groups(classes, splits, cost, align, kv_heads);
+  // 5. Tasks: replay LPT on the chosen splits for one head slice, expanding
+  // each group's items into every slice.
+  std::vector<TaskGroup> groups = task_groups(classes, splits, cost, align, slice_heads);
   std::vector<std::vector<std::int32_t>> per_block(m);
   std::int64_t kv_tokens_read = 0;
-  const double makespan = lpt(groups, m, [&](std::size_t g, std::int64_t first, std::int64_t count, int block) {
+  const double makespan = lpt(groups, slice_blocks, [&](std::size_t g, std::int64_t first, std::int64_t count, int block) {
     const TaskGroup& grp = groups[g];
     const NodeClass& c = classes[grp.cls];
     const Chunking k = chunking(c.tokens, splits[grp.cls], align);
     const std::int64_t tiles = grp.hi_tiles ? c.tiles_hi : c.tiles_lo;
     const std::int64_t chunks = grp.last_chunk ? 1 : k.count - 1;
     for (std::int64_t item = first; item < first + count; ++item) {
-      // item = ((member · tiles + tile) · kv_heads + head) · chunks + chunk
+      // item = ((member · tiles + tile) · slice_heads + head) · chunks + chunk
       std::int64_t rest = item;
       const int chunk = int(rest % chunks) + (grp.last_chunk ? k.count - 1 : 0);
       rest /= chunks;
-      const int head = int(rest % kv_heads);
-      rest /= kv_heads;
+      const int head = int(rest % slice_heads);
+      rest /= slice_heads;
       const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiles_hi);
       const int member = int(rest / tiles);
       const int row_begin = tile < c.tiles_hi ? tile * c.rows_hi
                                               : c.tiles_hi * c.rows_hi + (tile - c.tiles_hi) * (c.rows_hi - 1);
       const int row_end = row_begin + (tile < c.tiles_hi ? c.rows_hi : c.rows_hi - 1);
       const int kv_begin = chunk * k.len;
-      const int kv_end = std::min(c.tokens, kv_begin + k.len);
-      per_block[block].push_back(std::int32_t(a.tasks.size()));
-      a.tasks.push_back({c.nodes[member], head, chunk, kv_begin, kv_end, row_begin, row_end});
-      kv_tokens_read += kv_end - kv_begin;
+      const int kv_end = std::min(forest.nodes[c.nodes[member]].num_tokens, kv_begin + k.len);
+      for (int slice = 0; slice < slices; ++slice) {
+        per_block[slice * slice_blocks + block].push_back(std::int32_t(a.tasks.size()));
+        a.tasks.push_back({c.nodes[member], slice * slice_heads + head, chunk, kv_begin, kv_end, row_begin, row_end});
+      }
+      kv_tokens_read += std::int64_t(kv_end - kv_begin) * slices;
     }
   });
   a.block_indptr.resize(m + 1);

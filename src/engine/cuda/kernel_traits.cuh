@@ -1,0 +1,95 @@
+#pragma once
+// Compile-time configuration of the CUDA kernels, one traits struct per
+// (head_dim, dtype): tile sizes, pipeline depth, shared-memory layout, with
+// static_asserts that name the limit a configuration would break.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace codec::cuda {
+
+// The device element types (same bits as codec::f16_t / bf16_t on the host).
+template <typename T>
+struct Numeric;
+template <>
+struct Numeric<__half> {
+  static __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    std::uint32_t u;
+    std::memcpy(&u, &h, sizeof u);
+    return u;
+  }
+};
+template <>
+struct Numeric<__nv_bfloat16> {
+  static __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    std::uint32_t u;
+    std::memcpy(&u, &h, sizeof u);
+    return u;
+  }
+};
+
+constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// Partial attention (pac.cuh). A block of 4 warps runs one task at a time: up
+// to 64 query rows (one m16 row tile per warp) against the chunk's KV tokens,
+// streamed through shared memory in tiles of kTileTokens tokens, kStages deep.
+//
+// Tile and stage choice. Decode is memory-bound, so the pipeline must keep
+// enough bytes in flight: an H200 SM's share of bandwidth is about
+// 4.8 TB/s / 132 ≈ 36 B/ns, and with ~1 µs of loaded latency an SM needs ~36 KB
+// outstanding. With two resident blocks per SM, each keeps ≥ 32 KiB (K and V
+// of the (kStages − 1) tiles ahead) in flight:
+//   D = 64:  64-token tiles of 2 × 8 KiB,  3 stages → 32 KiB ahead, 56 KiB smem
+//   D = 128: 64-token tiles of 2 × 16 KiB, 2 stages → 32 KiB ahead, 80 KiB smem
+//   D = 256: 32-token tiles of 2 × 16 KiB, 2 stages → 32 KiB ahead, 96 KiB smem
+// D = 256 uses 32-token tiles because 64 would need 160 KiB, one block per SM.
+template <int D, typename T>
+struct PacTraits {
+  static constexpr int kHeadDim = D;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRowsPerWarp = 16;                   // M of mma.m16n8k16
+  static constexpr int kMaxRows = kWarps * kRowsPerWarp;    // rows one task may hold
+  static constexpr int kTokenStep = 16;                     // K of the P·V mma: a warp's unit of tokens
+  static constexpr int kTileTokens = D == 256 ? 32 : 64;
+  static constexpr int kMaxSplits = kTileTokens / kTokenStep;  // most warps one row tile's tokens are split over
+  static constexpr int kChunks = D * int(sizeof(T)) / 16;      // 16-byte cp.async chunks per row
+  static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
+  static constexpr int kStages = 1 + ceil_div(16 * 1024, kTileBytes);  // (K + V) ahead ≥ 32 KiB
+  // Shared memory: Q [kMaxRows][D], then kStages × (K, V) [kTileTokens][D], all
+  // XOR-swizzled by 16-byte chunk. The epilogue reuses it all as fp32 staging.
+  static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
+  static constexpr int kKVBytes = kStages * 2 * kTileBytes;
+  static constexpr int kSmemBytes = kQBytes + kKVBytes;
+  // Epilogue staging: each warp's normalised o [16][D] and lse [16], fp32. Rows
+  // are padded by 8 floats so that the 8 rows one float2 store touches start
+  // 8 banks apart (a half-warp then covers all 32 banks).
+  static constexpr int kStagingStride = D + 8;
+  static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float));
+
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
+  static_assert(sizeof(T) == 2, "tensor-core path is fp16 / bf16 only");
+  static_assert(kChunks >= 8, "the swizzle permutes 8 chunks of 16 bytes per row: head_dim must be >= 64");
+  static_assert(kTileTokens % kTokenStep == 0, "a tile must be whole 16-token mma steps");
+  static_assert((kTileTokens * kChunks) % kThreads == 0, "every thread copies the same number of KV chunks");
+  static_assert(kStagingBytes <= kSmemBytes, "epilogue staging must fit in the Q + KV shared memory it reuses");
+  static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two PAC blocks must fit in an sm_90 SM (228 KiB)");
+};
+
+// Merge (merge.cuh): one warp per (request, qo head) row, 4 rows per block.
+// A lane owns kVec consecutive floats of each 32·kVec-float slice of the row,
+// so every warp-wide load is one contiguous, coalesced segment.
+template <int D>
+struct MergeTraits {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kVec = D / 32 < 4 ? D / 32 : 4;  // floats per lane per access: 2, 4, 4
+  static constexpr int kAccesses = D / (32 * kVec);     // 1, 1, 2
+  static_assert(D % (32 * kVec) == 0 && kVec % 2 == 0, "a lane writes whole pairs of 16-bit outputs");
+};
+
+}  // namespace codec::cuda

@@ -1,0 +1,115 @@
+#pragma once
+// Merge of partial states (POR, DESIGN §5): one warp per (request, qo head)
+// row. Row (b, h) folds, for every node on b's path (root first) and every
+// chunk c of it, the partial in slot_of(node, c, h / G, path_pos · G + h % G),
+// with merge_weights (state.hpp), then writes out (KV dtype) and lse (fp32,
+// natural log). Requests with a single partial were written by PAC and are
+// skipped; a row with no partial at all would come out as the empty state
+// (o = 0, lse = −inf), never NaN.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "codec/core/state.hpp"
+#include "codec/plan/plan.hpp"
+#include "cuda_check.hpp"
+#include "kernel_traits.cuh"
+
+namespace codec::cuda {
+
+struct MergeParams {
+  PlanView plan;          // views the plan copy at the head of the workspace
+  const float* part_o;    // [slots, D] fp32 normalised partial outputs
+  const float* part_lse;  // [slots] fp32 natural log
+  void* out;              // [B, Hq, D], KV dtype
+  float* lse;             // [B, Hq] natural log, or null
+};
+
+// ---------------------------------------------------------------- kernel
+
+template <int D, typename T>
+__global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const __grid_constant__ MergeParams p) {
+  using Tr = MergeTraits<D>;
+  const PlanView& plan = p.plan;
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * Tr::kWarps + threadIdx.x / 32;  // warp-uniform, so are the early returns
+  if (row >= plan.num_requests * plan.num_qo_heads) return;
+  const int req = row / plan.num_qo_heads, head = row % plan.num_qo_heads;
+  const int partials = plan.request_partials[req];
+  if (partials == 1) return;  // PAC wrote this row
+  const int G = plan.group, kv_head = head / G, sub = head % G;
+
+  float acc[Tr::kAccesses][Tr::kVec] = {};
+  float lse = kNegInf;  // the empty state
+  for (int base = 0; base < partials; base += 32) {
+    // lanes locate partials base + lane in parallel: walk the path to the node
+    // whose chunks hold it (paths are a few nodes long)
+    int slot = 0;
+    float part_lse = kNegInf;
+    if (base + lane < partials) {
+      int j = base + lane;
+      for (int e = plan.path_indptr[req]; e < plan.path_indptr[req + 1]; ++e) {
+        const int node = plan.path_node[e], chunks = plan.node_splits[node];
+        if (j < chunks) {
+          slot = plan.slot_of(node, j, kv_head, plan.path_pos[e] * G + sub);
+          part_lse = p.part_lse[slot];
+          break;
+        }
+        j -= chunks;
+      }
+    }
+    // fold them in order; the o loads depend on the slots only, not on the
+    // fold, so the unrolled loop keeps several in flight
+    const int count = min(32, partials - base);
+#pragma unroll 4
+    for (int i = 0; i < count; ++i) {
+      const int s = __shfl_sync(0xffffffffu, slot, i);
+      const MergeWeights w = merge_weights(lse, __shfl_sync(0xffffffffu, part_lse, i));
+      const float* src = p.part_o + std::int64_t(s) * D;
+#pragma unroll
+      for (int a = 0; a < Tr::kAccesses; ++a) {
+        float x[Tr::kVec];
+        const float* at = src + (32 * a + lane) * Tr::kVec;
+        if constexpr (Tr::kVec == 4) {
+          const float4 v = *reinterpret_cast<const float4*>(at);
+          x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        } else {
+          const float2 v = *reinterpret_cast<const float2*>(at);
+          x[0] = v.x, x[1] = v.y;
+        }
+#pragma unroll
+        for (int k = 0; k < Tr::kVec; ++k) acc[a][k] = w.w1 * acc[a][k] + w.w2 * x[k];
+      }
+      lse = w.lse;
+    }
+  }
+
+  // epilogue: the row in the KV dtype, kVec / 2 packed pairs per lane and access
+  T* out = static_cast<T*>(p.out) + std::int64_t(row) * D;
+#pragma unroll
+  for (int a = 0; a < Tr::kAccesses; ++a) {
+    std::uint32_t packed[Tr::kVec / 2];
+#pragma unroll
+    for (int k = 0; k < Tr::kVec / 2; ++k) packed[k] = Numeric<T>::pack2(acc[a][2 * k], acc[a][2 * k + 1]);
+    T* at = out + (32 * a + lane) * Tr::kVec;
+    if constexpr (Tr::kVec == 4)
+      *reinterpret_cast<uint2*>(at) = make_uint2(packed[0], packed[1]);
+    else
+      *reinterpret_cast<std::uint32_t*>(at) = packed[0];
+  }
+  if (lane == 0 && p.lse != nullptr) p.lse[row] = lse;
+}
+
+// ---------------------------------------------------------------- host launcher
+
+template <int D, typename T>
+void launch_merge(const MergeParams& params, cudaStream_t stream) {
+  using Tr = MergeTraits<D>;
+  const std::int64_t rows = std::int64_t(params.plan.num_requests) * params.plan.num_qo_heads;
+  if (rows == 0) return;
+  const auto blocks = static_cast<unsigned>((rows + Tr::kWarps - 1) / Tr::kWarps);
+  merge_kernel<D, T><<<blocks, Tr::kThreads, 0, stream>>>(params);
+  CODEC_CUDA_CHECK_LAUNCH("merge_kernel", stream);
+}
+
+}  // namespace codec::cuda

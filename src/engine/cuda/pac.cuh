@@ -1,0 +1,368 @@
+#pragma once
+// Partial attention (PAC, DESIGN §5), persistent: block b runs the plan's
+// tasks block_tasks[block_indptr[b] .. block_indptr[b+1]) in order. A task is
+// (node chunk [kv_begin, kv_end), kv head, rows [row_begin, row_end) of the
+// node's row list); row v is (request node_reqs[node_req_begin[node] + v / G],
+// qo head kv_head · G + v % G). Its query rows are loaded into shared memory
+// once, the chunk's K and V stream through shared memory in cp.async tiles,
+// and S = Q Kᵀ and O += P V run on tensor cores (mma.m16n8k16, fp32
+// accumulate) with an online softmax in fp32. Every KV byte of the chunk is
+// read from device memory once per task, whatever the number of rows.
+//
+// Warp layout (FlashAttention-2 decode style). Rows are padded to R = ceil(rows
+// / 16) row tiles of 16. The 4 warps take R' = R rounded up to a power of two
+// row tiles and split every KV tile's tokens S = min(4 / R', tile / 16) ways:
+//   rows 1..16  (e.g. 1 request × GQA 4): R' = 1, S = 4 (S = 2 at D = 256),
+//               each warp 16 tokens of a 64-token tile
+//   rows 17..32: R' = 2, S = 2;  rows 33..64: R' = 4, S = 1 (rows 33..48 leave
+//               warp 3 without rows)
+// so small tasks still use every warp. Each warp keeps its own online-softmax
+// state; at the end of the task the S states of a row are merged through
+// shared memory with merge_weights (state.hpp).
+//
+// Softmax units: scores are s = sm_scale · q·k in fp32 (the scale is applied
+// to the fp32 accumulator rather than folded into a half-precision copy of Q,
+// which would round every score by up to 2⁻⁹ in bf16), m and lse are natural
+// log, exactly as OnlineSoftmax in state.hpp defines them.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "codec/core/state.hpp"
+#include "codec/plan/plan.hpp"
+#include "cuda_check.hpp"
+#include "kernel_traits.cuh"
+
+namespace codec::cuda {
+
+struct PacParams {
+  PlanView plan;               // views the plan copy at the head of the workspace
+  const void* k;               // paged pool: element (page, slot, kv head, d) is at
+  const void* v;               //   page·stride_page + slot·stride_token + head·stride_head + d
+  std::int64_t stride_page;    // strides in elements; each a multiple of 16 bytes
+  std::int64_t stride_token;
+  std::int64_t stride_head;
+  const void* q;               // [B, Hq, D], KV dtype
+  void* out;                   // [B, Hq, D], KV dtype: rows whose request has a single partial
+  float* lse;                  // [B, Hq] natural log, or null
+  float* part_o;               // [slots, D] fp32 normalised partial outputs
+  float* part_lse;             // [slots] fp32 natural log
+  float sm_scale;
+};
+
+// ---------------------------------------------------------------- helpers
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global → shared copy that skips L1 (KV is streamed once); copies
+// nothing and writes zeros when !valid, so masked tokens contribute 0 · V = 0.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c += a · b for a 16×16 (row) by 16×8 (col) tile, fp32 accumulate.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                          std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile.
+// Rows are 128·k bytes long, so unpermuted the 8 rows one ldmatrix phase reads
+// would hit the same 4 banks; XOR-ing the chunk with row % 8 spreads them over
+// all 32.
+template <int D>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One warp's share of one KV tile: its 16 query rows (row tile `rtile`)
+// against `steps` 16-token steps starting at tile token `token0`, of which the
+// tile tokens below `tile_tokens` exist. Accumulator layout of mma.m16n8k16:
+// lane holds rows lane/4 (h = 0) and lane/4 + 8 (h = 1), columns 2·(lane%4) + {0, 1}
+// of every 8-column block; state[h] is the online softmax of its row h.
+template <int D, typename T>
+__device__ __forceinline__ void attend_tile(const T* sq, const T* sk, const T* sv, int rtile, int token0,
+                                            int steps, int tile_tokens, float sm_scale, OnlineSoftmax (&state)[2],
+                                            float (&o)[D / 8][4]) {
+  using Tr = PacTraits<D, T>;
+  constexpr int kMaxSteps = Tr::kMaxSplits;  // a warp holds at most the whole tile
+  const int lane = threadIdx.x % 32;
+
+  // S = Q Kᵀ: per 16-column step two n8 accumulators
+  float s[kMaxSteps][2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    std::uint32_t a[4];
+    ldmatrix_x4(a, sq + swizzle<D>(rtile * 16 + lane % 16, 2 * kk + lane / 16));
+#pragma unroll
+    for (int j = 0; j < kMaxSteps; ++j) {
+      if (j >= steps) break;
+      std::uint32_t b[4];  // tokens 0-7 then 8-15, each as d 0-7 then 8-15
+      ldmatrix_x4(b, sk + swizzle<D>(token0 + 16 * j + lane % 8 + (lane / 16) * 8, 2 * kk + (lane / 8) % 2));
+      mma_16816<T>(s[j][0], a, b[0], b[1]);
+      mma_16816<T>(s[j][1], a, b[2], b[3]);
+    }
+  }
+
+  // online softmax: scale, mask tokens past the chunk, raise the running max
+  float tile_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+  for (int j = 0; j < kMaxSteps; ++j) {
+    if (j >= steps) break;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = token0 + 16 * j + 8 * n + 2 * (lane % 4) + (e & 1);
+        const float x = col < tile_tokens ? s[j][n][e] * sm_scale : kNegInf;
+        s[j][n][e] = x;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+      }
+  }
+  float m[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float factor = state[h].rescale(quad_max(tile_max[h]));  // same max in all 4 lanes of a row
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][2 * h] *= factor, o[n][2 * h + 1] *= factor;
+    m[h] = state[h].m == kNegInf ? 0.f : state[h].m;  // all scores −inf so far: exp gives 0, not NaN
+  }
+  // P = exp(S − m); l sums this lane's columns only, the quad is summed in the epilogue
+#pragma unroll
+  for (int j = 0; j < kMaxSteps; ++j) {
+    if (j >= steps) break;
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = __expf(s[j][n][e] - m[e / 2]);
+        s[j][n][e] = p;
+        state[e / 2].l += p;
+      }
+  }
+
+  // O += P V: the S accumulator of a 16-token step is the A fragment of P
+#pragma unroll
+  for (int j = 0; j < kMaxSteps; ++j) {
+    if (j >= steps) break;
+    const std::uint32_t a[4] = {Numeric<T>::pack2(s[j][0][0], s[j][0][1]), Numeric<T>::pack2(s[j][0][2], s[j][0][3]),
+                                Numeric<T>::pack2(s[j][1][0], s[j][1][1]), Numeric<T>::pack2(s[j][1][2], s[j][1][3])};
+#pragma unroll
+    for (int dd = 0; dd < D / 16; ++dd) {
+      std::uint32_t b[4];  // d 0-7 then 8-15, each as tokens 0-7 then 8-15
+      ldmatrix_x4_trans(b, sv + swizzle<D>(token0 + 16 * j + lane % 8 + ((lane / 8) % 2) * 8, 2 * dd + lane / 16));
+      mma_16816<T>(o[2 * dd], a, b[0], b[1]);
+      mma_16816<T>(o[2 * dd + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- kernel
+
+template <int D, typename T>
+__device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, unsigned char* smem) {
+  using Tr = PacTraits<D, T>;
+  const PlanView& plan = p.plan;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = plan.group;
+  const int rows = task.row_end - task.row_begin;
+  const int kv_len = task.kv_end - task.kv_begin;
+  const int num_tiles = (kv_len + Tr::kTileTokens - 1) / Tr::kTileTokens;
+  const std::int32_t* reqs = plan.node_reqs + plan.node_req_begin[task.node];
+  const std::int32_t* pages = plan.node_pages + plan.node_page_begin[task.node];
+  T* sq = reinterpret_cast<T*>(smem);
+  T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
+
+  // warp layout (see the top of this file)
+  const int rtiles = (rows + 15) / 16;
+  const int rtiles_pow2 = rtiles == 1 ? 1 : rtiles == 2 ? 2 : 4;
+  const int splits = min(Tr::kWarps / rtiles_pow2, Tr::kMaxSplits);
+  const int rtile = warp / splits;
+  const bool has_rows = rtile < rtiles;
+  const int steps = Tr::kTileTokens / Tr::kTokenStep / splits;  // 16-token steps of a warp per tile
+  const int token0 = (warp % splits) * steps * Tr::kTokenStep;
+
+  // prologue: the task's query rows into sq; rows up to the last row tile are zero
+  {
+    const T* q = static_cast<const T*>(p.q);
+    for (int i = tid; i < rtiles * 16 * Tr::kChunks; i += Tr::kThreads) {
+      const int r = i / Tr::kChunks, c = i % Tr::kChunks, v = task.row_begin + r;
+      const T* src = q;
+      if (r < rows) src += (std::int64_t(reqs[v / G]) * plan.num_qo_heads + task.kv_head * G + v % G) * D + 8 * c;
+      cp_async_16(sq + swizzle<D>(r, c), src, r < rows);
+    }
+  }
+  // A KV tile: token t of the node lives in page pages[t / page_size] at slot
+  // t % page_size. kThreads is a multiple of kChunks, so a thread always copies
+  // the same 16-byte chunk c of its tokens.
+  const int c = tid % Tr::kChunks;
+  const std::int64_t head_offset = std::int64_t(task.kv_head) * p.stride_head + 8 * c;
+  auto load_tile = [&](int tile) {
+    T* sk = skv + (tile % Tr::kStages) * 2 * Tr::kTileTokens * D;
+    T* sv = sk + Tr::kTileTokens * D;
+    const int t0 = task.kv_begin + tile * Tr::kTileTokens;
+#pragma unroll
+    for (int k = 0; k < Tr::kTileTokens * Tr::kChunks / Tr::kThreads; ++k) {
+      const int j = tid / Tr::kChunks + k * (Tr::kThreads / Tr::kChunks), t = t0 + j;
+      const bool valid = t < task.kv_end;
+      std::int64_t offset = 0;
+      if (valid)
+        offset = std::int64_t(pages[t / plan.page_size]) * p.stride_page +
+                 std::int64_t(t % plan.page_size) * p.stride_token + head_offset;
+      cp_async_16(sk + swizzle<D>(j, c), static_cast<const T*>(p.k) + offset, valid);
+      cp_async_16(sv + swizzle<D>(j, c), static_cast<const T*>(p.v) + offset, valid);
+    }
+  };
+
+  // prologue: the first kStages − 1 tiles in flight (Q rides in the first group)
+#pragma unroll
+  for (int t = 0; t < Tr::kStages - 1; ++t) {
+    if (t < num_tiles) load_tile(t);
+    cp_async_commit();
+  }
+
+  // main loop: wait for tile t, refill the stage tile t − 1 used, attend to tile t
+  OnlineSoftmax state[2];
+  float o[D / 8][4] = {};
+  for (int t = 0; t < num_tiles; ++t) {
+    cp_async_wait<Tr::kStages - 2>();
+    __syncthreads();  // tile t visible to every warp; every warp is done with tile t − 1
+    if (t + Tr::kStages - 1 < num_tiles) load_tile(t + Tr::kStages - 1);
+    cp_async_commit();  // possibly empty: keeps the group count in step with t
+    const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
+    if (has_rows && token0 < tile_tokens) {
+      const T* sk = skv + (t % Tr::kStages) * 2 * Tr::kTileTokens * D;
+      attend_tile<D, T>(sq, sk, sk + Tr::kTileTokens * D, rtile, token0, steps, tile_tokens, p.sm_scale, state, o);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
+
+  // epilogue 1: each warp normalises its state and stages it as fp32
+  float* so = reinterpret_cast<float*>(smem);             // [kMaxRows][kStagingStride], row = warp · 16 + r
+  float* slse = so + Tr::kMaxRows * Tr::kStagingStride;   // [kMaxRows]
+  if (has_rows) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      state[h].l = quad_sum(state[h].l);
+      const float inv_l = state[h].inv_l();
+      const int row = warp * 16 + lane / 4 + 8 * h;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(so + row * Tr::kStagingStride + 8 * n + 2 * (lane % 4)) =
+            make_float2(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
+      if (lane % 4 == 0) slse[row] = state[h].lse();
+    }
+  }
+  __syncthreads();
+
+  // epilogue 2: merge each row's `splits` warp states (identity when 1) and
+  // write 4 floats per thread, coalesced: rows with a single partial straight
+  // to the output, the others to their workspace slot
+  constexpr int kQuads = D / 4;
+  for (int i = tid; i < rows * kQuads; i += Tr::kThreads) {
+    const int r = i / kQuads, d = 4 * (i % kQuads);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float lse = kNegInf;  // the empty state
+    for (int w = 0; w < splits; ++w) {
+      const int srow = ((r / 16) * splits + w) * 16 + r % 16;
+      const MergeWeights mw = merge_weights(lse, slse[srow]);
+      const float4 x = *reinterpret_cast<const float4*>(so + srow * Tr::kStagingStride + d);
+      acc = make_float4(mw.w1 * acc.x + mw.w2 * x.x, mw.w1 * acc.y + mw.w2 * x.y, mw.w1 * acc.z + mw.w2 * x.z,
+                        mw.w1 * acc.w + mw.w2 * x.w);
+      lse = mw.lse;
+    }
+    const int v = task.row_begin + r, req = reqs[v / G];
+    if (plan.request_partials[req] == 1) {
+      const std::int64_t row = std::int64_t(req) * plan.num_qo_heads + task.kv_head * G + v % G;
+      const uint2 packed = {Numeric<T>::pack2(acc.x, acc.y), Numeric<T>::pack2(acc.z, acc.w)};
+      *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
+      if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
+    } else {
+      const std::int64_t slot = plan.slot_of(task.node, task.chunk, task.kv_head, v);
+      *reinterpret_cast<float4*>(p.part_o + slot * D + d) = acc;
+      if (d == 0) p.part_lse[slot] = lse;
+    }
+  }
+  __syncthreads();  // the next task's prologue overwrites the staging
+}
+
+template <int D, typename T>
+__global__ void __launch_bounds__(PacTraits<D, T>::kThreads) pac_kernel(const __grid_constant__ PacParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const PlanView& plan = p.plan;
+  for (int i = plan.block_indptr[blockIdx.x]; i < plan.block_indptr[blockIdx.x + 1]; ++i)
+    pac_task<D, T>(p, plan.tasks[plan.block_tasks[i]], smem);
+}
+
+// ---------------------------------------------------------------- host launcher
+
+template <int D, typename T>
+void set_pac_smem_limit() {
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        PacTraits<D, T>::kSmemBytes));
+}
+
+// Resident PAC blocks per SM on the current device (registers and shared memory).
+template <int D, typename T>
+int pac_blocks_per_sm() {
+  set_pac_smem_limit<D, T>();
+  int blocks = 0;
+  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T>, PacTraits<D, T>::kThreads,
+                                                                 PacTraits<D, T>::kSmemBytes));
+  return blocks;
+}
+
+// One block per plan block. Setting the shared-memory limit is not a stream
+// operation and is allowed during graph capture.
+template <int D, typename T>
+void launch_pac(const PacParams& params, cudaStream_t stream) {
+  if (params.plan.num_tasks == 0) return;
+  using Tr = PacTraits<D, T>;
+  set_pac_smem_limit<D, T>();
+  pac_kernel<D, T><<<params.plan.num_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
+  CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
+}
+
+}  // namespace codec::cuda
