@@ -32,14 +32,14 @@ int main(int argc, char** argv) {
 
   CLI::App* bench_cmd = app.add_subcommand("bench", "Run CoDec and the flat baseline, verify against fp64, time both");
   add_workload_options(bench_cmd, bench_w);
-  bench_cmd->add_option("--backend", bench.backend, "auto, cpu")
-      ->check(CLI::IsMember({"auto", "cpu"}))
+  bench_cmd->add_option("--backend", bench.backend, "auto (the GPU when there is one), cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   bench_cmd->add_option("--threads", bench.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
-  bench_cmd->add_option("--reps", bench.reps, "Timed repetitions (median reported)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  bench_cmd->add_option("--reps", bench.reps, "Timed repetitions, median reported (default: 30 on a GPU, 5 on the CPU)")
+      ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--dump", bench.dump, "Write inputs and outputs as .npy files into this folder");
+  bench_cmd->add_option("--save", bench.save, "Also write the result rows as JSON to this file");
 
   CLI::App* plan_cmd = app.add_subcommand("plan", "Plan statistics, without generating KV data");
   add_workload_options(plan_cmd, plan_w);

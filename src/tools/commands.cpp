@@ -14,13 +14,28 @@
 #include "codec/engine/cpu_engine.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
+#include "measured.hpp"
 #include "npy.hpp"
+#if CODEC_HAS_CUDA
+#include "codec/engine/cuda_engine.hpp"
+#include "cuda_bench.hpp"
+#endif
 
 namespace codec::tools {
 
 namespace {
 
 constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads finish in seconds
+constexpr double kH200Bandwidth = 4.2e12;  // B/s, device copy (BENCHMARKS.md)
+constexpr double kH200Flops = 790e12;      // FLOP/s, cuBLAS bf16 GEMM (BENCHMARKS.md)
+
+#if CODEC_HAS_CUDA
+constexpr bool kCudaBuilt = true;
+bool gpu_available() { return cuda_device_count() > 0; }
+#else
+constexpr bool kCudaBuilt = false;
+bool gpu_available() { return false; }
+#endif
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -34,12 +49,6 @@ struct Workspace {
     auto base = reinterpret_cast<std::uintptr_t>(storage.data());
     bytes = {storage.data() + ((base + 63) / 64 * 64 - base), n};
   }
-};
-
-struct Measured {
-  double median_ms = 0;
-  ErrorStats error;
-  std::vector<float> out, lse;
 };
 
 Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& ref, int threads, int reps) {
@@ -127,47 +136,73 @@ std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const Roofl
 }
 
 int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
-  // Only the CPU engine exists in this build; "auto" would pick a GPU engine first.
-  const std::string backend = "cpu";
+  const bool gpu = gpu_available();
+  const std::string backend = bench.backend == "auto" ? (gpu ? "cuda" : "cpu") : bench.backend;
+  CODEC_CHECK(backend != "cuda" || gpu, "--backend cuda: no CUDA device is available",
+              kCudaBuilt ? "" : " (this build has no CUDA engine)");
+  const bool cuda = backend == "cuda";
   const int threads = bench.threads > 0 ? bench.threads : omp_get_max_threads();
+  const int reps = bench.reps > 0 ? bench.reps : (cuda ? 30 : 5);
+  const double default_scale = cuda ? 1.0 : kCpuScale;
   const std::vector<std::string> specs = expand_workloads(args.workload);
   nlohmann::json rows = nlohmann::json::array();
   bool all_pass = true;
-  if (!args.json)
-    std::printf("backend %s, %d threads, median of %d runs; times in ms, KV in MB as each plan reads it\n",
-                backend.c_str(), threads, bench.reps);
-  if (!args.json)
-    std::printf("%-14s %6s %5s %10s %9s %9s %8s %9s %9s %9s %9s %6s\n", "workload", "scale", "reqs", "unique_tok",
-                "codec_ms", "flat_ms", "speedup", "codec_MB", "flat_MB", "err_codec", "err_flat", "check");
+  if (!args.json) {
+    std::printf("backend %s, median of %d runs; times in ms; KV MB as each plan reads it; floor = max(unique KV "
+                "bytes / 4.2 TB/s, FLOPs / 790 TFLOP/s) on an H200\n",
+                cuda ? "cuda" : (std::to_string(threads) + "-thread cpu").c_str(), reps);
+    std::printf("%-14s %6s %5s %10s %9s %9s %8s %9s %9s %8s %8s %9s %9s %6s\n", "workload", "scale", "reqs",
+                "unique_tok", "codec_ms", "flat_ms", "speedup", "codec_MB", "flat_MB", "floor_ms", "x_floor",
+                "err_codec", "err_flat", "check");
+  }
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    const double scale = args.scale > 0 ? args.scale : kCpuScale;
-    const Workload w = load_workload(specs[i], args, kCpuScale);
-    std::fprintf(stderr, "[%zu/%zu] %s: building the batch\n", i + 1, specs.size(), specs[i].c_str());
+    const Workload w = load_workload(specs[i], args, default_scale);
+    const double scale = args.scale > 0 ? args.scale : default_scale;
+    auto progress = [&](const char* what) {
+      std::fprintf(stderr, "[%zu/%zu] %s: %s\n", i + 1, specs.size(), specs[i].c_str(), what);
+    };
+    progress("building the batch");
     const Batch batch = materialize(w);
     const PageTable table = batch.page_table();
     const auto t0 = std::chrono::steady_clock::now();
     const Forest forest = derive_forest(table);
     const double derive_ms = ms_since(t0);
-    RooflineParams params = RooflineParams::cpu(threads);
     PlannerOptions opt;
-    opt.num_blocks = args.blocks > 0 ? args.blocks : threads;
+    RooflineParams params = RooflineParams::cpu(threads);
+#if CODEC_HAS_CUDA
+    if (cuda) opt = cuda_planner_options(w.heads, w.dtype), params = RooflineParams::h200();
+#endif
+    if (!cuda) opt.num_blocks = threads;
+    if (args.blocks > 0) opt.num_blocks = args.blocks;
     params.concurrent_blocks = opt.num_blocks;
     const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w);
     const Plan shared = make_plan(forest, w.heads, *cost, opt);
     const Plan flat = make_plan(flatten(forest), w.heads, *cost, opt);
-    std::fprintf(stderr, "[%zu/%zu] %s: fp64 reference\n", i + 1, specs.size(), specs[i].c_str());
+    progress("fp64 reference");
     const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
-    std::fprintf(stderr, "[%zu/%zu] %s: timing CoDec and flat\n", i + 1, specs.size(), specs[i].c_str());
-    const Measured mc = time_cpu(shared, batch, ref, threads, bench.reps);
-    const Measured mf = time_cpu(flat, batch, ref, threads, bench.reps);
+    progress("timing CoDec and flat");
+    Measured mc, mf;
+    if (cuda) {
+#if CODEC_HAS_CUDA
+      CudaBench gpu_bench(batch);
+      mc = gpu_bench.run(shared, ref, reps, "codec");
+      mf = gpu_bench.run(flat, ref, reps, "flat");
+#endif
+    } else {
+      mc = time_cpu(shared, batch, ref, threads, reps);
+      mf = time_cpu(flat, batch, ref, threads, reps);
+    }
     const double tol = tolerance(w.dtype);
     const bool pass = mc.error.within(tol) && mf.error.within(tol);
     all_pass = all_pass && pass;
-    if (!bench.dump.empty())
-      dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, mc, mf);
+    if (!bench.dump.empty()) dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, mc, mf);
     const double bytes_per_token = 2.0 * w.heads.head_dim * dtype_size(w.dtype);
     const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
     const double flat_mb = flat.stats().kv_tokens_read * bytes_per_token / 1e6;
+    const double unique_bytes = double(shared.stats().unique_kv_tokens) * bytes_per_token;
+    double flops = 0;  // 4 · rows · n · D over the forest's nodes
+    for (const ForestNode& n : forest.nodes) flops += 4.0 * n.num_reqs * w.heads.num_qo_heads * n.num_tokens * w.heads.head_dim;
+    const double floor_ms = std::max(unique_bytes / kH200Bandwidth, flops / kH200Flops) * 1e3;
     rows.push_back({{"workload", w.name},
                     {"scale", scale},
                     {"backend", backend},
@@ -179,24 +214,35 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                     {"speedup", mf.median_ms / mc.median_ms},
                     {"codec_kv_mb", codec_mb},
                     {"flat_kv_mb", flat_mb},
+                    {"unique_kv_mb", unique_bytes / 1e6},
+                    {"floor_ms", floor_ms},
+                    {"codec_over_floor", mc.median_ms / floor_ms},
                     {"codec_rel_l2", mc.error.rel_l2},
                     {"flat_rel_l2", mf.error.rel_l2},
                     {"tolerance", tol},
                     {"derive_ms", derive_ms},
                     {"plan_ms", shared.stats().plan_ms},
+                    {"plan_quality", shared.stats().quality()},
+                    {"blocks", opt.num_blocks},
                     {"pass", pass}});
     if (!args.json)
-      std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %9.2e %9.2e %6s\n", w.name.c_str(), fixed(scale, 4).c_str(),
-                  batch.num_requests(), static_cast<long long>(forest.unique_tokens()),
-                  fixed(mc.median_ms, 3).c_str(), fixed(mf.median_ms, 3).c_str(),
+      std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %9.2e %9.2e %6s\n", w.name.c_str(),
+                  fixed(scale, 4).c_str(), batch.num_requests(), static_cast<long long>(forest.unique_tokens()),
+                  fixed(mc.median_ms, 4).c_str(), fixed(mf.median_ms, 4).c_str(),
                   fixed(mf.median_ms / mc.median_ms, 2).c_str(), fixed(codec_mb, 1).c_str(),
-                  fixed(flat_mb, 1).c_str(), mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL");
+                  fixed(flat_mb, 1).c_str(), fixed(floor_ms, 4).c_str(), fixed(mc.median_ms / floor_ms, 2).c_str(),
+                  mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL");
     std::fflush(stdout);
     if (!pass)
       std::fprintf(stderr, "codec: %s failed verification: codec %s; flat %s (tolerance %g)\n", w.name.c_str(),
                    mc.error.describe().c_str(), mf.error.describe().c_str(), tol);
   }
   if (args.json) std::cout << rows.dump(2) << "\n";
+  if (!bench.save.empty()) {
+    std::ofstream file(bench.save);
+    CODEC_CHECK(file.good(), "--save: cannot write '", bench.save, "'");
+    file << rows.dump(2) << "\n";
+  }
   return all_pass ? 0 : 1;
 }
 

@@ -22,8 +22,9 @@ struct WorkloadArgs {
 struct BenchArgs {
   std::string backend = "auto";
   int threads = 0;
-  int reps = 5;
+  int reps = 0;  // 0: the backend's default
   std::string dump;
+  std::string save;  // also write the rows as JSON to this file
 };
 
 // Workload specs named by --workload ("all" expands to every built-in sweep point).

@@ -21,9 +21,10 @@
 // shared memory with merge_weights (state.hpp).
 //
 // Softmax units: scores are s = sm_scale · q·k in fp32 (the scale is applied
-// to the fp32 accumulator rather than folded into a half-precision copy of Q,
-// which would round every score by up to 2⁻⁹ in bf16), m and lse are natural
-// log, exactly as OnlineSoftmax in state.hpp defines them.
+// to the fp32 accumulator, one multiply per score, rather than folded into a
+// half-precision copy of Q, which would round every query element by up to
+// 2⁻⁸ relative in bf16); m and lse are natural log, exactly as OnlineSoftmax
+// in state.hpp defines them.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>

@@ -1,0 +1,85 @@
+#pragma once
+// CUDA engine: runs a Plan on a GPU (DESIGN §4-§5). Two kernels, launched on
+// one stream: partial attention (PAC), persistent over the plan's blocks, then
+// the merge of each row's partial states (POR).
+//
+// Usage, once per plan (e.g. per decode step):
+//   std::size_t bytes = cuda_workspace_bytes(plan);      // cudaMalloc that much
+//   cuda_upload_plan(plan, workspace, stream);           // one async copy
+// then for every layer (or once, inside a CUDA graph that is replayed):
+//   run_cuda(plan, kv, {q, out, lse}, workspace, stream);
+// run_cuda allocates nothing and never synchronises the host, so it can be
+// captured in a CUDA graph; the plan uploaded into the workspace is reused.
+//
+// This header needs no CUDA headers: CudaStream is cudaStream_t.
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "codec/core/dtype.hpp"
+#include "codec/core/heads.hpp"
+#include "codec/forest/page_table.hpp"
+#include "codec/plan/plan.hpp"
+#include "codec/plan/planner.hpp"
+
+struct CUstream_st;  // the CUDA runtime's stream type (cudaStream_t is CUstream_st*)
+
+namespace codec {
+
+using CudaStream = CUstream_st*;  // nullptr is the legacy default stream
+
+// Query rows on the device: q [B, Hq, D] and out [B, Hq, D] contiguous, in the
+// dtype of the KV cache (fp16 or bf16), 16-byte aligned; lse [B, Hq] fp32,
+// natural log, may be null. Rows are request · Hq + qo head.
+struct CudaAttentionIO {
+  const void* q = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;
+};
+
+// Rows one PAC task holds: 4 warps × one 16-row m16n8k16 tile each.
+inline constexpr int kCudaMaxTileRows = 64;
+
+// Number of CUDA devices; 0 when there is none or no usable driver. Never throws.
+int cuda_device_count() noexcept;
+
+struct CudaDeviceInfo {
+  int device = 0;         // the current device
+  std::string name;
+  int sm_count = 0;
+  int blocks_per_sm = 0;  // resident PAC blocks per SM for the head_dim and dtype asked for
+};
+// Throws codec::Error for an unsupported head_dim or dtype, or on a CUDA error.
+CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype);
+
+// Planner options for the current device: num_blocks = SMs × resident PAC
+// blocks per SM (e.g. 132 × 2 = 264 on an H200 at head_dim 128), so the plan's
+// blocks are the persistent grid; max_tile_rows = kCudaMaxTileRows; chunk_align
+// = 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
+// chunk boundaries would leave partly masked mma steps inside a chunk, coarser
+// ones (the 64-token tile) would cap a short shared node's splits (a 200-token
+// node can take 13 chunks at 16, only 4 at 64).
+PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype);
+
+// Device workspace of a plan: the packed plan (Plan::bytes(), padded to 256
+// bytes), then Plan::workspace() (fp32 partial o [slots, D], fp32 lse [slots]).
+std::size_t cuda_workspace_bytes(const Plan& plan);
+
+// One cudaMemcpyAsync of plan.bytes() into the head of `workspace` (device
+// memory, 256-byte aligned as cudaMalloc returns, at least
+// cuda_workspace_bytes(plan) bytes). The host Plan must stay alive, unchanged,
+// until the copy has completed on `stream`. Call it outside graph capture.
+void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream);
+
+// Attention of every (request, qo head) row of the plan: PAC, then the merge
+// of rows with more than one partial. `plan` must be the one uploaded into
+// `workspace` (kernels read the device copy; the host Plan supplies sizes and
+// is validated against kv). kv holds device pointers; its dtype (fp16/bf16),
+// head_dim, num_kv_heads and page_size must match the plan; k, v, q, out and
+// the byte size of every stride must be 16-byte aligned (cp.async copies).
+// Validation is on the host and reads the plan's task and page lists once
+// (linear, about 1 µs per 10k pages); capture the call in a graph to pay it once.
+void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace,
+              CudaStream stream);
+
+}  // namespace codec

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build with the CUDA engine, run every test (GPU
+# tests included), compute-sanitizer memcheck and racecheck on a small GPU
+# test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
+# to the folder given as $1 (default: results/gpu-local).
+#   bash scripts/gpu_run.sh "$OUT"
+# Set CODEC_GPU_STEPS to a subset of "build test sanitize bench ncu" to run fewer steps.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-results/gpu-local}
+steps=${CODEC_GPU_STEPS:-build test sanitize bench ncu}
+mkdir -p "$out"
+status=0
+step() { [[ " $steps " == *" $1 "* ]]; }
+run() {  # run NAME CMD...: log to $out/NAME.log, remember failures
+  local name=$1; shift
+  echo "== $name: $*"
+  if ! "$@" > "$out/$name.log" 2>&1; then echo "!! $name failed (see $name.log)"; status=1; fi
+  tail -n 25 "$out/$name.log"
+}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nvcc --version | tail -2;
+  git rev-parse HEAD 2>/dev/null; date -u; } > "$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+
+if step build; then
+  # sm_90 only here, for a faster build on the H200; the default build makes sm_80 and sm_90.
+  run configure cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real
+  run build cmake --build build-gpu -j "$(nproc)"
+fi
+if step test; then
+  run ctest ctest --test-dir build-gpu --output-on-failure -j 4
+fi
+if step sanitize; then
+  san="compute-sanitizer --error-exitcode 1"
+  t=./build-gpu/tests/test_engine_cuda
+  run memcheck $san --tool memcheck $t --gtest_filter='CudaEngine.EdgeCases:CudaEngine.ManyPartialsPerRow'
+  run racecheck $san --tool racecheck $t --gtest_filter=CudaEngine.LayoutsGiveBitIdenticalResults
+  run synccheck $san --tool synccheck $t --gtest_filter=CudaEngine.EmptyNodesContributeNothing
+  run initcheck $san --tool initcheck $t --gtest_filter=CudaEngine.EdgeCases
+fi
+if step bench; then
+  run bench_all ./build-gpu/codec bench --backend cuda --workload all --save "$out/bench_all.json"
+fi
+if step ncu; then
+  for w in batch:4 batch:16 batch:64 ratio:0.05 ratio:0.2 ratio:0.8; do
+    for variant in codec flat; do
+      ncu --clock-control none --metrics dram__bytes_read.sum --nvtx --nvtx-include "$variant/" --csv \
+        ./build-gpu/codec bench --backend cuda --workload "$w" --reps 1 > "$out/ncu_${w/:/_}_$variant.csv" 2>&1 || status=1
+    done
+  done
+  python3 scripts/ncu_summary.py "$out" | tee "$out/ncu_summary.txt"
+fi
+echo "== gpu_run status $status"
+exit $status

@@ -1,0 +1,127 @@
+#include "cuda_bench.hpp"
+
+#include <cuda_runtime_api.h>
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "codec/core/error.hpp"
+#include "codec/engine/cuda_engine.hpp"
+
+namespace codec::tools {
+
+namespace {
+
+#define BENCH_CUDA(call)                                                                          \
+  do {                                                                                            \
+    const cudaError_t err_ = (call);                                                              \
+    CODEC_CHECK(err_ == cudaSuccess, #call, " failed: ", cudaGetErrorString(err_));              \
+  } while (0)
+
+// Larger than the H200's 60 MB L2 several times over: writing it evicts every
+// line of the previous run, so each timed run reads KV from device memory.
+constexpr std::size_t kFlushBytes = std::size_t(256) << 20;
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(std::size_t bytes) { BENCH_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256))); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  std::byte* bytes() const { return static_cast<std::byte*>(ptr); }
+};
+
+}  // namespace
+
+struct CudaBench::Impl {
+  const Batch& batch;
+  DeviceBuffer k, v, q, out, lse, flush;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+
+  explicit Impl(const Batch& b)
+      : batch(b), k(b.k.size()), v(b.v.size()), q(b.q.size()),
+        out(std::size_t(b.num_requests()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.dtype)),
+        lse(std::size_t(b.num_requests()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes) {
+    BENCH_CUDA(cudaStreamCreate(&stream));
+    BENCH_CUDA(cudaEventCreate(&start));
+    BENCH_CUDA(cudaEventCreate(&stop));
+    BENCH_CUDA(cudaMemcpy(k.ptr, b.k.data(), b.k.size(), cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(v.ptr, b.v.data(), b.v.size(), cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(q.ptr, b.q.data(), b.q.size(), cudaMemcpyHostToDevice));
+  }
+  ~Impl() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaStreamDestroy(stream);
+  }
+  PagedKV kv() const {
+    return PagedKV::nhd(k.ptr, v.ptr, batch.dtype, batch.num_pages, batch.page_size, batch.heads.num_kv_heads,
+                        batch.heads.head_dim);
+  }
+};
+
+CudaBench::CudaBench(const Batch& batch) : impl_(std::make_unique<Impl>(batch)) {}
+CudaBench::~CudaBench() = default;
+
+std::string CudaBench::device_name() const {
+  return cuda_device_info(impl_->batch.heads, impl_->batch.dtype).name;
+}
+
+Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, const char* label) {
+  Impl& s = *impl_;
+  DeviceBuffer workspace(cuda_workspace_bytes(plan));
+  const std::span<std::byte> ws(workspace.bytes(), cuda_workspace_bytes(plan));
+  cuda_upload_plan(plan, ws, s.stream);
+  const CudaAttentionIO io{s.q.ptr, s.out.ptr, static_cast<float*>(s.lse.ptr)};
+  const std::size_t rows = std::size_t(s.batch.num_requests()) * s.batch.heads.num_qo_heads;
+  const std::size_t out_elems = rows * s.batch.heads.head_dim;
+
+  // Checked run: outputs poisoned first (0xFF bytes are NaN in fp16, bf16 and fp32).
+  BENCH_CUDA(cudaMemsetAsync(s.out.ptr, 0xFF, out_elems * dtype_size(s.batch.dtype), s.stream));
+  BENCH_CUDA(cudaMemsetAsync(s.lse.ptr, 0xFF, rows * sizeof(float), s.stream));
+  nvtxRangePushA(label);  // `ncu --nvtx --nvtx-include "<label>/"` profiles this run alone
+  run_cuda(plan, s.kv(), io, ws, s.stream);
+  nvtxRangePop();
+  BENCH_CUDA(cudaStreamSynchronize(s.stream));
+  Measured m;
+  std::vector<std::byte> raw(out_elems * dtype_size(s.batch.dtype));
+  BENCH_CUDA(cudaMemcpy(raw.data(), s.out.ptr, raw.size(), cudaMemcpyDeviceToHost));
+  m.out.resize(out_elems);
+  dispatch_dtype(s.batch.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = reinterpret_cast<const T*>(raw.data());
+    for (std::size_t i = 0; i < out_elems; ++i) m.out[i] = to_float(p[i]);
+  });
+  m.lse.resize(rows);
+  BENCH_CUDA(cudaMemcpy(m.lse.data(), s.lse.ptr, rows * sizeof(float), cudaMemcpyDeviceToHost));
+  m.error = compare(m.out.data(), ref.out);
+
+  // Timed runs: one CUDA graph of run_cuda (as a serving engine would replay it).
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  run_cuda(plan, s.kv(), io, ws, s.stream);
+  BENCH_CUDA(cudaStreamEndCapture(s.stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<double> times;
+  constexpr int kWarmup = 5;
+  for (int i = 0; i < kWarmup + reps; ++i) {
+    BENCH_CUDA(cudaMemsetAsync(s.flush.ptr, i & 0xFF, kFlushBytes, s.stream));
+    BENCH_CUDA(cudaEventRecord(s.start, s.stream));
+    BENCH_CUDA(cudaGraphLaunch(exec, s.stream));
+    BENCH_CUDA(cudaEventRecord(s.stop, s.stream));
+    BENCH_CUDA(cudaEventSynchronize(s.stop));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, s.start, s.stop));
+    if (i >= kWarmup) times.push_back(ms);
+  }
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  std::sort(times.begin(), times.end());
+  m.median_ms = times[times.size() / 2];
+  return m;
+}
+
+}  // namespace codec::tools

@@ -1,0 +1,34 @@
+#pragma once
+// GPU timing for `codec bench --backend cuda` (built only with the CUDA engine).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/engine/reference.hpp"
+#include "codec/plan/plan.hpp"
+#include "codec/workload/workload.hpp"
+#include "measured.hpp"
+
+namespace codec::tools {
+
+// Device copies of one batch, shared by the runs of every plan over it.
+class CudaBench {
+ public:
+  explicit CudaBench(const Batch& batch);
+  ~CudaBench();
+  CudaBench(const CudaBench&) = delete;
+  CudaBench& operator=(const CudaBench&) = delete;
+
+  // Uploads the plan, checks one poisoned run against the reference, then
+  // times `reps` replays of a CUDA graph of run_cuda, each after flushing L2,
+  // with CUDA events around the attention alone (BENCHMARKS.md protocol).
+  // The checked run sits in an NVTX range named `label`, for ncu.
+  Measured run(const Plan& plan, const ReferenceResult& ref, int reps, const char* label);
+  std::string device_name() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace codec::tools

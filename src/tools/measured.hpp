@@ -1,0 +1,15 @@
+#pragma once
+#include <vector>
+
+#include "codec/engine/reference.hpp"
+
+namespace codec::tools {
+
+// One engine's run of one plan: its median time and its checked output.
+struct Measured {
+  double median_ms = 0;
+  ErrorStats error;
+  std::vector<float> out, lse;  // [B, Hq, D] and [B, Hq], widened to fp32
+};
+
+}  // namespace codec::tools

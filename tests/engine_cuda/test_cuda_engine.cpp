@@ -1,0 +1,428 @@
+// CUDA engine against the fp64 reference and the CPU engine. Every test that
+// needs a GPU skips itself without one; input validation is host code and is
+// checked everywhere.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "codec/core/error.hpp"
+#include "codec/cost/cost_model.hpp"
+#include "codec/engine/cpu_engine.hpp"
+#include "codec/engine/cuda_engine.hpp"
+#include "codec/engine/reference.hpp"
+#include "codec/plan/planner.hpp"
+#include "support/random_batch.hpp"
+
+namespace codec {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: GPU test skipped"
+
+void cuda_ok(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+#define CUDA_OK(call) cuda_ok((call), #call)
+
+// Error bounds. An output is a convex combination of values in [-1, 1]; the
+// kernel's only roundings beyond fp32 are P to the input dtype for the P·V mma
+// (|error| ≤ u · Σ p|v| / l ≤ u) and the output to the input dtype (≤ u · |o|),
+// with u = 2⁻⁸ for bf16 and 2⁻¹¹ for fp16: at most 2u = 7.8e-3 and 9.8e-4.
+// The lse is fp32 throughout: 1e-4 relative leaves room for tensor-core
+// accumulation yet a single dropped key among a few hundred moves it ~1e-2.
+double max_abs_bound(DType dtype) { return dtype == DType::bf16 ? 1e-2 : 1.5e-3; }
+constexpr double kLseTolerance = 1e-4;
+constexpr double kLseMaxAbs = 1e-3;
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) { CUDA_OK(cudaMalloc(&ptr_, std::max<std::size_t>(bytes, 1))); }
+  DeviceBuffer(const void* host, std::size_t bytes) : DeviceBuffer(bytes) {
+    CUDA_OK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffer() { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  std::byte* data() const { return static_cast<std::byte*>(ptr_); }
+  std::span<std::byte> span() const { return {data(), bytes_}; }
+  // All ones: NaN in fp16, bf16 and fp32. On the stream that runs next, so the fill cannot land late.
+  void poison(cudaStream_t stream = nullptr) const { CUDA_OK(cudaMemsetAsync(ptr_, 0xff, bytes_, stream)); }
+  template <typename T>
+  std::vector<T> download() const {
+    std::vector<T> host(bytes_ / sizeof(T));
+    CUDA_OK(cudaMemcpy(host.data(), ptr_, host.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+enum class Layout { nhd, hnd, interleaved };
+const char* to_string(Layout l) { return l == Layout::nhd ? "NHD" : l == Layout::hnd ? "HND" : "interleaved"; }
+
+// A batch's K/V pool re-laid out on the device, and its queries.
+struct DeviceBatch {
+  std::unique_ptr<DeviceBuffer> k, v, q;
+  PagedKV kv;
+};
+
+DeviceBatch upload(const test::RandomBatch& b, Layout layout) {
+  const test::RandomBatchSpec& s = b.spec;
+  const int P = int(b.num_pages), S = s.page_size, H = s.heads.num_kv_heads, D = s.heads.head_dim;
+  const PagedKV src = b.kv();
+  // Host copies in the target layout (interleaved: K and V in one buffer).
+  const std::size_t elems = b.k.size() / 2;
+  std::vector<std::uint16_t> hk(layout == Layout::interleaved ? 2 * elems : elems), hv(elems);
+  PagedKV dst = layout == Layout::nhd   ? PagedKV::nhd(hk.data(), hv.data(), s.dtype, P, S, H, D)
+                : layout == Layout::hnd ? PagedKV::hnd(hk.data(), hv.data(), s.dtype, P, S, H, D)
+                                        : PagedKV::interleaved_nhd(hk.data(), s.dtype, P, S, H, D);
+  auto* dk = const_cast<std::uint16_t*>(static_cast<const std::uint16_t*>(dst.k));
+  auto* dv = const_cast<std::uint16_t*>(static_cast<const std::uint16_t*>(dst.v));
+  const auto* k = reinterpret_cast<const std::uint16_t*>(b.k.data());
+  const auto* v = reinterpret_cast<const std::uint16_t*>(b.v.data());
+  for (int p = 0; p < P; ++p)
+    for (int t = 0; t < S; ++t)
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < D; ++d) {
+          dk[dst.offset(p, t, h) + d] = k[src.offset(p, t, h) + d];
+          dv[dst.offset(p, t, h) + d] = v[src.offset(p, t, h) + d];
+        }
+  DeviceBatch out;
+  out.k = std::make_unique<DeviceBuffer>(hk.data(), hk.size() * 2);
+  out.q = std::make_unique<DeviceBuffer>(b.q.data(), b.q.size());
+  if (layout == Layout::interleaved) {
+    dst = PagedKV::interleaved_nhd(out.k->data(), s.dtype, P, S, H, D);
+  } else {
+    out.v = std::make_unique<DeviceBuffer>(hv.data(), hv.size() * 2);
+    dst.k = out.k->data();
+    dst.v = out.v->data();
+  }
+  out.kv = dst;
+  return out;
+}
+
+struct Outputs {
+  std::vector<std::uint16_t> bits;  // out as stored, for bit-exact comparisons
+  std::vector<float> out, lse;
+};
+
+Outputs collect(const DeviceBuffer& out, const DeviceBuffer& lse, DType dtype) {
+  Outputs o{out.download<std::uint16_t>(), {}, lse.download<float>()};
+  o.out.reserve(o.bits.size());
+  for (const std::uint16_t x : o.bits) o.out.push_back(dtype == DType::bf16 ? bf16_to_float(x) : f16_to_float(x));
+  return o;
+}
+
+// Upload, run once on poisoned outputs and workspace, synchronise, download.
+Outputs run_gpu(const Plan& plan, const DeviceBatch& b) {
+  const PlanView p = plan.view();
+  const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
+  DeviceBuffer ws(cuda_workspace_bytes(plan)), out(rows * p.head_dim * 2), lse(rows * sizeof(float));
+  ws.poison();  // a partial read before it is written would poison the row
+  out.poison();
+  lse.poison();
+  cuda_upload_plan(plan, ws.span(), nullptr);
+  run_cuda(plan, b.kv, {b.q->data(), out.data(), reinterpret_cast<float*>(lse.data())}, ws.span(), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  return collect(out, lse, b.kv.dtype);
+}
+
+// Compares with a result given as fp64 (the reference, or the CPU engine widened).
+void expect_close(const Outputs& o, const std::vector<double>& out, const std::vector<double>& lse, DType dtype,
+                  const std::string& what) {
+  const ErrorStats e = compare(o.out.data(), out);
+  EXPECT_TRUE(e.within(tolerance(dtype))) << what << ": out " << e.describe();
+  EXPECT_LE(e.max_abs, max_abs_bound(dtype)) << what << ": out " << e.describe();
+  const ErrorStats l = compare(o.lse.data(), lse);
+  EXPECT_TRUE(l.within(kLseTolerance)) << what << ": lse " << l.describe();
+  EXPECT_LE(l.max_abs, kLseMaxAbs) << what << ": lse " << l.describe();
+}
+void expect_matches(const Outputs& o, const ReferenceResult& ref, DType dtype, const std::string& what) {
+  expect_close(o, ref.out, ref.lse, dtype, what);
+}
+
+RooflineCostModel h200_cost(const HeadConfig& heads, DType dtype) { return {RooflineParams::h200(), heads, dtype}; }
+
+struct GpuCase {
+  HeadConfig heads;
+  DType dtype;
+  int page_size;
+  Layout layout;
+  int nodes = 6, requests = 5;
+  double fork_prob = 0.2;
+  int max_node_pages = -1;  // −1: up to ~400 tokens, several KV tiles per task even when split
+};
+
+test::RandomBatchSpec spec_of(const GpuCase& c, std::uint64_t seed) {
+  test::RandomBatchSpec spec;
+  spec.seed = seed;
+  spec.heads = c.heads;
+  spec.dtype = c.dtype;
+  spec.page_size = c.page_size;
+  spec.num_nodes = c.nodes;
+  spec.num_requests = c.requests;
+  spec.fork_prob = c.fork_prob;
+  spec.max_node_pages = c.max_node_pages >= 0 ? c.max_node_pages : (400 + c.page_size - 1) / c.page_size;
+  spec.max_tail = 3 * c.page_size + 5;
+  return spec;
+}
+
+// The shared plan on the device's own options, the flat plan, and the split
+// ablations (fixed 3 on few blocks with odd chunk boundaries, none), against fp64.
+void check_case(const GpuCase& c, std::uint64_t seed) {
+  const test::RandomBatchSpec spec = spec_of(c, seed);
+  const std::string what = spec.describe() + " " + to_string(c.layout);
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, b.q.data());
+  const DeviceBatch d = upload(b, c.layout);
+  const Forest forest = derive_forest(b.table());
+  const RooflineCostModel cost = h200_cost(c.heads, c.dtype);
+  PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
+  expect_matches(run_gpu(make_plan(forest, c.heads, cost, opt), d), ref, c.dtype, what + " shared");
+  expect_matches(run_gpu(make_plan(flatten(forest), c.heads, cost, opt), d), ref, c.dtype, what + " flat");
+  opt.split = SplitPolicy::none;
+  expect_matches(run_gpu(make_plan(forest, c.heads, cost, opt), d), ref, c.dtype, what + " split none");
+  opt.split = SplitPolicy::fixed;
+  opt.fixed_splits = 3;
+  opt.num_blocks = 3;                        // blocks walk many tasks: shared memory reused across tasks
+  opt.chunk_align = 1 + int(seed % 16);      // chunk boundaries inside tiles and pages
+  expect_matches(run_gpu(make_plan(forest, c.heads, cost, opt), d), ref, c.dtype, what + " fixed 3");
+}
+
+TEST(CudaEngine, MatchesReferenceAcrossHeadsDtypesPagesAndLayouts) {
+  SKIP_WITHOUT_GPU();
+  const GpuCase cases[] = {
+      {{8, 8, 64}, DType::f16, 1, Layout::nhd},       // MHA, page size 1
+      {{32, 1, 64}, DType::bf16, 3, Layout::hnd},     // MQA (GQA 32)
+      {{32, 8, 128}, DType::bf16, 16, Layout::nhd},   // GQA 4 (qwen3-4b)
+      {{40, 8, 128}, DType::f16, 7, Layout::hnd},     // GQA 5
+      {{32, 1, 256}, DType::f16, 64, Layout::nhd},    // MQA, page size 64
+      {{8, 2, 256}, DType::bf16, 1, Layout::hnd},     // GQA 4, page size 1
+      {{8, 8, 128}, DType::f16, 3, Layout::nhd},      // MHA
+      {{40, 8, 256}, DType::bf16, 7, Layout::nhd},    // GQA 5
+      {{32, 8, 64}, DType::bf16, 64, Layout::hnd},    // GQA 4
+  };
+  for (const GpuCase& c : cases)
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) check_case(c, seed);
+}
+
+TEST(CudaEngine, LayoutsGiveBitIdenticalResults) {
+  SKIP_WITHOUT_GPU();
+  test::RandomBatchSpec spec = spec_of({{32, 8, 128}, DType::bf16, 5, Layout::nhd}, 31);
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, spec.dtype),
+                              cuda_planner_options(spec.heads, spec.dtype));
+  const Outputs nhd = run_gpu(plan, upload(b, Layout::nhd));
+  EXPECT_EQ(run_gpu(plan, upload(b, Layout::hnd)).bits, nhd.bits);
+  EXPECT_EQ(run_gpu(plan, upload(b, Layout::interleaved)).bits, nhd.bits);
+  const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
+  expect_matches(nhd, ref, spec.dtype, spec.describe());
+}
+
+TEST(CudaEngine, EdgeCases) {
+  SKIP_WITHOUT_GPU();
+  const HeadConfig gqa4{32, 8, 128};
+  // single request
+  check_case({gqa4, DType::bf16, 16, Layout::nhd, 3, 1, 0.0}, 21);
+  // nothing shared: no shared pages and no forks, every request its own root
+  check_case({gqa4, DType::f16, 7, Layout::nhd, 1, 9, 0.0, 0}, 22);
+  // all shared: one request forked into identical ones (the partial last page too)
+  check_case({gqa4, DType::bf16, 16, Layout::hnd, 1, 12, 1.0}, 23);
+  // 10 requests on one root × GQA 4 = 40 rows: three row tiles, the fourth warp idle
+  check_case({gqa4, DType::f16, 16, Layout::nhd, 1, 10, 0.0}, 24);
+  // 40 requests on one root × GQA 4 = 160 rows: several 64-row tasks per chunk
+  check_case({gqa4, DType::bf16, 16, Layout::nhd, 1, 40, 0.2}, 25);
+  // MQA, 8 requests × 32 heads = 256 rows per kv head
+  check_case({{32, 1, 64}, DType::f16, 16, Layout::hnd, 2, 8, 0.3}, 26);
+}
+
+TEST(CudaEngine, ManyPartialsPerRow) {
+  SKIP_WITHOUT_GPU();
+  // One long shared node cut into 40 chunks: rows merge more than 32 partials,
+  // so the merge kernel walks its partial list in several batches of a warp.
+  const GpuCase c{{16, 4, 64}, DType::f16, 16, Layout::nhd, 1, 3, 0.0, 12};
+  const test::RandomBatchSpec spec = spec_of(c, 27);
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const Forest forest = derive_forest(b.table());
+  PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
+  opt.split = SplitPolicy::fixed;
+  opt.fixed_splits = 40;
+  opt.chunk_align = 1;
+  const Plan plan = make_plan(forest, c.heads, h200_cost(c.heads, c.dtype), opt);
+  const PlanView p = plan.view();
+  ASSERT_GT(*std::max_element(p.request_partials, p.request_partials + p.num_requests), 32) << spec.describe();
+  const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, b.q.data());
+  expect_matches(run_gpu(plan, upload(b, c.layout)), ref, c.dtype, spec.describe());
+}
+
+TEST(CudaEngine, EmptyNodesContributeNothing) {
+  SKIP_WITHOUT_GPU();
+  // A root with no KV at all above the real nodes: its partials are empty states.
+  test::RandomBatchSpec spec;
+  spec.seed = 41;
+  spec.heads = {32, 8, 128};
+  const test::RandomBatch b = test::make_random_batch(spec);
+  Forest g = derive_forest(b.table());
+  g.nodes.insert(g.nodes.begin(), ForestNode{-1, 0, 0, 0, std::int64_t(g.reqs.size()), g.num_requests()});
+  for (std::size_t i = 1; i < g.nodes.size(); ++i) g.nodes[i].parent += 1;  // old roots (−1) now hang under it
+  for (int r = 0; r < g.num_requests(); ++r) g.reqs.push_back(r), g.request_node[r] += 1;
+  ASSERT_NO_THROW(g.validate());
+  const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
+  const Plan plan = make_plan(g, spec.heads, h200_cost(spec.heads, spec.dtype),
+                              cuda_planner_options(spec.heads, spec.dtype));
+  expect_matches(run_gpu(plan, upload(b, Layout::nhd)), ref, spec.dtype, "empty root");
+}
+
+TEST(CudaEngine, MatchesCpuEngineOnTheSamePlan) {
+  SKIP_WITHOUT_GPU();
+  for (const DType dtype : {DType::f16, DType::bf16}) {
+    test::RandomBatchSpec spec = spec_of({{40, 8, 128}, dtype, 16, Layout::nhd, 8, 9, 0.3}, 51);
+    const test::RandomBatch b = test::make_random_batch(spec);
+    const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, dtype),
+                                cuda_planner_options(spec.heads, dtype));
+    const PlanView p = plan.view();
+    const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
+    std::vector<float> cpu_out(rows * p.head_dim), cpu_lse(rows);
+    std::vector<std::byte> ws(plan.workspace().bytes + 16);
+    auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 15) / 16 * 16);
+    run_cpu(plan, b.kv(), {b.q.data(), cpu_out.data(), cpu_lse.data()}, {aligned, plan.workspace().bytes});
+    const Outputs gpu = run_gpu(plan, upload(b, Layout::nhd));
+    expect_close(gpu, std::vector<double>(cpu_out.begin(), cpu_out.end()),
+                 std::vector<double>(cpu_lse.begin(), cpu_lse.end()), dtype, spec.describe() + " vs CPU engine");
+  }
+}
+
+TEST(CudaEngine, GraphReplayEqualsDirectRunBitForBit) {
+  SKIP_WITHOUT_GPU();
+  test::RandomBatchSpec spec = spec_of({{32, 8, 128}, DType::bf16, 16, Layout::nhd, 6, 8, 0.3}, 61);
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, spec.dtype),
+                              cuda_planner_options(spec.heads, spec.dtype));
+  ASSERT_GT(plan.stats().merged_requests, 0) << "the graph should hold both kernels";
+  const DeviceBatch d = upload(b, Layout::nhd);
+  const PlanView p = plan.view();
+  const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
+  DeviceBuffer ws(cuda_workspace_bytes(plan)), out(rows * p.head_dim * 2), lse(rows * sizeof(float));
+  const CudaAttentionIO io{d.q->data(), out.data(), reinterpret_cast<float*>(lse.data())};
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cuda_upload_plan(plan, ws.span(), stream);
+  out.poison(stream);
+  run_cuda(plan, d.kv, io, ws.span(), stream);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const Outputs direct = collect(out, lse, spec.dtype);
+
+  cudaGraph_t graph = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  run_cuda(plan, d.kv, io, ws.span(), stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {  // the plan in the workspace serves every replay
+    out.poison(stream);
+    lse.poison(stream);
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const Outputs replayed = collect(out, lse, spec.dtype);
+    EXPECT_EQ(replayed.bits, direct.bits) << "replay " << replay;
+    EXPECT_EQ(0, std::memcmp(replayed.lse.data(), direct.lse.data(), rows * sizeof(float))) << "replay " << replay;
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaGraphDestroy(graph));
+  CUDA_OK(cudaStreamDestroy(stream));
+  expect_matches(direct, reference_attention(b.table(), b.kv(), spec.heads, b.q.data()), spec.dtype, "graph");
+}
+
+TEST(CudaEngine, PlannerOptionsDescribeTheDevice) {
+  SKIP_WITHOUT_GPU();
+  for (const int dim : {64, 128, 256}) {
+    const HeadConfig heads{32, 8, dim};
+    const CudaDeviceInfo info = cuda_device_info(heads, DType::bf16);
+    const PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
+    EXPECT_GE(info.blocks_per_sm, 1) << info.name << " head_dim " << dim;
+    EXPECT_EQ(opt.num_blocks, info.sm_count * info.blocks_per_sm);
+    EXPECT_EQ(opt.max_tile_rows, kCudaMaxTileRows);
+    EXPECT_EQ(opt.chunk_align, 16);
+    std::cout << "[ info     ] " << info.name << ": " << info.sm_count << " SMs, head_dim " << dim << ": "
+              << info.blocks_per_sm << " PAC blocks per SM\n";
+  }
+}
+
+// Validation is host code that runs before any CUDA call, so this test needs no
+// GPU. The pointers are fake and never dereferenced: every case but the
+// workspace one also passes a workspace too small for the plan, which is
+// checked last, so a check that failed to fire still cannot reach a launch.
+TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
+  test::RandomBatchSpec spec;
+  spec.heads = {32, 8, 128};
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const RooflineCostModel cost = h200_cost(spec.heads, spec.dtype);
+  PlannerOptions opt;
+  opt.num_blocks = 4;
+  const Forest forest = derive_forest(b.table());
+  const Plan plan = make_plan(forest, spec.heads, cost, opt);
+  alignas(256) static std::byte fake[1 << 12];
+  const std::span<std::byte> small{fake, 256};
+  const PagedKV kv = PagedKV::nhd(fake, fake, spec.dtype, b.num_pages, spec.page_size, 8, 128);
+  const CudaAttentionIO io{fake, fake, reinterpret_cast<float*>(fake)};
+  auto expect_error = [](auto&& call, const std::string& needle) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto run_with = [&](const Plan& p, PagedKV k, CudaAttentionIO i, std::span<std::byte> ws) {
+    return [&p, k, i, ws] { run_cuda(p, k, i, ws, nullptr); };
+  };
+  PagedKV bad = kv;
+  bad.dtype = DType::f32;
+  expect_error(run_with(plan, bad, io, small), "kv.dtype fp32");
+  bad = kv;
+  bad.num_kv_heads = 4;
+  expect_error(run_with(plan, bad, io, small), "kv.num_kv_heads 4");
+  bad = kv;
+  bad.head_dim = 64;
+  expect_error(run_with(plan, bad, io, small), "kv.head_dim 64");
+  bad = kv;
+  bad.page_size = 8;
+  expect_error(run_with(plan, bad, io, small), "kv.page_size 8");
+  expect_error(run_with(plan, kv, {fake, nullptr, nullptr}, small), "io.out must not be null");
+  expect_error(run_with(plan, kv, {fake + 8, fake, nullptr}, small), "io.q");
+  bad = kv;
+  bad.v = fake + 2;
+  expect_error(run_with(plan, bad, io, small), "kv.v");
+  bad = kv;
+  bad.stride_token = 8 * 128 + 4;  // 2,056 bytes
+  expect_error(run_with(plan, bad, io, small), "kv.stride_token 1028 elements");
+  bad = kv;
+  bad.num_pages = 2;
+  expect_error(run_with(plan, bad, io, small), "outside the KV pool of 2 pages");
+  PlannerOptions wide = opt;
+  wide.max_tile_rows = 200;
+  test::RandomBatchSpec crowd = spec;  // 30 forks of one request: one node of 30 × G 4 = 120 rows
+  crowd.num_requests = 30;
+  crowd.fork_prob = 1.0;
+  const test::RandomBatch cb = test::make_random_batch(crowd);
+  const Plan wide_plan = make_plan(derive_forest(cb.table()), spec.heads, cost, wide);
+  PagedKV ckv = kv;
+  ckv.num_pages = cb.num_pages;
+  expect_error(run_with(wide_plan, ckv, io, small), "more than the kernel's 64");
+  expect_error(run_with(plan, kv, io, small), "bytes the plan needs");
+  expect_error([&] { cuda_upload_plan(plan, {fake + 16, cuda_workspace_bytes(plan)}, nullptr); }, "not 256-byte aligned");
+  expect_error([&] { cuda_planner_options({32, 8, 96}, DType::bf16); }, "head_dim 96");
+}
+
+}  // namespace
+}  // namespace codec
