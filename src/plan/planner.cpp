@@ -115,7 +115,10 @@ struct TaskGroup {
 // then on LPT deals them round-robin, so whole rounds are given at once (a
 // constant added to every load keeps the heap valid). Planning cost then grows
 // with the number of groups and the load spread, not with the number of tasks.
-// assign(group, first item, items, block).
+// assign(group, first item, count, stride, block) gives a block the items
+// first, first + stride, ...: whole rounds are dealt with stride m, so items
+// next to each other (the row tiles of one chunk) run at the same time on
+// neighbouring blocks and share the chunk through L2.
 template <typename Assign>
 double lpt(std::vector<TaskGroup>& groups, int blocks, Assign&& assign) {
   std::stable_sort(groups.begin(), groups.end(),
@@ -131,12 +134,13 @@ double lpt(std::vector<TaskGroup>& groups, int blocks, Assign&& assign) {
       const std::int64_t rounds = (grp.count - next) / blocks;
       if (rounds > 0 && max_load - heap.top().first <= grp.cost) {
         base += double(rounds) * grp.cost;
-        for (int b = 0; b < blocks; ++b) assign(g, next, rounds, b), next += rounds;
+        for (int b = 0; b < blocks; ++b) assign(g, next + b, rounds, std::int64_t(blocks), b);
+        next += rounds * blocks;
         continue;
       }
       Entry e = heap.top();
       heap.pop();
-      assign(g, next++, std::int64_t(1), e.second);
+      assign(g, next++, std::int64_t(1), std::int64_t(1), e.second);
       e.first += grp.cost;
       max_load = std::max(max_load, e.first);
       heap.push(e);
@@ -249,7 +253,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
                          classes[ci].max_splits);
   auto makespan_of = [&](const std::vector<int>& s) {
     std::vector<TaskGroup> groups = task_groups(classes, s, cost, align, slice_heads);
-    return lpt(groups, slice_blocks, [](std::size_t, std::int64_t, std::int64_t, int) {});
+    return lpt(groups, slice_blocks, [](std::size_t, std::int64_t, std::int64_t, std::int64_t, int) {});
   };
   std::vector<int> splits(classes.size(), 1);
   if (opt.split == SplitPolicy::fixed) {
@@ -327,21 +331,23 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   std::vector<TaskGroup> groups = task_groups(classes, splits, cost, align, slice_heads);
   std::vector<std::vector<std::int32_t>> per_block(m);
   std::int64_t kv_tokens_read = 0;
-  const double makespan = lpt(groups, slice_blocks, [&](std::size_t g, std::int64_t first, std::int64_t count, int block) {
+  const double makespan = lpt(groups, slice_blocks, [&](std::size_t g, std::int64_t first, std::int64_t count,
+                                                        std::int64_t stride, int block) {
     const TaskGroup& grp = groups[g];
     const NodeClass& c = classes[grp.cls];
     const Chunking k = chunking(c.tokens, splits[grp.cls], align);
     const std::int64_t tiles = grp.hi_tiles ? c.tiles_hi : c.tiles_lo;
     const std::int64_t chunks = grp.last_chunk ? 1 : k.count - 1;
-    for (std::int64_t item = first; item < first + count; ++item) {
-      // item = ((member · tiles + tile) · slice_heads + head) · chunks + chunk
-      std::int64_t rest = item;
+    for (std::int64_t i = 0; i < count; ++i) {
+      // item = ((member · slice_heads + head) · chunks + chunk) · tiles + tile:
+      // the row tiles of one chunk are neighbours (see lpt)
+      std::int64_t rest = first + i * stride;
+      const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiles_hi);
+      rest /= tiles;
       const int chunk = int(rest % chunks) + (grp.last_chunk ? k.count - 1 : 0);
       rest /= chunks;
       const int head = int(rest % slice_heads);
-      rest /= slice_heads;
-      const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiles_hi);
-      const int member = int(rest / tiles);
+      const int member = int(rest / slice_heads);
       const int row_begin = tile < c.tiles_hi ? tile * c.rows_hi
                                               : c.tiles_hi * c.rows_hi + (tile - c.tiles_hi) * (c.rows_hi - 1);
       const int row_end = row_begin + (tile < c.tiles_hi ? c.rows_hi : c.rows_hi - 1);
