@@ -1,6 +1,5 @@
 #include "codec/forest/page_table.hpp"
 
-#include <algorithm>
 
 #include "codec/core/error.hpp"
 
@@ -23,8 +22,9 @@ void PageTable::validate() const {
                 last_page_len[r], " is outside [1, page_size = ", page_size, "]");
   }
   // One vectorisable pass over all page ids; only a failure looks for the culprit.
-  const auto [lo, hi] = std::minmax_element(indices.begin(), indices.end());
-  if (*lo >= 0 && *hi < num_pages) return;
+  bool bad = false;
+  for (const std::int32_t page : indices) bad |= page < 0 || page >= num_pages;
+  if (!bad) return;
   for (int r = 0; r < batch; ++r)
     for (std::int32_t i = indptr[r]; i < indptr[r + 1]; ++i)
       CODEC_CHECK(indices[i] >= 0 && indices[i] < num_pages, "page index ", indices[i], " at kv_indices[", i,

@@ -1,7 +1,10 @@
 #pragma once
 // CUDA engine: runs a Plan on a GPU (DESIGN §4-§5). Two kernels, launched on
 // one stream: partial attention (PAC), persistent over the plan's blocks, then
-// the merge of each row's partial states (POR).
+// the merge of each row's partial states (POR). On sm_90 the merge is a
+// programmatic dependent launch of PAC (it starts during PAC's last tasks and
+// waits on the device for PAC's results); captured in a graph, the two kernels
+// are joined by a programmatic edge.
 //
 // Usage, once per plan (e.g. per decode step):
 //   std::size_t bytes = cuda_workspace_bytes(plan);      // cudaMalloc that much

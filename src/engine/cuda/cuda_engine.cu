@@ -162,6 +162,15 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
   // The merge is needed unless every row was written by its single PAC task.
   const bool merge = std::any_of(host.request_partials, host.request_partials + host.num_requests,
                                  [](std::int32_t n) { return n != 1; });
+  // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
+  // the device is not a stream operation, so it is allowed during graph capture.
+  bool programmatic = false;
+  if (merge) {
+    int device = 0, major = 0;
+    CODEC_CUDA_CHECK(cudaGetDevice(&device));
+    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    programmatic = major >= 9;
+  }
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
@@ -181,8 +190,8 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
                             .sm_scale = plan.heads().scale()},
                            stream);
     if (merge)
-      cuda::launch_merge<D, T>(
-          {.plan = device, .part_o = part_o, .part_lse = part_lse, .out = io.out, .lse = io.lse}, stream);
+      cuda::launch_merge<D, T>({.plan = device, .part_o = part_o, .part_lse = part_lse, .out = io.out, .lse = io.lse},
+                               programmatic, stream);
   });
 }
 

@@ -34,19 +34,49 @@ struct Numeric<__nv_bfloat16> {
 
 constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Programmatic dependent launch (PTX griddepcontrol, sm_90+; no-ops below, where
+// the host never sets the launch attribute either: cuda_engine.cu). wait blocks
+// until the grids this one depends on have completed and their writes are
+// visible, and returns at once when there is no such grid (an ordinary launch)
+// or after its first call; launch_dependents lets the dependent grid start
+// early and orders no memory.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Partial attention (pac.cuh). A block of 4 warps runs one task at a time: up
 // to 64 query rows (one m16 row tile per warp) against the chunk's KV tokens,
 // streamed through shared memory in tiles of kTileTokens tokens, kStages deep.
 //
 // Tile and stage choice. Decode is memory-bound, so the pipeline must keep
-// enough bytes in flight: an H200 SM's share of bandwidth is about
-// 4.8 TB/s / 132 ≈ 36 B/ns, and with ~1 µs of loaded latency an SM needs ~36 KB
-// outstanding. With two resident blocks per SM, each keeps ≥ 32 KiB (K and V
-// of the (kStages − 1) tiles ahead) in flight:
-//   D = 64:  64-token tiles of 2 × 8 KiB,  3 stages → 32 KiB ahead, 56 KiB smem
-//   D = 128: 64-token tiles of 2 × 16 KiB, 2 stages → 32 KiB ahead, 80 KiB smem
-//   D = 256: 32-token tiles of 2 × 16 KiB, 2 stages → 32 KiB ahead, 96 KiB smem
+// enough bytes in flight. Little's law: an H200 SM's share of the ~4.2 TB/s a
+// device copy reaches is 4.2 TB/s / 132 ≈ 32 B/ns, and the latency of a loaded
+// HBM3e system is 1.5–3 µs, so an SM needs ~50–100 KB outstanding. The main loop
+// (pac.cuh) refills a stage as soon as every warp is done with it, before it
+// waits for the next tile, so a block has all kStages tiles in flight while it
+// waits and kStages − 1 while it computes:
+//   D = 64:  64-token tiles of 2 × 8 KiB,  3 stages:  8 + 48 = 56 KiB smem;
+//            48 KiB in flight per block; 127 regs and 57 KiB (with the 1 KiB the
+//            system reserves per block) give 4 blocks per SM → ~190 KiB per SM
+//   D = 128: 64-token tiles of 2 × 16 KiB, 3 stages: 16 + 96 = 112 KiB smem;
+//            96 KiB in flight per block, 2 blocks per SM (2 × 113 = 226 KiB of
+//            228) → ~190 KiB per SM. (It was 2 stages, 80 KiB, refilled only
+//            after the next tile had landed: 1 tile, 32 KiB, in flight per block,
+//            64 KiB per SM, which at the 2.98 TB/s measured on flat:64 implies a
+//            loaded latency of 64 KiB / 22.6 B/ns ≈ 2.9 µs, i.e. latency-bound.)
+//   D = 256: 32-token tiles of 2 × 16 KiB, 2 stages: 32 + 64 = 96 KiB smem;
+//            64 KiB in flight per block, 2 blocks per SM → 128 KiB per SM. A third
+//            stage would need 128 KiB, one block per SM.
 // D = 256 uses 32-token tiles because 64 would need 160 KiB, one block per SM.
+// Registers do not bind at 2 blocks per SM (255 × 128 × 2 < 64 Ki); at D = 64
+// they must stay ≤ 128 per thread for 4 blocks (launch bounds in pac.cuh).
 template <int D, typename T>
 struct PacTraits {
   static constexpr int kHeadDim = D;
@@ -59,7 +89,8 @@ struct PacTraits {
   static constexpr int kMaxSplits = kTileTokens / kTokenStep;  // most warps one row tile's tokens are split over
   static constexpr int kChunks = D * int(sizeof(T)) / 16;      // 16-byte cp.async chunks per row
   static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
-  static constexpr int kStages = 1 + ceil_div(16 * 1024, kTileBytes);  // (K + V) ahead ≥ 32 KiB
+  static constexpr int kStages = D == 256 ? 2 : 3;
+  static constexpr int kMinBlocksPerSM = D == 64 ? 4 : 2;  // __launch_bounds__: caps registers at 128 / 255
   // Shared memory: Q [kMaxRows][D], then kStages × (K, V) [kTileTokens][D], all
   // XOR-swizzled by 16-byte chunk. The epilogue reuses it all as fp32 staging.
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
@@ -70,6 +101,10 @@ struct PacTraits {
   // 8 banks apart (a half-warp then covers all 32 banks).
   static constexpr int kStagingStride = D + 8;
   static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float));
+  // Tokens of a tile one thread copies (the same chunk of each): rows
+  // kFirst + k · kTokenStride, k < kTokensPerThread, with kFirst = tid / kChunks.
+  static constexpr int kTokenStride = kThreads / kChunks;
+  static constexpr int kTokensPerThread = kTileTokens / kTokenStride;
 
   static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
   static_assert(sizeof(T) == 2, "tensor-core path is fp16 / bf16 only");
@@ -77,7 +112,10 @@ struct PacTraits {
   static_assert(kTileTokens % kTokenStep == 0, "a tile must be whole 16-token mma steps");
   static_assert((kTileTokens * kChunks) % kThreads == 0, "every thread copies the same number of KV chunks");
   static_assert(kStagingBytes <= kSmemBytes, "epilogue staging must fit in the Q + KV shared memory it reuses");
-  static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two PAC blocks must fit in an sm_90 SM (228 KiB)");
+  static_assert(kStages >= 2, "the main loop overlaps a tile's copy with the previous tile's compute");
+  static_assert(kThreads % kChunks == 0, "a thread copies the same 16-byte chunk of each of its tokens");
+  static_assert(kMinBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024,
+                "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
 };
 
 // Merge (merge.cuh): one warp per (request, qo head) row, 4 rows per block.

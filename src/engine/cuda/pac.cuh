@@ -200,10 +200,28 @@ __device__ __forceinline__ void attend_tile(const T* sq, const T* sk, const T* s
   }
 }
 
+// Token t of a node lies in page pages[t / page_size] at slot t % page_size.
+// Page sizes are powers of two in practice (16 in every benchmark): a shift and
+// a mask then replace the run-time integer division, about 20 dependent
+// instructions per token, 8 tokens per thread per tile, on the path from the
+// barrier to the copies' issue. Other page sizes (the tests use 1, 3, 7, 16, 64)
+// keep the division; the branch is uniform across the grid.
+struct PageGeometry {
+  int size;
+  int shift;  // log2(size), or −1 when size is not a power of two
+  __device__ explicit PageGeometry(int page_size) : size(page_size), shift(-1) {
+    if ((page_size & (page_size - 1)) == 0)  // page_size ≥ 1 (validated): a power of two
+      for (shift = 0; (1 << shift) < page_size; ++shift) {
+      }
+  }
+  __device__ __forceinline__ int page(int t) const { return shift >= 0 ? t >> shift : t / size; }
+};
+
 // ---------------------------------------------------------------- kernel
 
 template <int D, typename T>
-__device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, unsigned char* smem) {
+__device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, const PageGeometry geo,
+                                         unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   const PlanView& plan = p.plan;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = plan.group;
@@ -212,6 +230,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, u
   const int num_tiles = (kv_len + Tr::kTileTokens - 1) / Tr::kTileTokens;
   const std::int32_t* reqs = plan.node_reqs + plan.node_req_begin[task.node];
   const std::int32_t* pages = plan.node_pages + plan.node_page_begin[task.node];
+  // The task's first workspace slot (row v is slot0 + v), loaded now so that
+  // its latency hides under the main loop instead of lengthening the epilogue.
+  const int slot0 = plan.slot_of(task.node, task.chunk, task.kv_head, 0);
   T* sq = reinterpret_cast<T*>(smem);
   T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
 
@@ -235,8 +256,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, u
     }
   }
   // A KV tile: token t of the node lives in page pages[t / page_size] at slot
-  // t % page_size. kThreads is a multiple of kChunks, so a thread always copies
-  // the same 16-byte chunk c of its tokens.
+  // t % page_size (PageGeometry). kThreads is a multiple of kChunks, so a
+  // thread always copies the same 16-byte chunk c of its tokens.
   const int c = tid % Tr::kChunks;
   const std::int64_t head_offset = std::int64_t(task.kv_head) * p.stride_head + 8 * c;
   auto load_tile = [&](int tile) {
@@ -244,13 +265,15 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, u
     T* sv = sk + Tr::kTileTokens * D;
     const int t0 = task.kv_begin + tile * Tr::kTileTokens;
 #pragma unroll
-    for (int k = 0; k < Tr::kTileTokens * Tr::kChunks / Tr::kThreads; ++k) {
-      const int j = tid / Tr::kChunks + k * (Tr::kThreads / Tr::kChunks), t = t0 + j;
+    for (int k = 0; k < Tr::kTokensPerThread; ++k) {
+      const int j = tid / Tr::kChunks + k * Tr::kTokenStride, t = t0 + j;
       const bool valid = t < task.kv_end;
       std::int64_t offset = 0;
-      if (valid)
-        offset = std::int64_t(pages[t / plan.page_size]) * p.stride_page +
-                 std::int64_t(t % plan.page_size) * p.stride_token + head_offset;
+      if (valid) {
+        const int page = geo.page(t);
+        offset = std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token +
+                 head_offset;
+      }
       cp_async_16(sk + swizzle<D>(j, c), static_cast<const T*>(p.k) + offset, valid);
       cp_async_16(sv + swizzle<D>(j, c), static_cast<const T*>(p.v) + offset, valid);
     }
@@ -263,14 +286,27 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, u
     cp_async_commit();
   }
 
-  // main loop: wait for tile t, refill the stage tile t − 1 used, attend to tile t
+  // main loop: refill the stage tile t − 1 used as soon as every warp is done
+  // with it, then wait for tile t, then attend to it. Refilling before waiting
+  // (two barriers per tile instead of one) keeps all kStages tiles in flight
+  // while the block waits, kStages − 1 while it computes. Refilling after the
+  // wait, as FlashAttention-2's single-barrier loop does, issues tile
+  // t + kStages − 1 only once tile t has landed: one tile fewer in flight, which
+  // at 2 stages meant 32 KiB per block and a pipeline that emptied at every
+  // tile. The extra barrier costs ~20–40 cycles against a tile period of
+  // ~2,000 (memory-bound: 32 KiB at ~16 B/ns per block) or ~1,000+ (64 rows).
+  // Group accounting: the prologue committed kStages − 1 groups (tiles 0 ..
+  // kStages − 2, Q in the first); iteration t commits one more, so
+  // kStages + t groups exist after its commit, and waiting until at most
+  // kStages − 1 are pending completes groups 0 .. t: Q and tiles 0 .. t.
   OnlineSoftmax state[2];
   float o[D / 8][4] = {};
   for (int t = 0; t < num_tiles; ++t) {
-    cp_async_wait<Tr::kStages - 2>();
-    __syncthreads();  // tile t visible to every warp; every warp is done with tile t − 1
+    __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
     if (t + Tr::kStages - 1 < num_tiles) load_tile(t + Tr::kStages - 1);
     cp_async_commit();  // possibly empty: keeps the group count in step with t
+    cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
+    __syncthreads();                   // ... and every thread's: tile t is visible to every warp
     const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
     if (has_rows && token0 < tile_tokens) {
       const T* sk = skv + (t % Tr::kStages) * 2 * Tr::kTileTokens * D;
@@ -321,7 +357,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, u
       *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
       if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
     } else {
-      const std::int64_t slot = plan.slot_of(task.node, task.chunk, task.kv_head, v);
+      const std::int64_t slot = slot0 + v;  // plan.slot_of(task.node, task.chunk, task.kv_head, v)
       *reinterpret_cast<float4*>(p.part_o + slot * D + d) = acc;
       if (d == 0) p.part_lse[slot] = lse;
     }
@@ -329,20 +365,40 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, u
   __syncthreads();  // the next task's prologue overwrites the staging
 }
 
+// Programmatic dependent launch (sm_90): the merge kernel is launched with
+// programmatic stream serialisation (merge.cuh), so it may start once every PAC
+// block has called launch_dependents (or exited). A block calls it when it
+// starts its last task: by then the merge's launch and its plan-only prologue
+// overlap that task, ~2–5 µs of a two-kernel run that small trees spend in
+// 30–60 µs, while merge blocks waiting in griddepcontrol.wait never sit beside
+// PAC blocks that still have several tasks to run. The trigger carries no
+// memory visibility; the merge's griddepcontrol.wait waits for this whole grid
+// to complete and flush.
 template <int D, typename T>
-__global__ void __launch_bounds__(PacTraits<D, T>::kThreads) pac_kernel(const __grid_constant__ PacParams p) {
+__global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
+    pac_kernel(const __grid_constant__ PacParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const PlanView& plan = p.plan;
-  for (int i = plan.block_indptr[blockIdx.x]; i < plan.block_indptr[blockIdx.x + 1]; ++i)
-    pac_task<D, T>(p, plan.tasks[plan.block_tasks[i]], smem);
+  const PageGeometry geo(plan.page_size);
+  const int begin = plan.block_indptr[blockIdx.x], end = plan.block_indptr[blockIdx.x + 1];
+  for (int i = begin; i < end; ++i) {
+    if (i == end - 1) pdl_launch_dependents();
+    pac_task<D, T>(p, plan.tasks[plan.block_tasks[i]], geo, smem);
+  }
 }
 
 // ---------------------------------------------------------------- host launcher
 
+// The dynamic shared-memory limit, and a hint for the largest shared-memory
+// carveout of the unified L1: 2 blocks × (112 + 1) KiB at D = 128 and 4 × (56 +
+// 1) KiB at D = 64 need the full 228 KiB; L1 keeps the remaining 28 KiB, ample
+// for the page lists and plan arrays it caches (~1 KiB of pages per task).
 template <int D, typename T>
 void set_pac_smem_limit() {
   CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         PacTraits<D, T>::kSmemBytes));
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        int(cudaSharedmemCarveoutMaxShared)));
 }
 
 // Resident PAC blocks per SM on the current device (registers and shared memory).
