@@ -1,5 +1,7 @@
 #include "codec/forest/page_table.hpp"
 
+#include <algorithm>
+
 
 #include "codec/core/error.hpp"
 
@@ -22,9 +24,11 @@ void PageTable::validate() const {
                 last_page_len[r], " is outside [1, page_size = ", page_size, "]");
   }
   // One vectorisable pass over all page ids; only a failure looks for the culprit.
-  bool bad = false;
-  for (const std::int32_t page : indices) bad |= page < 0 || page >= num_pages;
-  if (!bad) return;
+  // (A negative id is a large unsigned one.)
+  const auto limit = std::uint32_t(std::min<std::int64_t>(num_pages, std::int64_t(1) << 31));
+  std::uint32_t largest = 0;
+  for (const std::int32_t page : indices) largest = std::max(largest, std::uint32_t(page));
+  if (largest < limit) return;
   for (int r = 0; r < batch; ++r)
     for (std::int32_t i = indptr[r]; i < indptr[r + 1]; ++i)
       CODEC_CHECK(indices[i] >= 0 && indices[i] < num_pages, "page index ", indices[i], " at kv_indices[", i,
