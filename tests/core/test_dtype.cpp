@@ -7,21 +7,12 @@
 
 #include "codec/core/dtype.hpp"
 #include "codec/core/error.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::string(e.what()).find(needle) != std::string::npos)
-      return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "message '" << e.what() << "' lacks '" << needle << "'";
-  }
-  return ::testing::AssertionFailure() << "no codec::Error thrown";
-}
+using test::throws_with;
 
 bool is_f16_nan(std::uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
 bool is_bf16_nan(std::uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0; }

@@ -7,21 +7,12 @@
 
 #include "codec/core/error.hpp"
 #include "codec/core/heads.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::string(e.what()).find(needle) != std::string::npos)
-      return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "message '" << e.what() << "' lacks '" << needle << "'";
-  }
-  return ::testing::AssertionFailure() << "no codec::Error thrown";
-}
+using test::throws_with;
 
 HeadConfig heads(int hq, int hkv, int d, float scale = 0.f) { return {hq, hkv, d, scale}; }
 

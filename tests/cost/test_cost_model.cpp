@@ -8,21 +8,12 @@
 
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::string(e.what()).find(needle) != std::string::npos)
-      return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "message '" << e.what() << "' lacks '" << needle << "'";
-  }
-  return ::testing::AssertionFailure() << "no codec::Error thrown";
-}
+using test::throws_with;
 
 // Round numbers: per block 100 GB/s = 1e5 B/us and 10 TFLOP/s = 1e7 FLOP/us.
 RooflineParams simple_params(double overhead_us = 1.0) {

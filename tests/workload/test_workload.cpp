@@ -15,20 +15,12 @@
 #include <vector>
 
 #include "codec/core/error.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (std::string(e.what()).find(needle) != std::string::npos) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "message '" << e.what() << "' lacks '" << needle << "'";
-  }
-  return ::testing::AssertionFailure() << "no codec::Error thrown";
-}
+using test::throws_with;
 
 // Every request's node, children of each node.
 std::vector<std::vector<std::int32_t>> children_of(const Workload& w) {
