@@ -14,6 +14,13 @@ mkdir -p "$out"
   | tee "$out/bench_planner.txt"
 ./build/codec plan --workload all | tee "$out/plan_h200.txt"
 ./build/codec plan --workload all --json > "$out/plan_h200.json"
+# The adaptive search against every split vector within the caps, where that is
+# few enough to enumerate (codec plan refuses the others: see the .err lines).
+: > "$out/plan_h200_exhaustive.jsonl"
+for w in $(python3 -c "import json; print(' '.join(r['workload'] for r in json.load(open('$out/plan_h200.json'))))"); do
+  ./build/codec plan --workload "$w" --split exhaustive --json 2>> "$out/plan_h200_exhaustive.err" \
+    | python3 -c "import json,sys; [print(json.dumps(r)) for r in json.load(sys.stdin)]" >> "$out/plan_h200_exhaustive.jsonl" || true
+done
 for b in 4 16 64; do
   ./build/codec bench --workload "batch:$b" --reps 5 --json > "$out/bench_batch_$b.json"
 done

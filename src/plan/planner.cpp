@@ -360,6 +360,20 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   std::vector<int> splits(classes.size(), 1);
   if (opt.split == SplitPolicy::fixed) {
     for (std::size_t ci = 0; ci < classes.size(); ++ci) splits[ci] = std::min(opt.fixed_splits, classes[ci].max_splits);
+  } else if (opt.split == SplitPolicy::exhaustive && !classes.empty()) {
+    double vectors = 1;
+    for (const int c : cap) vectors *= c;
+    CODEC_CHECK(vectors <= double(kMaxExhaustivePlans), "exhaustive split search: ", vectors,
+                " split vectors over ", classes.size(), " node classes exceed ", kMaxExhaustivePlans);
+    std::vector<int> s(classes.size(), 1);
+    double best = makespan_of(s);
+    while (true) {  // odometer over s[ci] ∈ [1, cap[ci]]
+      std::size_t ci = 0;
+      while (ci < s.size() && s[ci] == cap[ci]) s[ci++] = 1;
+      if (ci == s.size()) break;
+      ++s[ci];
+      if (const double t = makespan_of(s); t < best) best = t, splits = s;
+    }
   } else if (opt.split == SplitPolicy::adaptive && !classes.empty()) {
     double best = makespan_of(splits);
     std::vector<int> tried = splits, by_cost(classes.size()), by_chunk(classes.size());
@@ -385,16 +399,18 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
       return search.chunk_cost(classes[a], splits[a]) > search.chunk_cost(classes[b], splits[b]);
     });
     order.resize(std::min<std::size_t>(order.size(), kPolishClasses));
-    for (bool improved = true; improved;) {
-      improved = false;
-      for (const int ci : order) {
-        for (const int delta : {1, -1}) {
-          std::vector<int> s = splits;
-          s[ci] += delta;
-          if (s[ci] < 1 || s[ci] > cap[ci]) continue;
-          const double before = best;
-          consider(s);
-          improved = improved || best < before;
+    for (const int step : {8, 4, 2, 1}) {  // pattern search: coarse moves first
+      for (bool improved = true; improved;) {
+        improved = false;
+        for (const int ci : order) {
+          for (const int delta : {step, -step}) {
+            std::vector<int> s = splits;
+            s[ci] += delta;
+            if (s[ci] < 1 || s[ci] > cap[ci]) continue;
+            const double before = best;
+            consider(s);
+            improved = improved || best < before;
+          }
         }
       }
     }

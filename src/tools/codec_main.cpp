@@ -18,6 +18,8 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--cost-table", w.cost_table, "Cost table file measured by 'codec profile'");
   cmd->add_option("--blocks", w.blocks, "Planner blocks m (default: the backend's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--split", w.split, "CoDec plan's KV splitting: adaptive, none, fixed:K, exhaustive")
+      ->capture_default_str();
   cmd->add_flag("--json", w.json, "Print JSON instead of a table");
 }
 

@@ -129,6 +129,24 @@ Workload load_workload(const std::string& spec, const WorkloadArgs& args, double
   return w;
 }
 
+void apply_split(const std::string& split, PlannerOptions& options) {
+  if (split == "adaptive") options.split = SplitPolicy::adaptive;
+  else if (split == "none") options.split = SplitPolicy::none;
+  else if (split == "exhaustive") options.split = SplitPolicy::exhaustive;
+  else if (split.rfind("fixed:", 0) == 0) {
+    options.split = SplitPolicy::fixed;
+    try {
+      std::size_t used = 0;
+      options.fixed_splits = std::stoi(split.substr(6), &used);
+      CODEC_CHECK(used == split.size() - 6 && options.fixed_splits >= 1, "");
+    } catch (const std::exception&) {
+      CODEC_FAIL("--split '", split, "': fixed:K needs an integer K >= 1");
+    }
+  } else {
+    CODEC_FAIL("--split '", split, "' is not one of adaptive, none, fixed:K, exhaustive");
+  }
+}
+
 std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
                                            const Workload& w) {
   if (!args.cost_table.empty()) return std::make_unique<TableCostModel>(CostTable::load(args.cost_table));
@@ -176,7 +194,9 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     if (args.blocks > 0) opt.num_blocks = args.blocks;
     params.concurrent_blocks = opt.num_blocks;
     const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w);
-    const Plan shared = make_plan(forest, w.heads, *cost, opt);
+    PlannerOptions shared_opt = opt;  // the flat baseline keeps the adaptive split-KV plan
+    apply_split(args.split, shared_opt);
+    const Plan shared = make_plan(forest, w.heads, *cost, shared_opt);
     const Plan flat = make_plan(flatten(forest), w.heads, *cost, opt);
     progress("fp64 reference");
     const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
@@ -224,6 +244,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                     {"plan_ms", shared.stats().plan_ms},
                     {"plan_quality", shared.stats().quality()},
                     {"blocks", opt.num_blocks},
+                    {"split", args.split},
                     {"pass", pass}});
     if (!args.json)
       std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %9.2e %9.2e %6s\n", w.name.c_str(),
@@ -263,10 +284,12 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
     opt.num_blocks = args.blocks > 0 ? args.blocks : params.concurrent_blocks;
     params.concurrent_blocks = opt.num_blocks;
     const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w);
+    apply_split(args.split, opt);
     const Plan plan = make_plan(forest, w.heads, *cost, opt);
     const PlanStats& s = plan.stats();
     rows.push_back({{"workload", w.name},
                     {"target", target},
+                    {"split", args.split},
                     {"requests", s.num_requests},
                     {"nodes", s.num_nodes},
                     {"units", s.num_units},

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "codec/cost/cost_model.hpp"
+#include "codec/plan/planner.hpp"
 #include "codec/workload/workload.hpp"
 
 namespace codec::tools {
@@ -16,6 +17,7 @@ struct WorkloadArgs {
   double scale = 0;                   // token-count factor; 0 picks the backend's default
   std::string cost_table;             // measured cost table instead of the roofline
   int blocks = 0;                     // planner blocks m; 0 picks the backend's default
+  std::string split = "adaptive";     // CoDec plan's splitting: adaptive, none, fixed:K, exhaustive
   bool json = false;
 };
 
@@ -31,6 +33,8 @@ struct BenchArgs {
 std::vector<std::string> expand_workloads(const std::string& spec);
 // Resolves a spec and applies the overrides and the scale.
 Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale);
+// Sets options.split (and fixed_splits) from "adaptive", "none", "fixed:K" or "exhaustive".
+void apply_split(const std::string& split, PlannerOptions& options);
 std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
                                            const Workload& w);
 

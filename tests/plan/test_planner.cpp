@@ -6,6 +6,7 @@
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
 #include "codec/plan/planner.hpp"
+#include "codec/workload/workload.hpp"
 #include "support/planning.hpp"
 #include "support/random_batch.hpp"
 
@@ -181,6 +182,42 @@ TEST(Planner, BadOptions) {
   EXPECT_THROW(make_plan(f, heads, roofline(heads), opt), Error);
   opt.max_tile_rows = 64;
   EXPECT_THROW(make_plan(f, HeadConfig{30, 8, 64}, roofline(heads), opt), Error);
+}
+
+}  // namespace
+}  // namespace codec
+
+namespace codec {
+namespace {
+
+// The adaptive search against every split vector within the caps, on the
+// built-in workloads small enough to enumerate: the bound must hold for the
+// best plan too, and the search must come close to it.
+TEST(Planner, AdaptiveSearchComesCloseToExhaustiveSearch) {
+  for (const char* name : {"seq:256", "seq:1024", "batch:16", "ratio:0.8", "shape:4", "shape:5", "long"}) {
+    const Workload w = builtin_workload(name);
+    const Forest forest = derive_forest(workload_page_tables(w).view());
+    const RooflineCostModel cost(RooflineParams::h200(), w.heads, w.dtype);
+    PlannerOptions opt;
+    opt.num_blocks = 264;
+    const PlanStats adaptive = make_plan(forest, w.heads, cost, opt).stats();
+    opt.split = SplitPolicy::exhaustive;
+    const PlanStats best = make_plan(forest, w.heads, cost, opt).stats();
+    EXPECT_GE(best.makespan_us, best.lower_bound_us * (1 - 1e-9)) << name;
+    EXPECT_LE(best.makespan_us, adaptive.makespan_us * (1 + 1e-9)) << name;
+    EXPECT_LE(adaptive.makespan_us, 1.05 * best.makespan_us) << name << ": adaptive " << adaptive.makespan_us
+                                                             << " µs, exhaustive " << best.makespan_us << " µs";
+  }
+}
+
+TEST(Planner, ExhaustiveSearchRefusesHugeSpaces) {
+  const Workload w = builtin_workload("loogle:16");
+  const Forest forest = derive_forest(workload_page_tables(w).view());
+  const RooflineCostModel cost(RooflineParams::h200(), w.heads, w.dtype);
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  opt.split = SplitPolicy::exhaustive;
+  EXPECT_THROW(make_plan(forest, w.heads, cost, opt), Error);
 }
 
 }  // namespace

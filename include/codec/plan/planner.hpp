@@ -11,7 +11,12 @@ enum class SplitPolicy {
   adaptive,  // the paper's search over per-node split counts b_k
   fixed,     // every node split into the same number of chunks (ablation)
   none,      // one chunk per node (ablation: sharing without partitioning)
+  // Every split vector within the caps, the least makespan kept: the yardstick
+  // for the adaptive search on small trees. Throws when there are more than
+  // kMaxExhaustivePlans vectors to try.
+  exhaustive,
 };
+inline constexpr long kMaxExhaustivePlans = 200000;
 
 struct PlannerOptions {
   int num_blocks = 0;        // m: blocks that run concurrently (GPU: SMs × blocks per SM; CPU: threads)
