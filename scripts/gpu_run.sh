@@ -4,11 +4,11 @@
 # test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
 # to the folder given as $1 (default: results/gpu-local).
 #   bash scripts/gpu_run.sh "$OUT"
-# Set CODEC_GPU_STEPS to a subset of "build test sanitize bench ncu" to run fewer steps.
+# Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench ncu" to run fewer steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu-local}
-steps=${CODEC_GPU_STEPS:-build test sanitize bench ncu}
+steps=${CODEC_GPU_STEPS:-build test sanitize profile bench ncu}
 mkdir -p "$out"
 status=0
 step() { [[ " $steps " == *" $1 "* ]]; }
@@ -38,7 +38,15 @@ if step sanitize; then
   run synccheck $san --tool synccheck $t --gtest_filter=CudaEngine.EmptyNodesContributeNothing
   run initcheck $san --tool initcheck $t --gtest_filter=CudaEngine.EdgeCases
 fi
+if step profile; then
+  # The measured cost table (data/cost_tables/<device>_d128_bf16.json), which
+  # the benchmarks below then use; a copy goes to the output folder.
+  run profile ./build-gpu/codec profile
+  cp data/cost_tables/*.json "$out/" 2>/dev/null || true
+fi
 if step bench; then
+  run bench_roofline ./build-gpu/codec bench --backend cuda --workload all --cost-table roofline \
+    --save "$out/bench_roofline.json"
   run bench_all ./build-gpu/codec bench --backend cuda --workload all --save "$out/bench_all.json"
 fi
 if step ncu; then

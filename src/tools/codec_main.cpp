@@ -16,7 +16,9 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
   cmd->add_option("--page-size", w.page_size, "Tokens per KV page")->check(CLI::PositiveNumber);
   cmd->add_option("--scale", w.scale, "Multiply every node's token count (default: 1 on a GPU, 1/16 on the CPU)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--cost-table", w.cost_table, "Cost table file measured by 'codec profile'");
+  cmd->add_option("--cost-table", w.cost_table,
+                  "Cost table file measured by 'codec profile', or 'roofline' (default: the table measured on "
+                  "this GPU under data/cost_tables if there is one, else the roofline)");
   cmd->add_option("--blocks", w.blocks, "Planner blocks m (default: the backend's)")->check(CLI::PositiveNumber);
   cmd->add_option("--split", w.split, "CoDec plan's KV splitting: adaptive, none, fixed:K, exhaustive")
       ->capture_default_str();
@@ -49,6 +51,18 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"h200", "cpu"}))
       ->capture_default_str();
 
+  codec::tools::WorkloadArgs profile_w;
+  std::string profile_out;
+  int profile_reps = 10;
+  CLI::App* profile_cmd =
+      app.add_subcommand("profile", "Measure the PAC kernel on this GPU and write the planner's cost table");
+  profile_cmd->add_option("--model", profile_w.model, "Model shape (default qwen3-4b)");
+  profile_cmd->add_option("--dtype", profile_w.dtype, "bf16 or fp16 (default bf16)");
+  profile_cmd->add_option("--page-size", profile_w.page_size, "Tokens per KV page (default 16)")
+      ->check(CLI::PositiveNumber);
+  profile_cmd->add_option("--out", profile_out, "Table file (default: data/cost_tables/<device>_d<D>_<dtype>.json)");
+  profile_cmd->add_option("--reps", profile_reps, "Timed repetitions per grid point")->check(CLI::PositiveNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -57,6 +71,13 @@ int main(int argc, char** argv) {
   }
   try {
     if (*bench_cmd) return codec::tools::run_bench(bench_w, bench);
+    if (*profile_cmd) {
+#if CODEC_HAS_CUDA
+      return codec::tools::run_profile(profile_w, profile_out, profile_reps);
+#else
+      throw codec::Error("codec profile: this build has no CUDA engine");
+#endif
+    }
     return codec::tools::run_plan(plan_w, target);
   } catch (const codec::Error& e) {
     std::cerr << "codec: error: " << e.what() << "\n";

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <cctype>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -147,9 +148,21 @@ void apply_split(const std::string& split, PlannerOptions& options) {
   }
 }
 
+std::string default_cost_table_path(const std::string& device, const HeadConfig& heads, DType dtype) {
+  std::string name = device;
+  for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? char(std::tolower(ch)) : '_';
+  return std::string(CODEC_DATA_DIR) + "/cost_tables/" + name + "_d" + std::to_string(heads.head_dim) + "_" +
+         std::string(to_string(dtype)) + ".json";
+}
+
 std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
-                                           const Workload& w) {
+                                           const Workload& w, const std::string& device) {
+  if (args.cost_table == "roofline") return std::make_unique<RooflineCostModel>(roofline, w.heads, w.dtype);
   if (!args.cost_table.empty()) return std::make_unique<TableCostModel>(CostTable::load(args.cost_table));
+  if (!device.empty()) {  // a table measured on this device by `codec profile`, when the repo has one
+    const std::string path = default_cost_table_path(device, w.heads, w.dtype);
+    if (std::filesystem::exists(path)) return std::make_unique<TableCostModel>(CostTable::load(path));
+  }
   return std::make_unique<RooflineCostModel>(roofline, w.heads, w.dtype);
 }
 
@@ -193,7 +206,12 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     if (!cuda) opt.num_blocks = threads;
     if (args.blocks > 0) opt.num_blocks = args.blocks;
     params.concurrent_blocks = opt.num_blocks;
-    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w);
+    std::string device;
+#if CODEC_HAS_CUDA
+    if (cuda) device = cuda_device_info(w.heads, w.dtype).name;
+#endif
+    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w, device);
+    if (i == 0) std::fprintf(stderr, "cost model: %s\n", cost->describe().c_str());
     PlannerOptions shared_opt = opt;  // the flat baseline keeps the adaptive split-KV plan
     apply_split(args.split, shared_opt);
     const Plan shared = make_plan(forest, w.heads, *cost, shared_opt);
@@ -245,6 +263,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                     {"plan_quality", shared.stats().quality()},
                     {"blocks", opt.num_blocks},
                     {"split", args.split},
+                    {"cost_model", cost->describe()},
                     {"pass", pass}});
     if (!args.json)
       std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %9.2e %9.2e %6s\n", w.name.c_str(),
@@ -283,7 +302,7 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
     PlannerOptions opt;
     opt.num_blocks = args.blocks > 0 ? args.blocks : params.concurrent_blocks;
     params.concurrent_blocks = opt.num_blocks;
-    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w);
+    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w, target == "h200" ? "NVIDIA H200" : "");
     apply_split(args.split, opt);
     const Plan plan = make_plan(forest, w.heads, *cost, opt);
     const PlanStats& s = plan.stats();

@@ -35,10 +35,16 @@ std::vector<std::string> expand_workloads(const std::string& spec);
 Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale);
 // Sets options.split (and fixed_splits) from "adaptive", "none", "fixed:K" or "exhaustive".
 void apply_split(const std::string& split, PlannerOptions& options);
+// The --cost-table file if given; else the table measured on `device` (a CUDA
+// device name) if the repo has one; else the roofline.
 std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
-                                           const Workload& w);
+                                           const Workload& w, const std::string& device);
 
 int run_bench(const WorkloadArgs& args, const BenchArgs& bench);
+// Measures a cost table on the current GPU (CUDA builds only).
+int run_profile(const WorkloadArgs& args, const std::string& out, int reps);
+// Where a measured table for this device and head configuration is kept.
+std::string default_cost_table_path(const std::string& device, const HeadConfig& heads, DType dtype);
 int run_plan(const WorkloadArgs& args, const std::string& target);
 
 }  // namespace codec::tools

@@ -98,7 +98,22 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   BENCH_CUDA(cudaMemcpy(m.lse.data(), s.lse.ptr, rows * sizeof(float), cudaMemcpyDeviceToHost));
   m.error = compare(m.out.data(), ref.out);
 
-  // Timed runs: one CUDA graph of run_cuda (as a serving engine would replay it).
+  m.median_ms = time_graph(plan, ws, reps);
+  return m;
+}
+
+
+double CudaBench::time(const Plan& plan, int reps) {
+  DeviceBuffer workspace(cuda_workspace_bytes(plan));
+  const std::span<std::byte> ws(workspace.bytes(), cuda_workspace_bytes(plan));
+  cuda_upload_plan(plan, ws, impl_->stream);
+  return time_graph(plan, ws, reps);
+}
+
+double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps) {
+  Impl& s = *impl_;
+  const CudaAttentionIO io{s.q.ptr, s.out.ptr, static_cast<float*>(s.lse.ptr)};
+  // One CUDA graph of run_cuda (as a serving engine would replay it).
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   BENCH_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
@@ -120,8 +135,7 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   BENCH_CUDA(cudaGraphExecDestroy(exec));
   BENCH_CUDA(cudaGraphDestroy(graph));
   std::sort(times.begin(), times.end());
-  m.median_ms = times[times.size() / 2];
-  return m;
+  return times[times.size() / 2];
 }
 
 }  // namespace codec::tools

@@ -1,6 +1,8 @@
 #pragma once
 // GPU timing for `codec bench --backend cuda` (built only with the CUDA engine).
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,9 +26,13 @@ class CudaBench {
   // with CUDA events around the attention alone (BENCHMARKS.md protocol).
   // The checked run sits in an NVTX range named `label`, for ncu.
   Measured run(const Plan& plan, const ReferenceResult& ref, int reps, const char* label);
+  // Median time of `reps` graph replays of a plan over this batch, unchecked
+  // (the plan may use any subset of the batch's pages and requests).
+  double time(const Plan& plan, int reps);
   std::string device_name() const;
 
  private:
+  double time_graph(const Plan& plan, std::span<std::byte> workspace, int reps);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
