@@ -4,11 +4,11 @@
 # test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
 # to the folder given as $1 (default: results/gpu-local).
 #   bash scripts/gpu_run.sh "$OUT"
-# Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench ncu" to run fewer steps.
+# Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench ablation ncu" to run fewer steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu-local}
-steps=${CODEC_GPU_STEPS:-build test sanitize profile bench ncu}
+steps=${CODEC_GPU_STEPS:-build test sanitize profile bench ablation ncu}
 mkdir -p "$out"
 status=0
 step() { [[ " $steps " == *" $1 "* ]]; }
@@ -49,11 +49,20 @@ if step bench; then
     --save "$out/bench_roofline.json"
   run bench_all ./build-gpu/codec bench --backend cuda --workload all --save "$out/bench_all.json"
 fi
+if step ablation; then
+  # The paper's ablation (flat / sharing without partitioning / full CoDec) and
+  # the partition granularity (adaptive vs fixed split counts vs none).
+  for w in seq:512 batch:16 batch:64 depth:6 ratio:0.2 shape:4 long loogle:8 fewshot; do
+    run "ablation_${w/:/_}" ./build-gpu/codec bench --backend cuda --workload "$w" \
+      --split adaptive,none,fixed:2,fixed:4,fixed:8,fixed:16,fixed:32 --save "$out/ablation_${w/:/_}.json"
+  done
+fi
 if step ncu; then
-  for w in batch:4 batch:16 batch:64 ratio:0.05 ratio:0.2 ratio:0.8; do
+  for w in batch:4 batch:16 batch:64 depth:2 depth:4 depth:6 ratio:0.05 ratio:0.2 ratio:0.8; do
     for variant in codec flat; do
-      ncu --clock-control none --metrics dram__bytes_read.sum --nvtx --nvtx-include "$variant/" --csv \
-        ./build-gpu/codec bench --backend cuda --workload "$w" --reps 1 > "$out/ncu_${w/:/_}_$variant.csv" 2>&1 || status=1
+      ncu --clock-control none --metrics dram__bytes_read.sum,gpu__time_duration.sum --nvtx --nvtx-include "$variant/" --csv \
+        ./build-gpu/codec bench --backend cuda --workload "$w" --reps 1 --save "$out/ncu_meta_${w/:/_}.json" \
+        > "$out/ncu_${w/:/_}_$variant.csv" 2>&1 || status=1
     done
   done
   python3 scripts/ncu_summary.py "$out" | tee "$out/ncu_summary.txt"

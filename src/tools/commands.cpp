@@ -176,6 +176,14 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
   const int reps = bench.reps > 0 ? bench.reps : (cuda ? 30 : 5);
   const double default_scale = cuda ? 1.0 : kCpuScale;
   const std::vector<std::string> specs = expand_workloads(args.workload);
+  std::vector<std::string> splits;  // --split a,b,c: one CoDec row per policy against one flat run
+  for (std::size_t at = 0; at <= args.split.size();) {
+    const std::size_t comma = std::min(args.split.find(',', at), args.split.size());
+    splits.push_back(args.split.substr(at, comma - at));
+    PlannerOptions check;
+    apply_split(splits.back(), check);  // reject a bad policy before any work
+    at = comma + 1;
+  }
   nlohmann::json rows = nlohmann::json::array();
   bool all_pass = true;
   if (!args.json) {
@@ -212,70 +220,76 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
 #endif
     const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w, device);
     if (i == 0) std::fprintf(stderr, "cost model: %s\n", cost->describe().c_str());
-    PlannerOptions shared_opt = opt;  // the flat baseline keeps the adaptive split-KV plan
-    apply_split(args.split, shared_opt);
-    const Plan shared = make_plan(forest, w.heads, *cost, shared_opt);
-    const Plan flat = make_plan(flatten(forest), w.heads, *cost, opt);
+    const Plan flat = make_plan(flatten(forest), w.heads, *cost, opt);  // adaptive split-KV, no sharing
     progress("fp64 reference");
     const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
     progress("timing CoDec and flat");
-    Measured mc, mf;
-    if (cuda) {
 #if CODEC_HAS_CUDA
-      CudaBench gpu_bench(batch);
-      mc = gpu_bench.run(shared, ref, reps, "codec");
-      mf = gpu_bench.run(flat, ref, reps, "flat");
+    std::unique_ptr<CudaBench> gpu_bench = cuda ? std::make_unique<CudaBench>(batch) : nullptr;
 #endif
-    } else {
-      mc = time_cpu(shared, batch, ref, threads, reps);
-      mf = time_cpu(flat, batch, ref, threads, reps);
-    }
+    auto measure = [&](const Plan& plan, const char* label) {
+#if CODEC_HAS_CUDA
+      if (cuda) return gpu_bench->run(plan, ref, reps, label);
+#endif
+      (void)label;
+      return time_cpu(plan, batch, ref, threads, reps);
+    };
+    const Measured mf = measure(flat, "flat");
     const double tol = tolerance(w.dtype);
-    const bool pass = mc.error.within(tol) && mf.error.within(tol);
-    all_pass = all_pass && pass;
-    if (!bench.dump.empty()) dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, mc, mf);
     const double bytes_per_token = 2.0 * w.heads.head_dim * dtype_size(w.dtype);
-    const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
     const double flat_mb = flat.stats().kv_tokens_read * bytes_per_token / 1e6;
-    const double unique_bytes = double(shared.stats().unique_kv_tokens) * bytes_per_token;
+    const double unique_bytes = double(forest.unique_tokens()) * w.heads.num_kv_heads * bytes_per_token;
     double flops = 0;  // 4 · rows · n · D over the forest's nodes
     for (const ForestNode& n : forest.nodes) flops += 4.0 * n.num_reqs * w.heads.num_qo_heads * n.num_tokens * w.heads.head_dim;
     const double floor_ms = std::max(unique_bytes / kH200Bandwidth, flops / kH200Flops) * 1e3;
-    rows.push_back({{"workload", w.name},
-                    {"scale", scale},
-                    {"backend", backend},
-                    {"requests", batch.num_requests()},
-                    {"unique_kv_tokens", forest.unique_tokens()},
-                    {"flat_kv_tokens", forest.flat_tokens()},
-                    {"codec_ms", mc.median_ms},
-                    {"flat_ms", mf.median_ms},
-                    {"speedup", mf.median_ms / mc.median_ms},
-                    {"codec_kv_mb", codec_mb},
-                    {"flat_kv_mb", flat_mb},
-                    {"unique_kv_mb", unique_bytes / 1e6},
-                    {"floor_ms", floor_ms},
-                    {"codec_over_floor", mc.median_ms / floor_ms},
-                    {"codec_rel_l2", mc.error.rel_l2},
-                    {"flat_rel_l2", mf.error.rel_l2},
-                    {"tolerance", tol},
-                    {"derive_ms", derive_ms},
-                    {"plan_ms", shared.stats().plan_ms},
-                    {"plan_quality", shared.stats().quality()},
-                    {"blocks", opt.num_blocks},
-                    {"split", args.split},
-                    {"cost_model", cost->describe()},
-                    {"pass", pass}});
-    if (!args.json)
-      std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %9.2e %9.2e %6s\n", w.name.c_str(),
-                  fixed(scale, 4).c_str(), batch.num_requests(), static_cast<long long>(forest.unique_tokens()),
-                  fixed(mc.median_ms, 4).c_str(), fixed(mf.median_ms, 4).c_str(),
-                  fixed(mf.median_ms / mc.median_ms, 2).c_str(), fixed(codec_mb, 1).c_str(),
-                  fixed(flat_mb, 1).c_str(), fixed(floor_ms, 4).c_str(), fixed(mc.median_ms / floor_ms, 2).c_str(),
-                  mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL");
-    std::fflush(stdout);
-    if (!pass)
-      std::fprintf(stderr, "codec: %s failed verification: codec %s; flat %s (tolerance %g)\n", w.name.c_str(),
-                   mc.error.describe().c_str(), mf.error.describe().c_str(), tol);
+    for (const std::string& split : splits) {
+      PlannerOptions shared_opt = opt;
+      apply_split(split, shared_opt);
+      const Plan shared = make_plan(forest, w.heads, *cost, shared_opt);
+      const Measured mc = measure(shared, "codec");
+      const bool pass = mc.error.within(tol) && mf.error.within(tol);
+      all_pass = all_pass && pass;
+      if (!bench.dump.empty() && split == splits.front())
+        dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, mc, mf);
+      const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
+      rows.push_back({{"workload", w.name},
+                      {"split", split},
+                      {"scale", scale},
+                      {"backend", backend},
+                      {"requests", batch.num_requests()},
+                      {"unique_kv_tokens", forest.unique_tokens()},
+                      {"flat_kv_tokens", forest.flat_tokens()},
+                      {"codec_ms", mc.median_ms},
+                      {"flat_ms", mf.median_ms},
+                      {"speedup", mf.median_ms / mc.median_ms},
+                      {"codec_kv_mb", codec_mb},
+                      {"flat_kv_mb", flat_mb},
+                      {"unique_kv_mb", unique_bytes / 1e6},
+                      {"floor_ms", floor_ms},
+                      {"codec_over_floor", mc.median_ms / floor_ms},
+                      {"codec_rel_l2", mc.error.rel_l2},
+                      {"flat_rel_l2", mf.error.rel_l2},
+                      {"tolerance", tol},
+                      {"derive_ms", derive_ms},
+                      {"plan_ms", shared.stats().plan_ms},
+                      {"plan_quality", shared.stats().quality()},
+                      {"max_splits", shared.stats().max_splits},
+                      {"blocks", opt.num_blocks},
+                      {"cost_model", cost->describe()},
+                      {"pass", pass}});
+      if (!args.json)
+        std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %9.2e %9.2e %6s%s\n", w.name.c_str(),
+                    fixed(scale, 4).c_str(), batch.num_requests(), static_cast<long long>(forest.unique_tokens()),
+                    fixed(mc.median_ms, 4).c_str(), fixed(mf.median_ms, 4).c_str(),
+                    fixed(mf.median_ms / mc.median_ms, 2).c_str(), fixed(codec_mb, 1).c_str(),
+                    fixed(flat_mb, 1).c_str(), fixed(floor_ms, 4).c_str(), fixed(mc.median_ms / floor_ms, 2).c_str(),
+                    mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL",
+                    splits.size() > 1 ? ("  split " + split).c_str() : "");
+      std::fflush(stdout);
+      if (!pass)
+        std::fprintf(stderr, "codec: %s (split %s) failed verification: codec %s; flat %s (tolerance %g)\n",
+                     w.name.c_str(), split.c_str(), mc.error.describe().c_str(), mf.error.describe().c_str(), tol);
+    }
   }
   if (args.json) std::cout << rows.dump(2) << "\n";
   if (!bench.save.empty()) {
