@@ -7,6 +7,7 @@
 
 #include "codec/core/error.hpp"
 #include "codec/core/state.hpp"
+#include "codec/engine/run_checks.hpp"
 
 namespace codec {
 
@@ -158,32 +159,22 @@ class CpuRunner {
   float* part_lse_;
 };
 
-void validate_run(const Plan& plan, const PlanView& p, const PagedKV& kv, const AttentionIO& io,
-                  std::span<std::byte> workspace) {
-  kv.validate();
-  const HeadConfig& h = plan.heads();
-  CODEC_CHECK(kv.num_kv_heads == h.num_kv_heads, "paged KV has num_kv_heads ", kv.num_kv_heads,
-              " but the plan was made for ", h.num_kv_heads);
-  CODEC_CHECK(kv.head_dim == h.head_dim, "paged KV has head_dim ", kv.head_dim, " but the plan was made for ",
-              h.head_dim);
-  CODEC_CHECK(kv.page_size == p.page_size, "paged KV has page_size ", kv.page_size,
-              " but the plan was made for ", p.page_size);
+void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
+  check_plan_and_kv(plan, kv, "run_cpu");
   CODEC_CHECK(io.q != nullptr && io.out != nullptr, "run_cpu: q and out must not be null");
   const WorkspaceLayout layout = plan.workspace();
-  CODEC_CHECK(workspace.size() >= layout.bytes, "workspace of ", workspace.size(), " bytes is smaller than the ",
-              layout.bytes, " bytes the plan needs");
-  CODEC_CHECK(reinterpret_cast<std::uintptr_t>(workspace.data()) % 16 == 0, "workspace must be 16-byte aligned");
-  for (int i = 0; i < p.node_page_begin[p.num_nodes]; ++i)
-    CODEC_CHECK(p.node_pages[i] >= 0 && p.node_pages[i] < kv.num_pages, "plan page ", p.node_pages[i],
-                " is outside the KV pool of ", kv.num_pages, " pages");
+  CODEC_CHECK(workspace.size() >= layout.bytes, "run_cpu: workspace of ", workspace.size(),
+              " bytes is smaller than the ", layout.bytes, " bytes the plan needs");
+  CODEC_CHECK(reinterpret_cast<std::uintptr_t>(workspace.data()) % 16 == 0,
+              "run_cpu: workspace must be 16-byte aligned");
 }
 
 }  // namespace
 
 void run_cpu(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
              const CpuOptions& options) {
+  validate_run(plan, kv, io, workspace);
   const PlanView p = plan.view();
-  validate_run(plan, p, kv, io, workspace);
   const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
   int max_rows = 1;
   for (int t = 0; t < p.num_tasks; ++t) max_rows = std::max(max_rows, p.tasks[t].row_end - p.tasks[t].row_begin);

@@ -1,6 +1,7 @@
 #include "codec/forest/page_table.hpp"
 
 #include <algorithm>
+#include <limits>
 
 
 #include "codec/core/error.hpp"
@@ -22,6 +23,8 @@ void PageTable::validate() const {
                 ", kv_indptr[", r + 1, "] = ", indptr[r + 1], ")");
     CODEC_CHECK(last_page_len[r] >= 1 && last_page_len[r] <= page_size, "kv_last_page_len[", r, "] = ",
                 last_page_len[r], " is outside [1, page_size = ", page_size, "]");
+    CODEC_CHECK(request_tokens(r) <= std::numeric_limits<std::int32_t>::max(), "request ", r, " has ",
+                request_tokens(r), " KV tokens, more than ", std::numeric_limits<std::int32_t>::max());
   }
   // One vectorisable pass over all page ids; only a failure looks for the culprit.
   // (A negative id is a large unsigned one.)

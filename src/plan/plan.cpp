@@ -28,7 +28,7 @@ Plan::Plan(const HeadConfig& heads, int page_size, const PlanArrays& a, const Pl
       {a.path_pos.data(), a.path_pos.size() * 4},
       {a.request_partials.data(), a.request_partials.size() * 4},
   };
-  static_assert(std::size(arrays) <= std::tuple_size_v<decltype(offsets_)>);
+  static_assert(std::size(arrays) == std::tuple_size_v<decltype(offsets_)>);
   std::size_t total = 0;
   for (std::size_t i = 0; i < std::size(arrays); ++i) offsets_[i] = total, total = align_up(total + arrays[i].second);
   // std::memcpy into bytes implicitly creates the Task objects (C++20 implicit-lifetime types).

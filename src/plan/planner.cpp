@@ -21,8 +21,8 @@ void PlannerOptions::validate() const {
 namespace {
 
 constexpr double kCapFactor = 8;    // see step 3 of make_plan
-constexpr std::size_t kPolishClasses = 4;
-constexpr double kExactPlaces = 128;  // blocks per head slice up to which the packing bound is exact  // classes coordinate descent may change
+constexpr std::size_t kPolishClasses = 4;  // classes the final pattern search may change
+constexpr double kExactPlaces = 128;       // blocks per head slice up to which the packing bound is exact
 
 // How b_k chunks cut a node of n tokens: equal chunks of `len` tokens, a
 // multiple of the alignment, and a shorter last chunk.
@@ -344,11 +344,11 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   // chunks; we cap at kCapFactor times that, because with the paper's cap a
   // few long units cannot be cut fine enough to pack (ratio:0.05 on the H200
   // model: 128 units of ~2,100 µs against cost_l ≈ 1,070 µs may take only 2
-  // chunks each, and LPT ends at 1.65× the bound; 8× reaches 1.04×). Within
+  // chunks each, and LPT ends at 1.65× the bound; 8× reaches 1.05×). Within
   // the caps, targets tau on a geometric grid around cost_l each propose two
   // split vectors (fewest chunks whose dearest costs ≤ tau, and C / tau
-  // rounded up); the one whose LPT makespan is least wins, then coordinate
-  // descent on the classes with the dearest chunks polishes it.
+  // rounded up); the one whose LPT makespan is least wins, then a pattern
+  // search on the classes with the dearest chunks polishes it.
   std::vector<int> cap(classes.size());
   for (std::size_t ci = 0; ci < classes.size(); ++ci)
     cap[ci] = std::clamp(int(std::ceil(kCapFactor * classes[ci].unsplit_cost / cost_l)), 1,
@@ -383,8 +383,9 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
       if (const double t = makespan_of(s); t < best * (1 - 1e-9)) best = t, splits = s;
     };
     // Targets span 2·cost_l (small trees: fewer, larger chunks may pack
-    // better) down to cost_l / 16 (the cap). The makespan is not unimodal in
-    // tau, so the whole grid is tried: ~60 targets, each cheap after slicing.
+    // better) down to cost_l / 16, below the finest capped chunk (~cost_l / 8).
+    // The makespan is not unimodal in tau, so the whole grid is tried: 42
+    // targets, each cheap after slicing.
     for (double tau = 2 * cost_l; tau > cost_l / (2 * kCapFactor); tau *= 0.92) {
       for (std::size_t ci = 0; ci < classes.size(); ++ci) {
         by_chunk[ci] = std::min(cap[ci], search.min_splits(classes[ci], tau));
@@ -516,6 +517,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
                                          [](std::int32_t p) { return p > 1; }));
   st.makespan_us = makespan;
   st.lower_bound_us = lower_bound;
+  st.cost_l_us = cost_l;
   st.kv_tokens_read = kv_tokens_read;
   st.unique_kv_tokens = forest.unique_tokens() * kv_heads;
   Plan plan(heads, forest.page_size, a, st);

@@ -13,12 +13,12 @@
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cpu_engine.hpp"
+#include "codec/engine/cuda_engine.hpp"  // kCudaMaxTileRows; the functions need a CUDA build
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
 #include "measured.hpp"
 #include "npy.hpp"
 #if CODEC_HAS_CUDA
-#include "codec/engine/cuda_engine.hpp"
 #include "cuda_bench.hpp"
 #endif
 
@@ -27,6 +27,10 @@ namespace codec::tools {
 namespace {
 
 constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads finish in seconds
+// A CPU task converts each KV tile to fp32 once for all its rows, and its rows
+// stay in L2 (256 rows × 128 dims × 4 B = 128 KiB of queries and as much of
+// output), so a shared node is cut into fewer row tiles than on a GPU.
+constexpr int kCpuTileRows = 256;
 constexpr double kH200Bandwidth = 4.2e12;  // B/s, device copy (BENCHMARKS.md)
 constexpr double kH200Flops = 790e12;      // FLOP/s, cuBLAS bf16 GEMM (BENCHMARKS.md)
 
@@ -62,6 +66,7 @@ Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& r
   const AttentionIO io{batch.q.data(), m.out.data(), m.lse.data()};
   run_cpu(plan, batch.kv(), io, ws.bytes, {threads});  // warm-up, and the checked run
   m.error = compare(m.out.data(), ref.out);
+  m.lse_error = compare(m.lse.data(), ref.lse);
   std::vector<double> times;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -92,7 +97,9 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Measu
                          {"page_size", b.page_size},       {"sm_scale", h.scale()},
                          {"layout", "NHD"},                {"dtype", std::string(to_string(b.dtype))},
                          {"lse_base", "e"}};
-  std::ofstream(dir + "/meta.json") << meta.dump(2) << "\n";
+  std::ofstream meta_file(dir + "/meta.json");
+  meta_file << meta.dump(2) << "\n";
+  CODEC_CHECK(meta_file.good(), "--dump: cannot write '", dir, "/meta.json'");
   write_npy(dir + "/q.npy", widen(b.q, b.dtype).data(), {B, h.num_qo_heads, h.head_dim});
   const std::vector<std::int64_t> kv_shape = {b.num_pages, b.page_size, h.num_kv_heads, h.head_dim};
   write_npy(dir + "/k_cache.npy", widen(b.k, b.dtype).data(), kv_shape);
@@ -155,15 +162,50 @@ std::string default_cost_table_path(const std::string& device, const HeadConfig&
          std::string(to_string(dtype)) + ".json";
 }
 
-std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
-                                           const Workload& w, const std::string& device) {
-  if (args.cost_table == "roofline") return std::make_unique<RooflineCostModel>(roofline, w.heads, w.dtype);
-  if (!args.cost_table.empty()) return std::make_unique<TableCostModel>(CostTable::load(args.cost_table));
-  if (!device.empty()) {  // a table measured on this device by `codec profile`, when the repo has one
-    const std::string path = default_cost_table_path(device, w.heads, w.dtype);
-    if (std::filesystem::exists(path)) return std::make_unique<TableCostModel>(CostTable::load(path));
+namespace {
+
+std::unique_ptr<CostModel> table_model(const std::string& path, const Workload& w) {
+  CostTable table = CostTable::load(path);
+  CODEC_CHECK(table.head_dim == w.heads.head_dim && table.dtype == w.dtype, "cost table '", path,
+              "' was measured for head_dim ", table.head_dim, " ", to_string(table.dtype), ", not head_dim ",
+              w.heads.head_dim, " ", to_string(w.dtype));
+  return std::make_unique<TableCostModel>(std::move(table));
+}
+
+}  // namespace
+
+PlannerSetup planner_setup(const std::string& target, const Workload& w, const WorkloadArgs& args, int threads) {
+  PlannerSetup s;
+  if (target == "cpu") {
+    s.options.num_blocks = threads;
+    s.options.max_tile_rows = kCpuTileRows;
+    s.roofline = RooflineParams::cpu(threads);
+  } else {
+    s.roofline = RooflineParams::h200();
+    s.options.num_blocks = s.roofline.concurrent_blocks;  // without a GPU to ask: 132 SMs × 2 blocks
+    s.options.max_tile_rows = kCudaMaxTileRows;
+    s.device = "NVIDIA H200";
+#if CODEC_HAS_CUDA
+    if (target == "cuda") {
+      s.options = cuda_planner_options(w.heads, w.dtype);
+      s.device = cuda_device_info(w.heads, w.dtype).name;
+    }
+#endif
   }
-  return std::make_unique<RooflineCostModel>(roofline, w.heads, w.dtype);
+  if (args.blocks > 0) s.options.num_blocks = args.blocks;
+  s.roofline.concurrent_blocks = s.options.num_blocks;
+  if (args.cost_table == "roofline") {
+    s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);
+  } else if (!args.cost_table.empty()) {
+    s.cost = table_model(args.cost_table, w);
+  } else {
+    // A table `codec profile` measured on this device, when the repo has one
+    // and the plan uses the block count it was measured with.
+    const std::string path = default_cost_table_path(s.device, w.heads, w.dtype);
+    if (target != "cpu" && args.blocks == 0 && std::filesystem::exists(path)) s.cost = table_model(path, w);
+    else s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);
+  }
+  return s;
 }
 
 int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
@@ -206,19 +248,9 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const auto t0 = std::chrono::steady_clock::now();
     const Forest forest = derive_forest(table);
     const double derive_ms = ms_since(t0);
-    PlannerOptions opt;
-    RooflineParams params = RooflineParams::cpu(threads);
-#if CODEC_HAS_CUDA
-    if (cuda) opt = cuda_planner_options(w.heads, w.dtype), params = RooflineParams::h200();
-#endif
-    if (!cuda) opt.num_blocks = threads;
-    if (args.blocks > 0) opt.num_blocks = args.blocks;
-    params.concurrent_blocks = opt.num_blocks;
-    std::string device;
-#if CODEC_HAS_CUDA
-    if (cuda) device = cuda_device_info(w.heads, w.dtype).name;
-#endif
-    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w, device);
+    const PlannerSetup setup = planner_setup(backend, w, args, threads);
+    const PlannerOptions& opt = setup.options;
+    const CostModel* cost = setup.cost.get();
     if (i == 0) std::fprintf(stderr, "cost model: %s\n", cost->describe().c_str());
     const Plan flat = make_plan(flatten(forest), w.heads, *cost, opt);  // adaptive split-KV, no sharing
     progress("fp64 reference");
@@ -247,7 +279,8 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
       apply_split(split, shared_opt);
       const Plan shared = make_plan(forest, w.heads, *cost, shared_opt);
       const Measured mc = measure(shared, "codec");
-      const bool pass = mc.error.within(tol) && mf.error.within(tol);
+      const bool pass = mc.error.within(tol) && mf.error.within(tol) && mc.lse_error.within(tol) &&
+                        mf.lse_error.within(tol);
       all_pass = all_pass && pass;
       if (!bench.dump.empty() && split == splits.front())
         dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, mc, mf);
@@ -269,6 +302,8 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"codec_over_floor", mc.median_ms / floor_ms},
                       {"codec_rel_l2", mc.error.rel_l2},
                       {"flat_rel_l2", mf.error.rel_l2},
+                      {"codec_lse_rel_l2", mc.lse_error.rel_l2},
+                      {"flat_lse_rel_l2", mf.lse_error.rel_l2},
                       {"tolerance", tol},
                       {"derive_ms", derive_ms},
                       {"plan_ms", shared.stats().plan_ms},
@@ -287,8 +322,10 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                     splits.size() > 1 ? ("  split " + split).c_str() : "");
       std::fflush(stdout);
       if (!pass)
-        std::fprintf(stderr, "codec: %s (split %s) failed verification: codec %s; flat %s (tolerance %g)\n",
-                     w.name.c_str(), split.c_str(), mc.error.describe().c_str(), mf.error.describe().c_str(), tol);
+        std::fprintf(stderr,
+                     "codec: %s (split %s) failed verification: codec %s, lse %s; flat %s, lse %s (tolerance %g)\n",
+                     w.name.c_str(), split.c_str(), mc.error.describe().c_str(), mc.lse_error.describe().c_str(),
+                     mf.error.describe().c_str(), mf.lse_error.describe().c_str(), tol);
     }
   }
   if (args.json) std::cout << rows.dump(2) << "\n";
@@ -312,11 +349,9 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
     const auto t0 = std::chrono::steady_clock::now();
     const Forest forest = derive_forest(tables.view());
     const double derive_ms = ms_since(t0);
-    RooflineParams params = target == "cpu" ? RooflineParams::cpu(omp_get_max_threads()) : RooflineParams::h200();
-    PlannerOptions opt;
-    opt.num_blocks = args.blocks > 0 ? args.blocks : params.concurrent_blocks;
-    params.concurrent_blocks = opt.num_blocks;
-    const std::unique_ptr<CostModel> cost = make_cost_model(args, params, w, target == "h200" ? "NVIDIA H200" : "");
+    const PlannerSetup setup = planner_setup(target, w, args, omp_get_max_threads());
+    PlannerOptions opt = setup.options;
+    const CostModel* cost = setup.cost.get();
     apply_split(args.split, opt);
     const Plan plan = make_plan(forest, w.heads, *cost, opt);
     const PlanStats& s = plan.stats();

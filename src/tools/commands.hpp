@@ -35,10 +35,18 @@ std::vector<std::string> expand_workloads(const std::string& spec);
 Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale);
 // Sets options.split (and fixed_splits) from "adaptive", "none", "fixed:K" or "exhaustive".
 void apply_split(const std::string& split, PlannerOptions& options);
-// The --cost-table file if given; else the table measured on `device` (a CUDA
-// device name) if the repo has one; else the roofline.
-std::unique_ptr<CostModel> make_cost_model(const WorkloadArgs& args, const RooflineParams& roofline,
-                                           const Workload& w, const std::string& device);
+// How `bench` and `plan` plan for a target ("cpu"; "h200", a plan for the H200
+// made without one; "cuda", the GPU at hand): blocks, row tiles and the cost
+// model (the --cost-table file or 'roofline' if given; else the table measured
+// on that device if the repo has one and --blocks does not override the
+// block count it was measured with; else the roofline).
+struct PlannerSetup {
+  PlannerOptions options;
+  RooflineParams roofline;
+  std::string device;  // CUDA device name the plan is for; empty for the CPU
+  std::unique_ptr<CostModel> cost;
+};
+PlannerSetup planner_setup(const std::string& target, const Workload& w, const WorkloadArgs& args, int threads);
 
 int run_bench(const WorkloadArgs& args, const BenchArgs& bench);
 // Measures a cost table on the current GPU (CUDA builds only).

@@ -7,17 +7,13 @@
 #include <cstring>
 
 #include "codec/core/error.hpp"
+#include "codec/engine/cuda_check.hpp"
 #include "codec/engine/cuda_engine.hpp"
 
 namespace codec::tools {
 
 namespace {
 
-#define BENCH_CUDA(call)                                                                          \
-  do {                                                                                            \
-    const cudaError_t err_ = (call);                                                              \
-    CODEC_CHECK(err_ == cudaSuccess, #call, " failed: ", cudaGetErrorString(err_));              \
-  } while (0)
 
 // Larger than the H200's 60 MB L2 several times over: writing it evicts every
 // line of the previous run, so each timed run reads KV from device memory.
@@ -25,7 +21,7 @@ constexpr std::size_t kFlushBytes = std::size_t(256) << 20;
 
 struct DeviceBuffer {
   void* ptr = nullptr;
-  explicit DeviceBuffer(std::size_t bytes) { BENCH_CUDA(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256))); }
+  explicit DeviceBuffer(std::size_t bytes) { CODEC_CUDA_CHECK(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 256))); }
   ~DeviceBuffer() { cudaFree(ptr); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -44,12 +40,12 @@ struct CudaBench::Impl {
       : batch(b), k(b.k.size()), v(b.v.size()), q(b.q.size()),
         out(std::size_t(b.num_requests()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.dtype)),
         lse(std::size_t(b.num_requests()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes) {
-    BENCH_CUDA(cudaStreamCreate(&stream));
-    BENCH_CUDA(cudaEventCreate(&start));
-    BENCH_CUDA(cudaEventCreate(&stop));
-    BENCH_CUDA(cudaMemcpy(k.ptr, b.k.data(), b.k.size(), cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(v.ptr, b.v.data(), b.v.size(), cudaMemcpyHostToDevice));
-    BENCH_CUDA(cudaMemcpy(q.ptr, b.q.data(), b.q.size(), cudaMemcpyHostToDevice));
+    CODEC_CUDA_CHECK(cudaStreamCreate(&stream));
+    CODEC_CUDA_CHECK(cudaEventCreate(&start));
+    CODEC_CUDA_CHECK(cudaEventCreate(&stop));
+    CODEC_CUDA_CHECK(cudaMemcpy(k.ptr, b.k.data(), b.k.size(), cudaMemcpyHostToDevice));
+    CODEC_CUDA_CHECK(cudaMemcpy(v.ptr, b.v.data(), b.v.size(), cudaMemcpyHostToDevice));
+    CODEC_CUDA_CHECK(cudaMemcpy(q.ptr, b.q.data(), b.q.size(), cudaMemcpyHostToDevice));
   }
   ~Impl() {
     cudaEventDestroy(start);
@@ -79,15 +75,15 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   const std::size_t out_elems = rows * s.batch.heads.head_dim;
 
   // Checked run: outputs poisoned first (0xFF bytes are NaN in fp16, bf16 and fp32).
-  BENCH_CUDA(cudaMemsetAsync(s.out.ptr, 0xFF, out_elems * dtype_size(s.batch.dtype), s.stream));
-  BENCH_CUDA(cudaMemsetAsync(s.lse.ptr, 0xFF, rows * sizeof(float), s.stream));
+  CODEC_CUDA_CHECK(cudaMemsetAsync(s.out.ptr, 0xFF, out_elems * dtype_size(s.batch.dtype), s.stream));
+  CODEC_CUDA_CHECK(cudaMemsetAsync(s.lse.ptr, 0xFF, rows * sizeof(float), s.stream));
   nvtxRangePushA(label);  // `ncu --nvtx --nvtx-include "<label>/"` profiles this run alone
   run_cuda(plan, s.kv(), io, ws, s.stream);
   nvtxRangePop();
-  BENCH_CUDA(cudaStreamSynchronize(s.stream));
+  CODEC_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   Measured m;
   std::vector<std::byte> raw(out_elems * dtype_size(s.batch.dtype));
-  BENCH_CUDA(cudaMemcpy(raw.data(), s.out.ptr, raw.size(), cudaMemcpyDeviceToHost));
+  CODEC_CUDA_CHECK(cudaMemcpy(raw.data(), s.out.ptr, raw.size(), cudaMemcpyDeviceToHost));
   m.out.resize(out_elems);
   dispatch_dtype(s.batch.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -95,8 +91,9 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
     for (std::size_t i = 0; i < out_elems; ++i) m.out[i] = to_float(p[i]);
   });
   m.lse.resize(rows);
-  BENCH_CUDA(cudaMemcpy(m.lse.data(), s.lse.ptr, rows * sizeof(float), cudaMemcpyDeviceToHost));
+  CODEC_CUDA_CHECK(cudaMemcpy(m.lse.data(), s.lse.ptr, rows * sizeof(float), cudaMemcpyDeviceToHost));
   m.error = compare(m.out.data(), ref.out);
+  m.lse_error = compare(m.lse.data(), ref.lse);
 
   m.median_ms = time_graph(plan, ws, reps);
   return m;
@@ -116,24 +113,29 @@ double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps
   // One CUDA graph of run_cuda (as a serving engine would replay it).
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
-  run_cuda(plan, s.kv(), io, ws, s.stream);
-  BENCH_CUDA(cudaStreamEndCapture(s.stream, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CODEC_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    run_cuda(plan, s.kv(), io, ws, s.stream);
+  } catch (...) {  // end the capture, or every later call on the stream fails for that reason instead
+    if (cudaStreamEndCapture(s.stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  CODEC_CUDA_CHECK(cudaStreamEndCapture(s.stream, &graph));
+  CODEC_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   std::vector<double> times;
   constexpr int kWarmup = 5;
   for (int i = 0; i < kWarmup + reps; ++i) {
-    BENCH_CUDA(cudaMemsetAsync(s.flush.ptr, i & 0xFF, kFlushBytes, s.stream));
-    BENCH_CUDA(cudaEventRecord(s.start, s.stream));
-    BENCH_CUDA(cudaGraphLaunch(exec, s.stream));
-    BENCH_CUDA(cudaEventRecord(s.stop, s.stream));
-    BENCH_CUDA(cudaEventSynchronize(s.stop));
+    CODEC_CUDA_CHECK(cudaMemsetAsync(s.flush.ptr, i & 0xFF, kFlushBytes, s.stream));
+    CODEC_CUDA_CHECK(cudaEventRecord(s.start, s.stream));
+    CODEC_CUDA_CHECK(cudaGraphLaunch(exec, s.stream));
+    CODEC_CUDA_CHECK(cudaEventRecord(s.stop, s.stream));
+    CODEC_CUDA_CHECK(cudaEventSynchronize(s.stop));
     float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, s.start, s.stop));
+    CODEC_CUDA_CHECK(cudaEventElapsedTime(&ms, s.start, s.stop));
     if (i >= kWarmup) times.push_back(ms);
   }
-  BENCH_CUDA(cudaGraphExecDestroy(exec));
-  BENCH_CUDA(cudaGraphDestroy(graph));
+  CODEC_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CODEC_CUDA_CHECK(cudaGraphDestroy(graph));
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }

@@ -8,7 +8,8 @@ namespace codec::tools {
 // One engine's run of one plan: its median time and its checked output.
 struct Measured {
   double median_ms = 0;
-  ErrorStats error;
+  ErrorStats error;      // out against the fp64 reference
+  ErrorStats lse_error;  // lse against the fp64 reference
   std::vector<float> out, lse;  // [B, Hq, D] and [B, Hq], widened to fp32
 };
 

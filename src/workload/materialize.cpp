@@ -115,6 +115,11 @@ Inserted insert_all(const Workload& w, const std::vector<std::int64_t>& base) {
 
 }  // namespace
 
+WorkloadTables workload_page_tables(const Workload& workload) {
+  workload.validate();
+  return insert_all(workload, token_bases(workload)).tables;
+}
+
 std::vector<std::int32_t> request_token_ids(const Workload& workload, int r) {
   workload.validate();
   CODEC_CHECK(r >= 0 && std::size_t(r) < workload.requests.size(), "request index ", r, " is outside [0, ",

@@ -104,14 +104,15 @@ TEST(Planner, AdaptiveSplitsRespectTheCap) {
     opt.num_blocks = 264;
     const Plan plan = make_plan(f, heads, cost, opt);
     const PlanView p = plan.view();
-    const double lb = plan.stats().lower_bound_us;
+    const double cost_l = plan.stats().cost_l_us;
     for (int i = 0; i < f.num_nodes(); ++i) {
       const ForestNode& n = f.nodes[i];
       const int rows = n.num_reqs * heads.group();
       const int tiles = (rows + opt.max_tile_rows - 1) / opt.max_tile_rows;
-      const double unsplit = cost.cost_us((rows + tiles - 1) / tiles, n.num_tokens);
+      const int tokens = (n.num_tokens + opt.chunk_align - 1) / opt.chunk_align * opt.chunk_align;  // class tokens
+      const double unsplit = cost.cost_us((rows + tiles - 1) / tiles, tokens);
       // The paper's cap ceil(C / cost_l), widened 8× (see make_plan step 3).
-      const int cap = std::max(1, int(std::ceil(8 * unsplit / lb)));
+      const int cap = std::max(1, int(std::ceil(8 * unsplit / cost_l)));
       EXPECT_LE(p.node_splits[i], cap) << "node " << i << " seed " << seed;
       EXPECT_LE(p.node_splits[i], (n.num_tokens + opt.chunk_align - 1) / opt.chunk_align);
     }

@@ -47,7 +47,7 @@ class RooflineCostModel final : public CostModel {
 
 // Measured table over a grid of (rows, kv_len), bilinear between grid points,
 // linear in kv_len beyond the last column, clamped in rows. File format (JSON):
-//   {"device": "...", "head_dim": 128, "dtype": "bf16", "group": 4,
+//   {"device": "...", "head_dim": 128, "dtype": "bf16",
 //    "rows": [1, 4, ...], "kv_len": [16, 64, ...], "us": [[...], ...]}
 // with us[i][j] the time of a task of rows[i] rows and kv_len[j] keys.
 struct CostTable {

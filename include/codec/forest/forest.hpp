@@ -37,7 +37,8 @@ struct Forest {
 // Derives the forest from standard page tables in O(total pages): a radix tree
 // over page ids (hash lookups only where paths branch), compressed so that node
 // boundaries fall exactly where the set of requests using a page changes.
-// Requests may come in any order; node numbering follows first appearance.
+// Requests may come in any order; nodes are numbered by depth, ties in order of
+// creation, so numbering is deterministic for a given request order.
 // Two requests share a page only when it sits at the same path position with
 // the same token count; the rare page shared at different positions is read
 // once per position (correct, just not deduplicated).

@@ -75,6 +75,7 @@ struct PlanStats {
   int merged_requests = 0;  // requests whose rows merge more than one partial
   double makespan_us = 0;     // slowest block's predicted time
   double lower_bound_us = 0;  // no plan under this cost model can be faster
+  double cost_l_us = 0;       // the paper's mean-load bound, which sets the split caps
   double plan_ms = 0;         // host time of make_plan
   std::int64_t kv_tokens_read = 0;    // Σ task KV tokens (each kv head counted)
   std::int64_t unique_kv_tokens = 0;  // forest tokens × kv heads
@@ -119,7 +120,7 @@ class Plan {
   PlanStats stats_;
   std::vector<std::byte> buffer_;
   PlanView counts_;                       // sizes filled in, pointers null
-  std::array<std::size_t, 15> offsets_{};  // byte offset of each array, in PlanView order
+  std::array<std::size_t, 13> offsets_{};  // byte offset of each array, in PlanView order
 };
 
 }  // namespace codec

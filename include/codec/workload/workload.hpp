@@ -67,8 +67,8 @@ struct Batch {
 };
 Batch materialize(const Workload& workload);
 
-// The page tables materialize() would make, without any KV data: every request
-// inserted into a forest manager whose pool fits the workload unshared.
+// The page tables materialize() makes (the same pages, densely numbered),
+// without any KV data.
 struct WorkloadTables {
   ForestManager::Tables tables;
   std::int64_t num_pages = 0;

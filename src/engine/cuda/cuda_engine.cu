@@ -10,7 +10,8 @@
 #include <type_traits>
 
 #include "codec/core/error.hpp"
-#include "cuda_check.hpp"
+#include "codec/engine/cuda_check.hpp"
+#include "codec/engine/run_checks.hpp"
 #include "kernel_traits.cuh"
 #include "merge.cuh"
 #include "pac.cuh"
@@ -63,17 +64,10 @@ void check_workspace(const Plan& plan, std::span<std::byte> workspace, const cha
 }
 
 void validate_run(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace) {
-  kv.validate();
+  check_plan_and_kv(plan, kv, "run_cuda");
   CODEC_CHECK(kv.dtype == DType::f16 || kv.dtype == DType::bf16, "run_cuda: kv.dtype ", to_string(kv.dtype),
               " is not supported on CUDA (fp16 or bf16)");
-  const HeadConfig& h = plan.heads();
   const PlanView p = plan.view();
-  CODEC_CHECK(kv.num_kv_heads == h.num_kv_heads, "run_cuda: kv.num_kv_heads ", kv.num_kv_heads,
-              " but the plan was made for ", h.num_kv_heads);
-  CODEC_CHECK(kv.head_dim == h.head_dim, "run_cuda: kv.head_dim ", kv.head_dim, " but the plan was made for ",
-              h.head_dim);
-  CODEC_CHECK(kv.page_size == p.page_size, "run_cuda: kv.page_size ", kv.page_size, " but the plan was made for ",
-              p.page_size);
   CODEC_CHECK(io.q != nullptr, "run_cuda: io.q must not be null");
   CODEC_CHECK(io.out != nullptr, "run_cuda: io.out must not be null");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
@@ -94,12 +88,6 @@ void validate_run(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io
     CODEC_CHECK(rows <= kCudaMaxTileRows, "run_cuda: plan task ", t, " has ", rows,
                 " query rows, more than the kernel's ", kCudaMaxTileRows,
                 " (plan with cuda_planner_options or max_tile_rows <= ", kCudaMaxTileRows, ")");
-  }
-  const int num_pages = p.node_page_begin[p.num_nodes];
-  if (num_pages > 0) {
-    const auto [lo, hi] = std::minmax_element(p.node_pages, p.node_pages + num_pages);
-    CODEC_CHECK(*lo >= 0 && *hi < kv.num_pages, "run_cuda: plan pages span [", *lo, ", ", *hi,
-                "], outside the KV pool of ", kv.num_pages, " pages");
   }
   check_workspace(plan, workspace, "run_cuda");  // last: tests rely on it to stop any case that slips through
 }

@@ -18,7 +18,7 @@
 
 #include "codec/core/state.hpp"
 #include "codec/plan/plan.hpp"
-#include "cuda_check.hpp"
+#include "codec/engine/cuda_check.hpp"
 #include "kernel_traits.cuh"
 
 namespace codec::cuda {
