@@ -16,6 +16,7 @@ namespace {
 constexpr int kTileTokens = 64;  // KV tokens converted to fp32 at once: 2 × 64 × 256 × 4 B = 128 KiB at most
 constexpr int kTransposeRows = 8;  // tasks with at least this many rows transpose K (see task())
 constexpr int kVecDims = 32;     // output dims accumulated in registers: 4 AVX2 or 2 AVX-512 vectors
+constexpr int kRowBlock = 2;     // rows sharing each loaded K/V element: 2 × 64 scores fit 16 AVX2 registers
 
 // Per-thread buffers, sized once per run for the largest task.
 struct Scratch {
@@ -66,48 +67,9 @@ class CpuRunner {
           for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
         for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]);
       }
-      for (int r = 0; r < rows; ++r) {
-        const float* q = &sc.q[std::size_t(r) * D];
-        float* s = &sc.s[std::size_t(r) * kTileTokens];
-        if (transposed) {
-          float acc[kTileTokens] = {};  // a local array stays in vector registers
-          for (int d = 0; d < D; ++d) {
-            const float qd = q[d];
-            const float* kt = &sc.k[std::size_t(d) * kTileTokens];
-#pragma omp simd
-            for (int j = 0; j < kTileTokens; ++j) acc[j] += qd * kt[j];  // lanes j >= n are ignored
-          }
-          std::copy_n(acc, kTileTokens, s);
-        } else {
-          for (int j = 0; j < n; ++j) {
-            const float* k = &sc.k[std::size_t(j) * D];
-            float dot = 0.f;
-#pragma omp simd reduction(+ : dot)
-            for (int d = 0; d < D; ++d) dot += q[d] * k[d];
-            s[j] = dot;
-          }
-        }
-        OnlineSoftmax& st = sc.softmax[r];
-        const float factor = st.rescale(*std::max_element(s, s + n));
-        float sum = 0.f;
-        for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - st.m));  // s becomes p
-        st.l += sum;
-        // O = factor·O + P·V, kVecDims output dims at a time held in registers.
-        float* o = &sc.o[std::size_t(r) * D];
-        for (int d0 = 0; d0 < D; d0 += kVecDims) {
-          float acc[kVecDims];
-#pragma omp simd
-          for (int e = 0; e < kVecDims; ++e) acc[e] = o[d0 + e] * factor;
-          for (int j = 0; j < n; ++j) {
-            const float pj = s[j];
-            const float* v = &sc.v[std::size_t(j) * D + d0];
-#pragma omp simd
-            for (int e = 0; e < kVecDims; ++e) acc[e] += pj * v[e];
-          }
-#pragma omp simd
-          for (int e = 0; e < kVecDims; ++e) o[d0 + e] = acc[e];
-        }
-      }
+      int r = 0;
+      for (; r + kRowBlock <= rows; r += kRowBlock) tile_rows<kRowBlock>(sc, r, n, transposed);
+      for (; r < rows; ++r) tile_rows<1>(sc, r, n, transposed);
     }
     // epilogue: normalise; a row with a single partial goes straight to the output
     for (int r = 0; r < rows; ++r) {
@@ -120,6 +82,64 @@ class CpuRunner {
       for (int d = 0; d < D; ++d) dst[d] = sc.o[std::size_t(r) * D + d] * inv_l;
       if (!direct) part_lse_[slot] = lse;
       else if (io_.lse) io_.lse[row] = lse;
+    }
+  }
+
+  // One converted KV tile applied to R consecutive rows: each K and V element
+  // loaded from L1 feeds R FMAs (R accumulators per vector lane).
+  template <int R>
+  void tile_rows(Scratch& sc, int r0, int n, bool transposed) const {
+    const int D = p_.head_dim;
+    float* s[R];
+    for (int i = 0; i < R; ++i) s[i] = &sc.s[std::size_t(r0 + i) * kTileTokens];
+    if (transposed) {
+      float acc[R][kTileTokens] = {};  // local arrays stay in vector registers
+      for (int d = 0; d < D; ++d) {
+        const float* kt = &sc.k[std::size_t(d) * kTileTokens];
+        for (int i = 0; i < R; ++i) {
+          const float qd = sc.q[std::size_t(r0 + i) * D + d];
+#pragma omp simd
+          for (int j = 0; j < kTileTokens; ++j) acc[i][j] += qd * kt[j];  // lanes j >= n are ignored
+        }
+      }
+      for (int i = 0; i < R; ++i) std::copy_n(acc[i], kTileTokens, s[i]);
+    } else {
+      for (int i = 0; i < R; ++i) {
+        const float* q = &sc.q[std::size_t(r0 + i) * D];
+        for (int j = 0; j < n; ++j) {
+          const float* k = &sc.k[std::size_t(j) * D];
+          float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+          for (int d = 0; d < D; ++d) dot += q[d] * k[d];
+          s[i][j] = dot;
+        }
+      }
+    }
+    float factor[R];
+    for (int i = 0; i < R; ++i) {
+      OnlineSoftmax& st = sc.softmax[r0 + i];
+      factor[i] = st.rescale(*std::max_element(s[i], s[i] + n));
+      float sum = 0.f;
+      for (int j = 0; j < n; ++j) sum += (s[i][j] = std::exp(s[i][j] - st.m));  // s becomes p
+      st.l += sum;
+    }
+    // O = factor·O + P·V, kVecDims output dims of R rows at a time in registers.
+    for (int d0 = 0; d0 < D; d0 += kVecDims) {
+      float acc[R][kVecDims];
+      for (int i = 0; i < R; ++i) {
+        const float* o = &sc.o[std::size_t(r0 + i) * D + d0];
+#pragma omp simd
+        for (int e = 0; e < kVecDims; ++e) acc[i][e] = o[e] * factor[i];
+      }
+      for (int j = 0; j < n; ++j) {
+        const float* v = &sc.v[std::size_t(j) * D + d0];
+        for (int i = 0; i < R; ++i) {
+          const float pj = s[i][j];
+#pragma omp simd
+          for (int e = 0; e < kVecDims; ++e) acc[i][e] += pj * v[e];
+        }
+      }
+      for (int i = 0; i < R; ++i) std::copy_n(acc[i], kVecDims, &sc.o[std::size_t(r0 + i) * D + d0]);
     }
   }
 
