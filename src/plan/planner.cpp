@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
-#include <tuple>
+#include <vector>
 
 #include "codec/core/error.hpp"
 
@@ -20,7 +20,7 @@ void PlannerOptions::validate() const {
 
 namespace {
 
-constexpr double kCapFactor = 8;    // see step 3 of make_plan
+constexpr double kCapFactor = 8;           // see step 3 of make_plan
 constexpr std::size_t kPolishClasses = 4;  // classes the final pattern search may change
 constexpr double kExactPlaces = 128;       // blocks per head slice up to which the packing bound is exact
 
