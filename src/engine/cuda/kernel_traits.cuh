@@ -90,7 +90,11 @@ struct PacTraits {
   static constexpr int kChunks = D * int(sizeof(T)) / 16;      // 16-byte cp.async chunks per row
   static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
   static constexpr int kStages = D == 256 ? 2 : 3;
-  static constexpr int kMinBlocksPerSM = D == 64 ? 4 : 2;  // __launch_bounds__: caps registers at 128 / 255
+  static constexpr int kMinBlocksPerSM = D == 64 ? 4 : 2;
+  // Tasks with at least this many rows run on wgmma where the build has it
+  // (sm_90a, wgmma.cuh): from 2 row tiles on, splitting a tile's tokens over
+  // warps (mma.sync) reads K and V from shared memory 2-4 times per tile.
+  static constexpr int kWgmmaMinRows = 17;  // __launch_bounds__: caps registers at 128 / 255
   // Shared memory: Q [kMaxRows][D], then kStages × (K, V) [kTileTokens][D], all
   // XOR-swizzled by 16-byte chunk. The epilogue reuses it all as fp32 staging.
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));

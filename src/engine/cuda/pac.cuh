@@ -20,6 +20,10 @@
 // state; at the end of the task the S states of a row are merged through
 // shared memory with merge_weights (state.hpp).
 //
+// Tasks of kWgmmaMinRows rows or more run on Hopper's wgmma instead (sm_90a
+// builds, wgmma.cuh): the 4 warps are one warpgroup over 64 row slots, each
+// warp sees every token, and K and V leave shared memory once per tile.
+//
 // Softmax units: scores are s = sm_scale · q·k in fp32 (the scale is applied
 // to the fp32 accumulator, one multiply per score, rather than folded into a
 // half-precision copy of Q, which would round every query element by up to
@@ -34,6 +38,7 @@
 #include "codec/plan/plan.hpp"
 #include "codec/engine/cuda_check.hpp"
 #include "kernel_traits.cuh"
+#include "wgmma.cuh"
 
 namespace codec::cuda {
 
@@ -83,7 +88,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const v
 
 // c += a · b for a 16×16 (row) by 16×8 (col) tile, fp32 accumulate.
 template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+__device__ __forceinline__ void mma_16816(float* c, const std::uint32_t (&a)[4], std::uint32_t b0,
                                           std::uint32_t b1) {
   if constexpr (std::is_same_v<T, __half>) {
     asm volatile(
@@ -100,13 +105,14 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const std::uint32_t (&a
   }
 }
 
-// Element offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile.
-// Rows are 128·k bytes long, so unpermuted the 8 rows one ldmatrix phase reads
-// would hit the same 4 banks; XOR-ing the chunk with row % 8 spreads them over
-// all 32.
-template <int D>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
+// Element offset of 16-byte chunk `chunk` of row `row` in a [Rows][D] tile,
+// stored as D / 64 column blocks of [Rows][64] (128-byte rows) with each row's
+// chunks XOR-swizzled by row % 8. The 8 rows one ldmatrix phase reads then hit
+// 8 different 16-byte bank groups, and each column block is the 128-byte
+// swizzle layout wgmma reads (wgmma.cuh).
+template <int Rows>
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  return (chunk >> 3) * (Rows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
 __device__ __forceinline__ float quad_max(float x) {
@@ -118,87 +124,146 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// One warp's share of one KV tile: its 16 query rows (row tile `rtile`)
-// against `steps` 16-token steps starting at tile token `token0`, of which the
-// tile tokens below `tile_tokens` exist. Accumulator layout of mma.m16n8k16:
-// lane holds rows lane/4 (h = 0) and lane/4 + 8 (h = 1), columns 2·(lane%4) + {0, 1}
-// of every 8-column block; state[h] is the online softmax of its row h.
-template <int D, typename T>
-__device__ __forceinline__ void attend_tile(const T* sq, const T* sk, const T* sv, int rtile, int token0,
-                                            int steps, int tile_tokens, float sm_scale, OnlineSoftmax (&state)[2],
-                                            float (&o)[D / 8][4]) {
-  using Tr = PacTraits<D, T>;
-  constexpr int kMaxSteps = Tr::kMaxSplits;  // a warp holds at most the whole tile
+// Register layout shared by both tensor-core paths. A warp owns 16 query rows;
+// lane holds rows lane/4 (h = 0) and lane/4 + 8 (h = 1), columns 2·(lane%4) +
+// {0, 1} of every 8-column block n, as acc[4n + 2h + {0, 1}] (the mma.m16n8k16
+// accumulator, repeated; wgmma's m64 accumulator gives warp w rows 16w..16w+15
+// in the same layout). s[kTileTokens / 2] holds the scores of the warp's
+// tokens, o[D / 2] its unnormalised output; state[h] is row h's online softmax.
+
+// Online softmax over `steps` 16-token steps of scores starting at tile token
+// token0, of which the tile tokens below tile_tokens exist: scale, mask, raise
+// the running max (rescaling o), and turn s into P = exp(s − m) in place. l sums
+// this lane's columns only; the quad is summed in the epilogue.
+template <int D, int kMaxSteps>
+__device__ __forceinline__ void softmax_tile(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens,
+                                             float sm_scale, OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
   const int lane = threadIdx.x % 32;
-
-  // S = Q Kᵀ: per 16-column step two n8 accumulators
-  float s[kMaxSteps][2][4] = {};
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
-    std::uint32_t a[4];
-    ldmatrix_x4(a, sq + swizzle<D>(rtile * 16 + lane % 16, 2 * kk + lane / 16));
-#pragma unroll
-    for (int j = 0; j < kMaxSteps; ++j) {
-      if (j >= steps) break;
-      std::uint32_t b[4];  // tokens 0-7 then 8-15, each as d 0-7 then 8-15
-      ldmatrix_x4(b, sk + swizzle<D>(token0 + 16 * j + lane % 8 + (lane / 16) * 8, 2 * kk + (lane / 8) % 2));
-      mma_16816<T>(s[j][0], a, b[0], b[1]);
-      mma_16816<T>(s[j][1], a, b[2], b[3]);
-    }
-  }
-
-  // online softmax: scale, mask tokens past the chunk, raise the running max
   float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
-  for (int j = 0; j < kMaxSteps; ++j) {
-    if (j >= steps) break;
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = token0 + 16 * j + 8 * n + 2 * (lane % 4) + (e & 1);
-        const float x = col < tile_tokens ? s[j][n][e] * sm_scale : kNegInf;
-        s[j][n][e] = x;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
-      }
+  for (int i = 0; i < 8 * kMaxSteps; ++i) {
+    if (i >= 8 * steps) break;
+    const int col = token0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
+    const float x = col < tile_tokens ? s[i] * sm_scale : kNegInf;
+    s[i] = x;
+    tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], x);
   }
   float m[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float factor = state[h].rescale(quad_max(tile_max[h]));  // same max in all 4 lanes of a row
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[n][2 * h] *= factor, o[n][2 * h + 1] *= factor;
+    for (int n = 0; n < D / 8; ++n) o[4 * n + 2 * h] *= factor, o[4 * n + 2 * h + 1] *= factor;
     m[h] = state[h].m == kNegInf ? 0.f : state[h].m;  // all scores −inf so far: exp gives 0, not NaN
   }
-  // P = exp(S − m); l sums this lane's columns only, the quad is summed in the epilogue
 #pragma unroll
-  for (int j = 0; j < kMaxSteps; ++j) {
-    if (j >= steps) break;
+  for (int i = 0; i < 8 * kMaxSteps; ++i) {
+    if (i >= 8 * steps) break;
+    const float p = __expf(s[i] - m[(i / 2) % 2]);
+    s[i] = p;
+    state[(i / 2) % 2].l += p;
+  }
+}
+
+// The A fragment of P for 16-token step j: the accumulators of its two 8-column blocks.
+template <typename T>
+__device__ __forceinline__ void p_fragment(std::uint32_t (&a)[4], const float* s, int j) {
+  a[0] = Numeric<T>::pack2(s[8 * j], s[8 * j + 1]);
+  a[1] = Numeric<T>::pack2(s[8 * j + 2], s[8 * j + 3]);
+  a[2] = Numeric<T>::pack2(s[8 * j + 4], s[8 * j + 5]);
+  a[3] = Numeric<T>::pack2(s[8 * j + 6], s[8 * j + 7]);
+}
+
+// mma.sync path: one warp's share of one KV tile, its 16 query rows (row tile
+// `rtile`) against `steps` 16-token steps from tile token token0. Each warp
+// loads its K and V fragments with ldmatrix.
+template <int D, typename T>
+__device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const T* sv, int rtile, int token0,
+                                                int steps, int tile_tokens, float sm_scale,
+                                                OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
+  using Tr = PacTraits<D, T>;
+  constexpr int kMaxSteps = Tr::kMaxSplits;  // a warp holds at most the whole tile
+  const int lane = threadIdx.x % 32;
+
+  // S = Q Kᵀ: per 16-token step two n8 accumulators
+  float s[8 * kMaxSteps] = {};
 #pragma unroll
-    for (int n = 0; n < 2; ++n)
+  for (int kk = 0; kk < D / 16; ++kk) {
+    std::uint32_t a[4];
+    ldmatrix_x4(a, sq + tile_offset<Tr::kMaxRows>(rtile * 16 + lane % 16, 2 * kk + lane / 16));
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = __expf(s[j][n][e] - m[e / 2]);
-        s[j][n][e] = p;
-        state[e / 2].l += p;
-      }
+    for (int j = 0; j < kMaxSteps; ++j) {
+      if (j >= steps) break;
+      std::uint32_t b[4];  // tokens 0-7 then 8-15, each as d 0-7 then 8-15
+      ldmatrix_x4(b, sk + tile_offset<Tr::kTileTokens>(token0 + 16 * j + lane % 8 + (lane / 16) * 8,
+                                                       2 * kk + (lane / 8) % 2));
+      mma_16816<T>(s + 8 * j, a, b[0], b[1]);
+      mma_16816<T>(s + 8 * j + 4, a, b[2], b[3]);
+    }
   }
 
-  // O += P V: the S accumulator of a 16-token step is the A fragment of P
+  softmax_tile<D, kMaxSteps>(s, steps, token0, tile_tokens, sm_scale, state, o);
+
+  // O += P V
 #pragma unroll
   for (int j = 0; j < kMaxSteps; ++j) {
     if (j >= steps) break;
-    const std::uint32_t a[4] = {Numeric<T>::pack2(s[j][0][0], s[j][0][1]), Numeric<T>::pack2(s[j][0][2], s[j][0][3]),
-                                Numeric<T>::pack2(s[j][1][0], s[j][1][1]), Numeric<T>::pack2(s[j][1][2], s[j][1][3])};
+    std::uint32_t a[4];
+    p_fragment<T>(a, s, j);
 #pragma unroll
     for (int dd = 0; dd < D / 16; ++dd) {
       std::uint32_t b[4];  // d 0-7 then 8-15, each as tokens 0-7 then 8-15
-      ldmatrix_x4_trans(b, sv + swizzle<D>(token0 + 16 * j + lane % 8 + ((lane / 8) % 2) * 8, 2 * dd + lane / 16));
-      mma_16816<T>(o[2 * dd], a, b[0], b[1]);
-      mma_16816<T>(o[2 * dd + 1], a, b[2], b[3]);
+      ldmatrix_x4_trans(b, sv + tile_offset<Tr::kTileTokens>(token0 + 16 * j + lane % 8 + ((lane / 8) % 2) * 8,
+                                                             2 * dd + lane / 16));
+      mma_16816<T>(o + 8 * dd, a, b[0], b[1]);
+      mma_16816<T>(o + 8 * dd + 4, a, b[2], b[3]);
     }
   }
 }
+
+#if CODEC_WGMMA
+// wgmma path (sm_90a): the block's 4 warps, one warpgroup, attend all 64 row
+// slots to the whole tile; K and V are read by the tensor cores from shared
+// memory once per tile (wgmma.cuh has the operand layouts).
+template <int D, typename T>
+__device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_t sk, std::uint32_t sv,
+                                                  int tile_tokens, float sm_scale, OnlineSoftmax (&state)[2],
+                                                  float (&o)[D / 2]) {
+  using Tr = PacTraits<D, T>;
+  constexpr int N = Tr::kTileTokens, kSteps = N / 16;
+  constexpr int kPV = D < 128 ? D : 128;  // output columns per P·V wgmma
+
+  float s[N / 2] = {};
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {  // k16 step kk: column block kk / 4, bytes 32 · (kk % 4) of its rows
+    const std::uint32_t k_off = 32 * (kk % 4);
+    wgmma::mma_ss<N, T>(s, wgmma::desc(sq + (kk / 4) * (Tr::kMaxRows * 128) + k_off, 16, 1024),
+                        wgmma::desc(sk + (kk / 4) * (N * 128) + k_off, 16, 1024));
+  }
+  wgmma::commit();
+  wgmma::wait_all();
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) wgmma::fence_operand(s[i]);
+
+  softmax_tile<D, kSteps>(s, kSteps, 0, tile_tokens, sm_scale, state, o);
+
+  std::uint32_t a[kSteps][4];
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) p_fragment<T>(a[j], s, j);
+  wgmma::fence();  // o was rescaled, a written: both by ordinary instructions
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j)  // 16 tokens = 2048 bytes of every column block
+#pragma unroll
+    for (int nb = 0; nb < D / kPV; ++nb)  // output columns nb · kPV: column block nb · kPV / 64
+      wgmma::mma_rs<kPV, T>(o + nb * kPV / 2, a[j],
+                            wgmma::desc(sv + 2048 * j + nb * (kPV / 64) * (N * 128), N * 128, 1024));
+  wgmma::commit();
+  wgmma::wait_all();
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
+}
+#endif
 
 // Token t of a node lies in page pages[t / page_size] at slot t % page_size.
 // Page sizes are powers of two in practice (16 in every benchmark): a shift and
@@ -236,23 +301,28 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, c
   T* sq = reinterpret_cast<T*>(smem);
   T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
 
-  // warp layout (see the top of this file)
+  // warp layout (see the top of this file). On the wgmma path the 4 warps are
+  // one warpgroup over all 64 row slots (rows past the task's are zero queries
+  // whose results are never written) and every warp sees the whole tile.
+  const bool wg = CODEC_WGMMA && rows >= Tr::kWgmmaMinRows;
   const int rtiles = (rows + 15) / 16;
-  const int rtiles_pow2 = rtiles == 1 ? 1 : rtiles == 2 ? 2 : 4;
+  const int rtiles_pow2 = wg ? Tr::kWarps : rtiles == 1 ? 1 : rtiles == 2 ? 2 : 4;
   const int splits = min(Tr::kWarps / rtiles_pow2, Tr::kMaxSplits);
   const int rtile = warp / splits;
-  const bool has_rows = rtile < rtiles;
+  const bool has_rows = wg || rtile < rtiles;
   const int steps = Tr::kTileTokens / Tr::kTokenStep / splits;  // 16-token steps of a warp per tile
   const int token0 = (warp % splits) * steps * Tr::kTokenStep;
 
-  // prologue: the task's query rows into sq; rows up to the last row tile are zero
+  // prologue: the task's query rows into sq; rows up to the last row tile (all
+  // 64 on the wgmma path) are zero
   {
     const T* q = static_cast<const T*>(p.q);
-    for (int i = tid; i < rtiles * 16 * Tr::kChunks; i += Tr::kThreads) {
+    const int q_rows = wg ? Tr::kMaxRows : rtiles * 16;
+    for (int i = tid; i < q_rows * Tr::kChunks; i += Tr::kThreads) {
       const int r = i / Tr::kChunks, c = i % Tr::kChunks, v = task.row_begin + r;
       const T* src = q;
       if (r < rows) src += (std::int64_t(reqs[v / G]) * plan.num_qo_heads + task.kv_head * G + v % G) * D + 8 * c;
-      cp_async_16(sq + swizzle<D>(r, c), src, r < rows);
+      cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, c), src, r < rows);
     }
   }
   // A KV tile: token t of the node lives in page pages[t / page_size] at slot
@@ -274,8 +344,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, c
         offset = std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token +
                  head_offset;
       }
-      cp_async_16(sk + swizzle<D>(j, c), static_cast<const T*>(p.k) + offset, valid);
-      cp_async_16(sv + swizzle<D>(j, c), static_cast<const T*>(p.v) + offset, valid);
+      cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), static_cast<const T*>(p.k) + offset, valid);
+      cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), static_cast<const T*>(p.v) + offset, valid);
     }
   };
 
@@ -300,18 +370,27 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, c
   // kStages + t groups exist after its commit, and waiting until at most
   // kStages − 1 are pending completes groups 0 .. t: Q and tiles 0 .. t.
   OnlineSoftmax state[2];
-  float o[D / 8][4] = {};
+  float o[D / 2] = {};
   for (int t = 0; t < num_tiles; ++t) {
     __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
     if (t + Tr::kStages - 1 < num_tiles) load_tile(t + Tr::kStages - 1);
     cp_async_commit();  // possibly empty: keeps the group count in step with t
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
+#if CODEC_WGMMA
+    if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
+#endif
     __syncthreads();                   // ... and every thread's: tile t is visible to every warp
     const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
-    if (has_rows && token0 < tile_tokens) {
-      const T* sk = skv + (t % Tr::kStages) * 2 * Tr::kTileTokens * D;
-      attend_tile<D, T>(sq, sk, sk + Tr::kTileTokens * D, rtile, token0, steps, tile_tokens, p.sm_scale, state, o);
+    const T* sk = skv + (t % Tr::kStages) * 2 * Tr::kTileTokens * D;
+    const T* sv = sk + Tr::kTileTokens * D;
+#if CODEC_WGMMA
+    if (wg) {
+      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, p.sm_scale, state, o);
+      continue;
     }
+#endif
+    if (has_rows && token0 < tile_tokens)
+      attend_tile_mma<D, T>(sq, sk, sv, rtile, token0, steps, tile_tokens, p.sm_scale, state, o);
   }
   cp_async_wait<0>();
   __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
@@ -328,7 +407,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, c
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
         *reinterpret_cast<float2*>(so + row * Tr::kStagingStride + 8 * n + 2 * (lane % 4)) =
-            make_float2(o[n][2 * h] * inv_l, o[n][2 * h + 1] * inv_l);
+            make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
       if (lane % 4 == 0) slse[row] = state[h].lse();
     }
   }
@@ -377,7 +456,12 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, c
 template <int D, typename T>
 __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
     pac_kernel(const __grid_constant__ PacParams p) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  // wgmma's 128-byte swizzle needs its operand blocks on 1024-byte boundaries
+  // (wgmma.cuh); every block offset in PacTraits is a multiple of 1024.
+  extern __shared__ __align__(1024) unsigned char smem[];
+#if CODEC_WGMMA
+  if (smem_u32(smem) % 1024 != 0) __trap();  // a misaligned base would silently permute Q, K and V
+#endif
   const PlanView& plan = p.plan;
   const PageGeometry geo(plan.page_size);
   const int begin = plan.block_indptr[blockIdx.x], end = plan.block_indptr[blockIdx.x + 1];
