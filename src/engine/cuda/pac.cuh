@@ -25,10 +25,10 @@
 // warp sees every token, and K and V leave shared memory once per tile.
 //
 // Softmax units: scores are s = sm_scale · q·k in fp32 (the scale is applied
-// to the fp32 accumulator, one multiply per score, rather than folded into a
-// half-precision copy of Q, which would round every query element by up to
-// 2⁻⁸ relative in bf16); m and lse are natural log, exactly as OnlineSoftmax
-// in state.hpp defines them.
+// to the fp32 accumulator, fused into the exponent as one FFMA per score,
+// rather than folded into a half-precision copy of Q, which would round every
+// query element by up to 2⁻⁸ relative in bf16); m and lse are natural log,
+// exactly as OnlineSoftmax in state.hpp defines them.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -131,35 +131,55 @@ __device__ __forceinline__ float quad_sum(float x) {
 // in the same layout). s[kTileTokens / 2] holds the scores of the warp's
 // tokens, o[D / 2] its unnormalised output; state[h] is row h's online softmax.
 
-// Online softmax over `steps` 16-token steps of scores starting at tile token
-// token0, of which the tile tokens below tile_tokens exist: scale, mask, raise
-// the running max (rescaling o), and turn s into P = exp(s − m) in place. l sums
-// this lane's columns only; the quad is summed in the epilogue.
+// 2^x on the special-function unit. ftz: a result below 2^-126 (a weight under
+// 2^-126 of the row's running max) flushes to 0, which is what the fp32
+// accumulation would lose anyway; it spares the subnormal fix-up expf's
+// approximation path spends 3 instructions on per element.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Online softmax over `steps` 16-token steps of raw scores q·k starting at tile
+// token token0, of which the tile tokens below tile_tokens exist: mask, raise
+// the running max (rescaling o), and turn s into P = exp(sm_scale · s − m) in
+// place, as one FFMA and one ex2 per score (m is kept in natural-log units, as
+// OnlineSoftmax defines it; sm_scale > 0, so the max of raw scores is the max
+// of scaled ones). l sums this lane's columns only; the quad is summed in the
+// epilogue. Masking is needed only in a task's last tile, and o is rescaled
+// only when some row's max rose (after the first tiles, rarely).
 template <int D, int kMaxSteps>
 __device__ __forceinline__ void softmax_tile(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens,
                                              float sm_scale, OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
+  constexpr float kLog2e = 1.4426950408889634f;
   const int lane = threadIdx.x % 32;
+  if (token0 + 16 * steps > tile_tokens) {
+#pragma unroll
+    for (int i = 0; i < 8 * kMaxSteps; ++i)
+      if (token0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1) >= tile_tokens) s[i] = kNegInf;
+  }
   float tile_max[2] = {kNegInf, kNegInf};
 #pragma unroll
   for (int i = 0; i < 8 * kMaxSteps; ++i) {
     if (i >= 8 * steps) break;
-    const int col = token0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1);
-    const float x = col < tile_tokens ? s[i] * sm_scale : kNegInf;
-    s[i] = x;
-    tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], x);
+    tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], s[i]);
   }
-  float m[2];
+  float factor[2], neg_m_log2[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float factor = state[h].rescale(quad_max(tile_max[h]));  // same max in all 4 lanes of a row
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[4 * n + 2 * h] *= factor, o[4 * n + 2 * h + 1] *= factor;
-    m[h] = state[h].m == kNegInf ? 0.f : state[h].m;  // all scores −inf so far: exp gives 0, not NaN
+    factor[h] = state[h].rescale(quad_max(tile_max[h]) * sm_scale);  // same max in all 4 lanes of a row
+    neg_m_log2[h] = state[h].m == kNegInf ? 0.f : -state[h].m * kLog2e;  // all −inf so far: exp gives 0, not NaN
   }
+  if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= factor[(i / 2) % 2];
+  }
+  const float scale_log2 = sm_scale * kLog2e;
 #pragma unroll
   for (int i = 0; i < 8 * kMaxSteps; ++i) {
     if (i >= 8 * steps) break;
-    const float p = __expf(s[i] - m[(i / 2) % 2]);
+    const float p = exp2_ftz(fmaf(s[i], scale_log2, neg_m_log2[(i / 2) % 2]));
     s[i] = p;
     state[(i / 2) % 2].l += p;
   }
@@ -285,7 +305,7 @@ struct PageGeometry {
 // ---------------------------------------------------------------- kernel
 
 template <int D, typename T>
-__device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, const PageGeometry geo,
+__device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   const PlanView& plan = p.plan;
@@ -327,25 +347,37 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task& task, c
   }
   // A KV tile: token t of the node lives in page pages[t / page_size] at slot
   // t % page_size (PageGeometry). kThreads is a multiple of kChunks, so a
-  // thread always copies the same 16-byte chunk c of its tokens.
+  // thread always copies the same 16-byte chunk c of its tokens: rows
+  // tid / kChunks + k · kTokenStride of the tile. The kChunks threads of a
+  // token share its address, so each warp looks up its (at most 16) tokens
+  // once, one per lane, and hands the offsets out by shuffle: ~35 integer
+  // instructions of page arithmetic per warp and tile instead of per token.
+  constexpr int kWarpTokens = 32 / Tr::kChunks;  // tokens a warp copies per step k
+  static_assert(Tr::kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
   const int c = tid % Tr::kChunks;
   const std::int64_t head_offset = std::int64_t(task.kv_head) * p.stride_head + 8 * c;
+  const T* k_base = static_cast<const T*>(p.k) + head_offset;
+  const T* v_base = static_cast<const T*>(p.v) + head_offset;
   auto load_tile = [&](int tile) {
     T* sk = skv + (tile % Tr::kStages) * 2 * Tr::kTileTokens * D;
     T* sv = sk + Tr::kTileTokens * D;
     const int t0 = task.kv_begin + tile * Tr::kTileTokens;
+    std::int64_t lane_offset = -1;  // −1: past the chunk, copy zeros
+    {
+      const int k = lane / kWarpTokens;
+      const int t = t0 + warp * kWarpTokens + lane % kWarpTokens + k * Tr::kTokenStride;
+      if (k < Tr::kTokensPerThread && t < task.kv_end) {
+        const int page = geo.page(t);
+        lane_offset = std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token;
+      }
+    }
 #pragma unroll
     for (int k = 0; k < Tr::kTokensPerThread; ++k) {
-      const int j = tid / Tr::kChunks + k * Tr::kTokenStride, t = t0 + j;
-      const bool valid = t < task.kv_end;
-      std::int64_t offset = 0;
-      if (valid) {
-        const int page = geo.page(t);
-        offset = std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token +
-                 head_offset;
-      }
-      cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), static_cast<const T*>(p.k) + offset, valid);
-      cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), static_cast<const T*>(p.v) + offset, valid);
+      const int j = tid / Tr::kChunks + k * Tr::kTokenStride;
+      const std::int64_t offset = __shfl_sync(0xffffffffu, lane_offset, k * kWarpTokens + lane / Tr::kChunks);
+      const bool valid = offset >= 0;
+      cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), k_base + (valid ? offset : 0), valid);
+      cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), v_base + (valid ? offset : 0), valid);
     }
   };
 
