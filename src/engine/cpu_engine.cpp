@@ -208,7 +208,7 @@ void run_cpu(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::sp
       Scratch scratch(max_rows, p.head_dim);
 #pragma omp for schedule(dynamic, 1)
       for (int b = 0; b < p.num_blocks; ++b)
-        for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) runner.task(p.tasks[p.block_tasks[i]], scratch);
+        for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) runner.task(p.tasks[i], scratch);
     }
     // Phase 2 (POR): rows are independent.
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 16)

@@ -16,7 +16,6 @@ Plan::Plan(const HeadConfig& heads, int page_size, const PlanArrays& a, const Pl
   const std::pair<const void*, std::size_t> arrays[] = {
       {a.tasks.data(), a.tasks.size() * sizeof(Task)},
       {a.block_indptr.data(), a.block_indptr.size() * 4},
-      {a.block_tasks.data(), a.block_tasks.size() * 4},
       {a.node_page_begin.data(), a.node_page_begin.size() * 4},
       {a.node_pages.data(), a.node_pages.size() * 4},
       {a.node_req_begin.data(), a.node_req_begin.size() * 4},
@@ -54,17 +53,16 @@ PlanView Plan::view(const void* base) const {
   PlanView v = counts_;
   v.tasks = reinterpret_cast<const Task*>(b + offsets_[0]);
   v.block_indptr = ints(1);
-  v.block_tasks = ints(2);
-  v.node_page_begin = ints(3);
-  v.node_pages = ints(4);
-  v.node_req_begin = ints(5);
-  v.node_reqs = ints(6);
-  v.node_splits = ints(7);
-  v.node_slot_base = ints(8);
-  v.path_indptr = ints(9);
-  v.path_node = ints(10);
-  v.path_pos = ints(11);
-  v.request_partials = ints(12);
+  v.node_page_begin = ints(2);
+  v.node_pages = ints(3);
+  v.node_req_begin = ints(4);
+  v.node_reqs = ints(5);
+  v.node_splits = ints(6);
+  v.node_slot_base = ints(7);
+  v.path_indptr = ints(8);
+  v.path_node = ints(9);
+  v.path_pos = ints(10);
+  v.request_partials = ints(11);
   return v;
 }
 

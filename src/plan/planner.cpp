@@ -448,7 +448,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   // 5. Tasks: replay LPT on the chosen splits for one head slice, expanding
   // each group's items into every slice.
   std::vector<TaskGroup> groups = task_groups(classes, splits, cost, align, slice_heads);
-  std::vector<std::vector<std::int32_t>> per_block(m);
+  std::vector<std::vector<Task>> per_block(m);
   std::int64_t kv_tokens_read = 0;
   const double makespan = lpt(groups, slice_blocks, [&](std::size_t g, std::int64_t item, int block) {
     const TaskGroup& grp = groups[g];
@@ -471,19 +471,23 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
       const int row_end = row_begin + (tile < c.tiles_hi ? c.rows_hi : c.rows_hi - 1);
       const int kv_begin = chunk * k.len;
       const int kv_end = std::min(forest.nodes[c.nodes[member]].num_tokens, kv_begin + k.len);
+      const int node = c.nodes[member];
+      const int node_rows = (a.node_req_begin[node + 1] - a.node_req_begin[node]) * G;
       for (int slice = 0; slice < slices; ++slice) {
-        per_block[slice * slice_blocks + block].push_back(std::int32_t(a.tasks.size()));
-        a.tasks.push_back({c.nodes[member], slice * slice_heads + head, chunk, kv_begin, kv_end, row_begin, row_end});
+        const int kv_head = slice * slice_heads + head;
+        per_block[slice * slice_blocks + block].push_back(
+            {node, kv_head, chunk, kv_begin, kv_end, row_begin, row_end, a.node_page_begin[node],
+             a.node_req_begin[node], a.node_slot_base[node] + (chunk * kv_heads + kv_head) * node_rows});
       }
       kv_tokens_read += std::int64_t(kv_end - kv_begin) * slices;
     }
   });
   a.block_indptr.resize(m + 1);
   for (int b = 0; b < m; ++b) {
-    a.block_indptr[b] = std::int32_t(a.block_tasks.size());
-    a.block_tasks.insert(a.block_tasks.end(), per_block[b].begin(), per_block[b].end());
+    a.block_indptr[b] = std::int32_t(a.tasks.size());
+    a.tasks.insert(a.tasks.end(), per_block[b].begin(), per_block[b].end());
   }
-  a.block_indptr[m] = std::int32_t(a.block_tasks.size());
+  a.block_indptr[m] = std::int32_t(a.tasks.size());
 
   // 6. Reduction schedule, factored per request: its path (root first, so the
   // entry of a node sits at the node's depth) and its index in each node.

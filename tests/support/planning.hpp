@@ -27,10 +27,10 @@ inline std::vector<int> row_slots(const PlanView& p, int req, int head) {
 inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
   const PlanView p = plan.view();
   const int G = p.group, Hq = p.num_qo_heads;
-  // Every task appears once in the block lists.
-  std::vector<int> seen(p.num_tasks, 0);
-  for (int i = p.block_indptr[0]; i < p.block_indptr[p.num_blocks]; ++i) ++seen[p.block_tasks[i]];
-  for (int t = 0; t < p.num_tasks; ++t) ASSERT_EQ(seen[t], 1) << "task " << t << " scheduled " << seen[t] << " times";
+  // The blocks' task ranges tile [0, num_tasks) in order: every task runs once.
+  ASSERT_EQ(p.block_indptr[0], 0);
+  for (int b = 0; b < p.num_blocks; ++b) ASSERT_LE(p.block_indptr[b], p.block_indptr[b + 1]) << "block " << b;
+  ASSERT_EQ(p.block_indptr[p.num_blocks], p.num_tasks);
   // Expand tasks to (request, head) → node → covered tokens, and slot → writers.
   std::map<std::tuple<int, int, int>, std::vector<int>> cover;  // (req, head, node) → per-token count
   std::vector<int> slot_writers(p.num_slots, 0);
@@ -41,6 +41,9 @@ inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
     ASSERT_TRUE(0 <= task.kv_begin && task.kv_begin < task.kv_end && task.kv_end <= n.num_tokens) << "task " << t;
     ASSERT_TRUE(0 <= task.row_begin && task.row_begin < task.row_end && task.row_end <= n.num_reqs * G);
     ASSERT_LT(task.chunk, p.node_splits[task.node]);
+    ASSERT_EQ(task.page_begin, p.node_page_begin[task.node]) << "task " << t;
+    ASSERT_EQ(task.req_begin, p.node_req_begin[task.node]) << "task " << t;
+    ASSERT_EQ(task.slot0, p.slot_of(task.node, task.chunk, task.kv_head, 0)) << "task " << t;
     for (int v = task.row_begin; v < task.row_end; ++v) {
       const int req = forest.reqs[n.req_begin + v / G], head = task.kv_head * G + v % G;
       auto& tokens = cover[{req, head, task.node}];

@@ -18,6 +18,10 @@ namespace codec {
 // which is chunk `chunk` of that node, for one kv head, against rows
 // [row_begin, row_end) of the node's row list. Row v of a node is
 // (request node_reqs[node_req_begin[node] + v / G], qo head kv_head·G + v % G).
+// The last three fields repeat node-level facts (node_page_begin[node],
+// node_req_begin[node], slot_of(node, chunk, kv_head, 0)) so that a GPU block
+// reaches its pages and query rows two dependent loads after its task list
+// instead of four: each costs a DRAM round trip when the plan is cold.
 struct Task {
   std::int32_t node;
   std::int32_t kv_head;
@@ -26,11 +30,14 @@ struct Task {
   std::int32_t kv_end;
   std::int32_t row_begin;
   std::int32_t row_end;
+  std::int32_t page_begin;  // the node's pages are node_pages[page_begin ..]
+  std::int32_t req_begin;   // the node's requests are node_reqs[req_begin ..]
+  std::int32_t slot0;       // row v's partial goes to slot slot0 + v
 };
 
 struct PlanView {
   int num_tasks = 0;
-  int num_blocks = 0;    // m: persistent workers; block b runs its tasks in order
+  int num_blocks = 0;    // m: persistent workers; block b runs tasks[block_indptr[b] .. block_indptr[b+1]) in order
   int num_nodes = 0;
   int num_requests = 0;  // B; output row of (request, qo head) is request · Hq + qo head
   int num_slots = 0;     // partial states in the workspace
@@ -39,9 +46,8 @@ struct PlanView {
   int num_kv_heads = 0;
   int head_dim = 0;
   int page_size = 0;
-  const Task* tasks = nullptr;                 // [num_tasks]
+  const Task* tasks = nullptr;                 // [num_tasks], block by block, in execution order
   const std::int32_t* block_indptr = nullptr;  // [num_blocks + 1]
-  const std::int32_t* block_tasks = nullptr;   // task ids, block by block, in execution order
   const std::int32_t* node_page_begin = nullptr;  // [num_nodes + 1]; token t of a node is in page
   const std::int32_t* node_pages = nullptr;       //   node_pages[node_page_begin[node] + t / page_size]
   const std::int32_t* node_req_begin = nullptr;   // [num_nodes + 1] into node_reqs
@@ -85,7 +91,7 @@ struct PlanStats {
 // Host arrays a planner fills; Plan packs them into one buffer.
 struct PlanArrays {
   std::vector<Task> tasks;
-  std::vector<std::int32_t> block_indptr, block_tasks;
+  std::vector<std::int32_t> block_indptr;
   std::vector<std::int32_t> node_page_begin, node_pages, node_req_begin, node_reqs, node_splits, node_slot_base;
   std::vector<std::int32_t> path_indptr, path_node, path_pos, request_partials;
 };
@@ -120,7 +126,7 @@ class Plan {
   PlanStats stats_;
   std::vector<std::byte> buffer_;
   PlanView counts_;                       // sizes filled in, pointers null
-  std::array<std::size_t, 13> offsets_{};  // byte offset of each array, in PlanView order
+  std::array<std::size_t, 12> offsets_{};  // byte offset of each array, in PlanView order
 };
 
 }  // namespace codec

@@ -100,11 +100,12 @@ struct PacTraits {
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
   static constexpr int kKVBytes = kStages * 2 * kTileBytes;
   static constexpr int kSmemBytes = kQBytes + kKVBytes;
-  // Epilogue staging: each warp's normalised o [16][D] and lse [16], fp32. Rows
+  // Epilogue staging: each warp's normalised o [16][D] and lse [16], fp32, and a
+  // single-partial flag per row. Rows
   // are padded by 8 floats so that the 8 rows one float2 store touches start
   // 8 banks apart (a half-warp then covers all 32 banks).
   static constexpr int kStagingStride = D + 8;
-  static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float));
+  static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float)) + kMaxRows;
   // Tokens of a tile one thread copies (the same chunk of each): rows
   // kFirst + k · kTokenStride, k < kTokensPerThread, with kFirst = tid / kChunks.
   static constexpr int kTokenStride = kThreads / kChunks;
@@ -115,6 +116,7 @@ struct PacTraits {
   static_assert(kChunks >= 8, "the swizzle permutes 8 chunks of 16 bytes per row: head_dim must be >= 64");
   static_assert(kTileTokens % kTokenStep == 0, "a tile must be whole 16-token mma steps");
   static_assert((kTileTokens * kChunks) % kThreads == 0, "every thread copies the same number of KV chunks");
+  static_assert(kThreads >= kMaxRows, "one thread loads each row's single-partial flag");
   static_assert(kStagingBytes <= kSmemBytes, "epilogue staging must fit in the Q + KV shared memory it reuses");
   static_assert(kStages >= 2, "the main loop overlaps a tile's copy with the previous tile's compute");
   static_assert(kThreads % kChunks == 0, "a thread copies the same 16-byte chunk of each of its tokens");

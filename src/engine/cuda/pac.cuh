@@ -1,6 +1,6 @@
 #pragma once
 // Partial attention (PAC, DESIGN §5), persistent: block b runs the plan's
-// tasks block_tasks[block_indptr[b] .. block_indptr[b+1]) in order. A task is
+// tasks tasks[block_indptr[b] .. block_indptr[b+1]) in order. A task is
 // (node chunk [kv_begin, kv_end), kv head, rows [row_begin, row_end) of the
 // node's row list); row v is (request node_reqs[node_req_begin[node] + v / G],
 // qo head kv_head · G + v % G). Its query rows are loaded into shared memory
@@ -313,11 +313,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const int rows = task.row_end - task.row_begin;
   const int kv_len = task.kv_end - task.kv_begin;
   const int num_tiles = (kv_len + Tr::kTileTokens - 1) / Tr::kTileTokens;
-  const std::int32_t* reqs = plan.node_reqs + plan.node_req_begin[task.node];
-  const std::int32_t* pages = plan.node_pages + plan.node_page_begin[task.node];
-  // The task's first workspace slot (row v is slot0 + v), loaded now so that
-  // its latency hides under the main loop instead of lengthening the epilogue.
-  const int slot0 = plan.slot_of(task.node, task.chunk, task.kv_head, 0);
+  const std::int32_t* reqs = plan.node_reqs + task.req_begin;
+  const std::int32_t* pages = plan.node_pages + task.page_begin;
   T* sq = reinterpret_cast<T*>(smem);
   T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
 
@@ -345,6 +342,10 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
       cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, c), src, r < rows);
     }
   }
+  // Whether row tid's request has a single partial (PAC writes the output
+  // itself), loaded now so that its DRAM latency hides under the main loop
+  // instead of sitting between the epilogue and its stores.
+  const bool single_row = tid < rows && plan.request_partials[reqs[(task.row_begin + tid) / G]] == 1;
   // A KV tile: token t of the node lives in page pages[t / page_size] at slot
   // t % page_size (PageGeometry). kThreads is a multiple of kChunks, so a
   // thread always copies the same 16-byte chunk c of its tokens: rows
@@ -430,6 +431,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // epilogue 1: each warp normalises its state and stages it as fp32
   float* so = reinterpret_cast<float*>(smem);             // [kMaxRows][kStagingStride], row = warp · 16 + r
   float* slse = so + Tr::kMaxRows * Tr::kStagingStride;   // [kMaxRows]
+  bool* ssingle = reinterpret_cast<bool*>(slse + Tr::kMaxRows);  // [kMaxRows]
+  if (tid < rows) ssingle[tid] = single_row;
   if (has_rows) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -461,14 +464,15 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
                         mw.w1 * acc.w + mw.w2 * x.w);
       lse = mw.lse;
     }
-    const int v = task.row_begin + r, req = reqs[v / G];
-    if (plan.request_partials[req] == 1) {
+    const int v = task.row_begin + r;
+    if (ssingle[r]) {
+      const int req = reqs[v / G];
       const std::int64_t row = std::int64_t(req) * plan.num_qo_heads + task.kv_head * G + v % G;
       const uint2 packed = {Numeric<T>::pack2(acc.x, acc.y), Numeric<T>::pack2(acc.z, acc.w)};
       *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
       if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
     } else {
-      const std::int64_t slot = slot0 + v;  // plan.slot_of(task.node, task.chunk, task.kv_head, v)
+      const std::int64_t slot = task.slot0 + v;
       *reinterpret_cast<float4*>(p.part_o + slot * D + d) = acc;
       if (d == 0) p.part_lse[slot] = lse;
     }
@@ -499,7 +503,7 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
   const int begin = plan.block_indptr[blockIdx.x], end = plan.block_indptr[blockIdx.x + 1];
   for (int i = begin; i < end; ++i) {
     if (i == end - 1) pdl_launch_dependents();
-    pac_task<D, T>(p, plan.tasks[plan.block_tasks[i]], geo, smem);
+    pac_task<D, T>(p, plan.tasks[i], geo, smem);
   }
 }
 
