@@ -1,11 +1,11 @@
 #pragma once
 // Merge of partial states (POR, DESIGN §5): one warp per (request, qo head)
-// row. Row (b, h) folds, for every node on b's path (root first) and every
+// row. Row (b, h) merges, for every node on b's path (root first) and every
 // chunk c of it, the partial in slot_of(node, c, h / G, path_pos · G + h % G),
-// with merge_weights (state.hpp), then writes out (KV dtype) and lse (fp32,
-// natural log). Requests with a single partial were written by PAC and are
-// skipped; a row with no partial at all would come out as the empty state
-// (o = 0, lse = −inf), never NaN.
+// as the lse-weighted sum of the state contract (state.hpp), then writes out
+// (KV dtype) and lse (fp32, natural log). Requests with a single partial were
+// written by PAC and are skipped; empty partials weigh 0, and a row with no
+// partial at all would come out as the empty state (o = 0, lse = −inf), never NaN.
 //
 // On sm_90 the merge is launched with programmatic stream serialisation: it
 // starts while PAC runs its last tasks (pac.cuh), walks the plan (which PAC
@@ -33,6 +33,17 @@ struct MergeParams {
 
 // ---------------------------------------------------------------- kernel
 
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
 template <int D, typename T>
 __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const __grid_constant__ MergeParams p) {
   using Tr = MergeTraits<D>;
@@ -45,12 +56,19 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   if (partials == 1) return;  // PAC wrote this row
   const int G = plan.group, kv_head = head / G, sub = head % G;
 
+  // Σ_j exp(lse_j − m) · o_j and l = Σ_j exp(lse_j − m) over the partials seen
+  // so far, m their largest lse (−inf while all are empty). Each group of up to
+  // 32 partials is weighted at once, by a warp max and a warp sum of one
+  // exponential per lane, so that the o loads of the group depend on nothing
+  // but their slots and stay in flight together; folding them one by one
+  // (merge_weights, state.hpp) chains an exp, a log and a division per partial, which on
+  // a 33-partial row cost more than the loads.
   float acc[Tr::kAccesses][Tr::kVec] = {};
-  float lse = kNegInf;  // the empty state
+  float m = kNegInf, l = 0.f;
   for (int base = 0; base < partials; base += 32) {
     // lanes locate partials base + lane in parallel: walk the path to the node
     // whose chunks hold it (paths are a few nodes long)
-    int slot = 0;  // a lane past the list keeps slot 0 and the empty state: never read, or weighted 0
+    int slot = 0;  // a lane past the list keeps slot 0 and weight 0: never read
     bool found = false;
     if (base + lane < partials) {
       int j = base + lane;
@@ -66,31 +84,42 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
     }
     pdl_wait();  // PAC's partials are complete and visible from here on
     const float part_lse = found ? p.part_lse[slot] : kNegInf;
-    // fold them in order; the o loads depend on the slots only, not on the
-    // fold, so the unrolled loop keeps several in flight
+    const float m_new = fmaxf(m, warp_max(part_lse));
+    if (m_new == kNegInf) continue;  // every partial so far is empty: nothing to weigh
+    const float rescale = m == kNegInf ? 0.f : expf(m - m_new);
+    const float e = part_lse == kNegInf ? 0.f : expf(part_lse - m_new);
+    l = l * rescale + warp_sum(e);
+    m = m_new;
+#pragma unroll
+    for (int a = 0; a < Tr::kAccesses; ++a)
+#pragma unroll
+      for (int k = 0; k < Tr::kVec; ++k) acc[a][k] *= rescale;
     const int count = min(32, partials - base);
-#pragma unroll 4
+#pragma unroll 8
     for (int i = 0; i < count; ++i) {
       const int s = __shfl_sync(0xffffffffu, slot, i);
-      const MergeWeights w = merge_weights(lse, __shfl_sync(0xffffffffu, part_lse, i));
+      const float w = __shfl_sync(0xffffffffu, e, i);
       const float* src = p.part_o + std::int64_t(s) * D;
 #pragma unroll
       for (int a = 0; a < Tr::kAccesses; ++a) {
-        float x[Tr::kVec];
         const float* at = src + (32 * a + lane) * Tr::kVec;
         if constexpr (Tr::kVec == 4) {
           const float4 v = *reinterpret_cast<const float4*>(at);
-          x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+          acc[a][0] += w * v.x, acc[a][1] += w * v.y, acc[a][2] += w * v.z, acc[a][3] += w * v.w;
         } else {
           const float2 v = *reinterpret_cast<const float2*>(at);
-          x[0] = v.x, x[1] = v.y;
+          acc[a][0] += w * v.x, acc[a][1] += w * v.y;
         }
-#pragma unroll
-        for (int k = 0; k < Tr::kVec; ++k) acc[a][k] = w.w1 * acc[a][k] + w.w2 * x[k];
       }
-      lse = w.lse;
     }
   }
+  // normalise; a row whose partials are all empty is the empty state (o = 0, lse = −inf)
+  const float inv_l = l > 0.f ? 1.f / l : 0.f;
+  const float lse = l > 0.f ? m + logf(l) : kNegInf;
+#pragma unroll
+  for (int a = 0; a < Tr::kAccesses; ++a)
+#pragma unroll
+    for (int k = 0; k < Tr::kVec; ++k) acc[a][k] *= inv_l;
 
   // epilogue: the row in the KV dtype, kVec / 2 packed pairs per lane and access
   T* out = static_cast<T*>(p.out) + std::int64_t(row) * D;

@@ -330,48 +330,31 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const int steps = Tr::kTileTokens / Tr::kTokenStep / splits;  // 16-token steps of a warp per tile
   const int token0 = (warp % splits) * steps * Tr::kTokenStep;
 
-  // prologue: the task's query rows into sq; rows up to the last row tile (all
-  // 64 on the wgmma path) are zero
-  {
-    const T* q = static_cast<const T*>(p.q);
-    const int q_rows = wg ? Tr::kMaxRows : rtiles * 16;
-    for (int i = tid; i < q_rows * Tr::kChunks; i += Tr::kThreads) {
-      const int r = i / Tr::kChunks, c = i % Tr::kChunks, v = task.row_begin + r;
-      const T* src = q;
-      if (r < rows) src += (std::int64_t(reqs[v / G]) * plan.num_qo_heads + task.kv_head * G + v % G) * D + 8 * c;
-      cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, c), src, r < rows);
-    }
-  }
-  // Whether row tid's request has a single partial (PAC writes the output
-  // itself), loaded now so that its DRAM latency hides under the main loop
-  // instead of sitting between the epilogue and its stores.
-  const bool single_row = tid < rows && plan.request_partials[reqs[(task.row_begin + tid) / G]] == 1;
   // A KV tile: token t of the node lives in page pages[t / page_size] at slot
   // t % page_size (PageGeometry). kThreads is a multiple of kChunks, so a
   // thread always copies the same 16-byte chunk c of its tokens: rows
   // tid / kChunks + k · kTokenStride of the tile. The kChunks threads of a
   // token share its address, so each warp looks up its (at most 16) tokens
-  // once, one per lane, and hands the offsets out by shuffle: ~35 integer
-  // instructions of page arithmetic per warp and tile instead of per token.
+  // once, one per lane (lookup), and hands the offsets out by shuffle (copy):
+  // ~35 integer instructions of page arithmetic per warp and tile instead of
+  // per token.
   constexpr int kWarpTokens = 32 / Tr::kChunks;  // tokens a warp copies per step k
   static_assert(Tr::kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
   const int c = tid % Tr::kChunks;
   const std::int64_t head_offset = std::int64_t(task.kv_head) * p.stride_head + 8 * c;
   const T* k_base = static_cast<const T*>(p.k) + head_offset;
   const T* v_base = static_cast<const T*>(p.v) + head_offset;
-  auto load_tile = [&](int tile) {
+  auto lookup = [&](int tile) {  // this lane's token offset in tile `tile`; −1: past the chunk, copy zeros
+    const int k = lane / kWarpTokens;
+    const int t = task.kv_begin + tile * Tr::kTileTokens + warp * kWarpTokens + lane % kWarpTokens +
+                  k * Tr::kTokenStride;
+    if (k >= Tr::kTokensPerThread || t >= task.kv_end) return std::int64_t(-1);
+    const int page = geo.page(t);
+    return std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token;
+  };
+  auto copy = [&](int tile, std::int64_t lane_offset) {
     T* sk = skv + (tile % Tr::kStages) * 2 * Tr::kTileTokens * D;
     T* sv = sk + Tr::kTileTokens * D;
-    const int t0 = task.kv_begin + tile * Tr::kTileTokens;
-    std::int64_t lane_offset = -1;  // −1: past the chunk, copy zeros
-    {
-      const int k = lane / kWarpTokens;
-      const int t = t0 + warp * kWarpTokens + lane % kWarpTokens + k * Tr::kTokenStride;
-      if (k < Tr::kTokensPerThread && t < task.kv_end) {
-        const int page = geo.page(t);
-        lane_offset = std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token;
-      }
-    }
 #pragma unroll
     for (int k = 0; k < Tr::kTokensPerThread; ++k) {
       const int j = tid / Tr::kChunks + k * Tr::kTokenStride;
@@ -382,10 +365,32 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     }
   };
 
-  // prologue: the first kStages − 1 tiles in flight (Q rides in the first group)
+  // prologue. On a cold plan each load here is a DRAM round trip, and a task
+  // with few tiles is mostly this chain, so every independent load is issued
+  // before the first one is waited on: the first tiles' page ids, the rows'
+  // requests (for Q) and their single-partial flags.
+  std::int64_t first_offsets[Tr::kStages - 1];
+#pragma unroll
+  for (int t = 0; t < Tr::kStages - 1; ++t) first_offsets[t] = t < num_tiles ? lookup(t) : -1;
+  // Whether row tid's request has a single partial (PAC writes the output
+  // itself); used by the epilogue, loaded now so that its latency hides.
+  const bool single_row = tid < rows && plan.request_partials[reqs[(task.row_begin + tid) / G]] == 1;
+  // the task's query rows into sq; rows up to the last row tile (all 64 on the
+  // wgmma path) are zero
+  {
+    const T* q = static_cast<const T*>(p.q);
+    const int q_rows = wg ? Tr::kMaxRows : rtiles * 16;
+    for (int i = tid; i < q_rows * Tr::kChunks; i += Tr::kThreads) {
+      const int r = i / Tr::kChunks, cq = i % Tr::kChunks, v = task.row_begin + r;
+      const T* src = q;
+      if (r < rows) src += (std::int64_t(reqs[v / G]) * plan.num_qo_heads + task.kv_head * G + v % G) * D + 8 * cq;
+      cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, cq), src, r < rows);
+    }
+  }
+  // the first kStages − 1 tiles in flight (Q rides in the first group)
 #pragma unroll
   for (int t = 0; t < Tr::kStages - 1; ++t) {
-    if (t < num_tiles) load_tile(t);
+    if (t < num_tiles) copy(t, first_offsets[t]);
     cp_async_commit();
   }
 
@@ -406,7 +411,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   float o[D / 2] = {};
   for (int t = 0; t < num_tiles; ++t) {
     __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
-    if (t + Tr::kStages - 1 < num_tiles) load_tile(t + Tr::kStages - 1);
+    if (t + Tr::kStages - 1 < num_tiles) copy(t + Tr::kStages - 1, lookup(t + Tr::kStages - 1));
     cp_async_commit();  // possibly empty: keeps the group count in step with t
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
 #if CODEC_WGMMA
