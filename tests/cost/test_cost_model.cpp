@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -378,6 +379,27 @@ TEST(TableFile, ValidateAndConstructorReject) {
   t.us[0][2] = std::numeric_limits<double>::infinity();
   EXPECT_TRUE(throws_with([&] { t.validate(); }, "us[0][2] = inf must be > 0"));
   EXPECT_TRUE(throws_with([] { TableCostModel{CostTable{}}; }, "head_dim = 0"));
+}
+
+// The tables `codec profile` measured and the repository ships: each must load,
+// describe the head_dim and dtype its file name says (the tool picks tables by
+// name), and grow with the KV length, as any real measurement of a streaming
+// kernel does.
+TEST(TableFile, CommittedTablesLoadAndMatchTheirNames) {
+  const std::filesystem::path dir = std::filesystem::path(CODEC_SOURCE_DIR) / "data" / "cost_tables";
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    ++seen;
+    const std::string name = entry.path().stem().string();
+    const CostTable t = CostTable::load(entry.path().string());
+    EXPECT_NE(name.find("_d" + std::to_string(t.head_dim) + "_" + std::string(to_string(t.dtype))), std::string::npos)
+        << name;
+    for (std::size_t r = 0; r < t.rows.size(); ++r)
+      for (std::size_t k = 1; k < t.kv_len.size(); ++k)
+        EXPECT_LT(t.us[r][k - 1], t.us[r][k]) << name << " rows " << t.rows[r] << " kv_len " << t.kv_len[k];
+  }
+  EXPECT_GE(seen, 1) << "no cost table under " << dir;
 }
 
 }  // namespace
