@@ -159,16 +159,28 @@ __device__ __forceinline__ void softmax_tile(float (&s)[8 * kMaxSteps], int step
     for (int i = 0; i < 8 * kMaxSteps; ++i)
       if (token0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1) >= tile_tokens) s[i] = kNegInf;
   }
-  float tile_max[2] = {kNegInf, kNegInf};
+  // Row maxima and sums go through kLanes independent partials per row, so
+  // that their dependency chains are 1/kLanes as long: with two warps per
+  // scheduler, waiting on the previous FMNMX or FADD is what stalls issue most.
+  constexpr int kLanes = kMaxSteps < 4 ? kMaxSteps : 4;
+  float part_max[2][kLanes], part_l[2][kLanes];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int k = 0; k < kLanes; ++k) part_max[h][k] = kNegInf, part_l[h][k] = 0.f;
 #pragma unroll
   for (int i = 0; i < 8 * kMaxSteps; ++i) {
     if (i >= 8 * steps) break;
-    tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], s[i]);
+    float& m = part_max[(i / 2) % 2][(i / 8) % kLanes];
+    m = fmaxf(m, s[i]);
   }
   float factor[2], neg_m_log2[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    factor[h] = state[h].rescale(quad_max(tile_max[h]) * sm_scale);  // same max in all 4 lanes of a row
+    float tile_max = part_max[h][0];
+#pragma unroll
+    for (int k = 1; k < kLanes; ++k) tile_max = fmaxf(tile_max, part_max[h][k]);
+    factor[h] = state[h].rescale(quad_max(tile_max) * sm_scale);  // same max in all 4 lanes of a row
     neg_m_log2[h] = state[h].m == kNegInf ? 0.f : -state[h].m * kLog2e;  // all −inf so far: exp gives 0, not NaN
   }
   if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
@@ -181,8 +193,12 @@ __device__ __forceinline__ void softmax_tile(float (&s)[8 * kMaxSteps], int step
     if (i >= 8 * steps) break;
     const float p = exp2_ftz(fmaf(s[i], scale_log2, neg_m_log2[(i / 2) % 2]));
     s[i] = p;
-    state[(i / 2) % 2].l += p;
+    part_l[(i / 2) % 2][(i / 8) % kLanes] += p;
   }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int k = 0; k < kLanes; ++k) state[h].l += part_l[h][k];
 }
 
 // The A fragment of P for 16-token step j: the accumulators of its two 8-column blocks.
@@ -342,26 +358,37 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   static_assert(Tr::kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
   const int c = tid % Tr::kChunks;
   const std::int64_t head_offset = std::int64_t(task.kv_head) * p.stride_head + 8 * c;
-  const T* k_base = static_cast<const T*>(p.k) + head_offset;
-  const T* v_base = static_cast<const T*>(p.v) + head_offset;
-  auto lookup = [&](int tile) {  // this lane's token offset in tile `tile`; −1: past the chunk, copy zeros
+  const char* k_base = reinterpret_cast<const char*>(static_cast<const T*>(p.k) + head_offset);
+  const char* v_base = reinterpret_cast<const char*>(static_cast<const T*>(p.v) + head_offset);
+  // lookup: this lane's token in tile `tile`: its byte offset, and whether it
+  // exists (t < kv_end); a missing token keeps offset 0, any valid address,
+  // and copy has cp.async write zeros for it
+  struct LaneToken {
+    std::int64_t offset;
+    bool valid;
+  };
+  auto lookup = [&](int tile) {
     const int k = lane / kWarpTokens;
     const int t = task.kv_begin + tile * Tr::kTileTokens + warp * kWarpTokens + lane % kWarpTokens +
                   k * Tr::kTokenStride;
-    if (k >= Tr::kTokensPerThread || t >= task.kv_end) return std::int64_t(-1);
+    if (k >= Tr::kTokensPerThread || t >= task.kv_end) return LaneToken{0, false};
     const int page = geo.page(t);
-    return std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token;
+    return LaneToken{(std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token) *
+                         std::int64_t(sizeof(T)),
+                     true};
   };
-  auto copy = [&](int tile, std::int64_t lane_offset) {
+  auto copy = [&](int tile, LaneToken token) {
+    const unsigned valid_lanes = __ballot_sync(0xffffffffu, token.valid);
     T* sk = skv + (tile % Tr::kStages) * 2 * Tr::kTileTokens * D;
     T* sv = sk + Tr::kTileTokens * D;
 #pragma unroll
     for (int k = 0; k < Tr::kTokensPerThread; ++k) {
       const int j = tid / Tr::kChunks + k * Tr::kTokenStride;
-      const std::int64_t offset = __shfl_sync(0xffffffffu, lane_offset, k * kWarpTokens + lane / Tr::kChunks);
-      const bool valid = offset >= 0;
-      cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), k_base + (valid ? offset : 0), valid);
-      cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), v_base + (valid ? offset : 0), valid);
+      const int src_lane = k * kWarpTokens + lane / Tr::kChunks;
+      const std::int64_t offset = __shfl_sync(0xffffffffu, token.offset, src_lane);
+      const bool valid = (valid_lanes >> src_lane) & 1u;
+      cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), k_base + offset, valid);
+      cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), v_base + offset, valid);
     }
   };
 
@@ -369,9 +396,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // with few tiles is mostly this chain, so every independent load is issued
   // before the first one is waited on: the first tiles' page ids, the rows'
   // requests (for Q) and their single-partial flags.
-  std::int64_t first_offsets[Tr::kStages - 1];
+  LaneToken first_tokens[Tr::kStages - 1];
 #pragma unroll
-  for (int t = 0; t < Tr::kStages - 1; ++t) first_offsets[t] = t < num_tiles ? lookup(t) : -1;
+  for (int t = 0; t < Tr::kStages - 1; ++t) first_tokens[t] = t < num_tiles ? lookup(t) : LaneToken{0, false};
   // Whether row tid's request has a single partial (PAC writes the output
   // itself); used by the epilogue, loaded now so that its latency hides.
   const bool single_row = tid < rows && plan.request_partials[reqs[(task.row_begin + tid) / G]] == 1;
@@ -390,7 +417,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // the first kStages − 1 tiles in flight (Q rides in the first group)
 #pragma unroll
   for (int t = 0; t < Tr::kStages - 1; ++t) {
-    if (t < num_tiles) copy(t, first_offsets[t]);
+    if (t < num_tiles) copy(t, first_tokens[t]);
     cp_async_commit();
   }
 
