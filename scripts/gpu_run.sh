@@ -30,6 +30,13 @@ if step build; then
 fi
 if step test; then
   run ctest ctest --test-dir build-gpu --output-on-failure -j 4
+  # The GPU tests again on a generic sm_90 build (no wgmma): there every task,
+  # 17-64 rows included, runs on the mma.sync path that sm_80 uses, which the
+  # sm_90a build above sends to wgmma.
+  run configure_sm90 cmake -S . -B build-sm90 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real \
+    -DCODEC_BUILD_BENCH=OFF
+  run build_sm90 cmake --build build-sm90 -j "$(nproc)" --target test_engine_cuda
+  run test_sm90_generic ./build-sm90/tests/test_engine_cuda
 fi
 if step sanitize; then
   san="compute-sanitizer --error-exitcode 1"
