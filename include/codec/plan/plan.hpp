@@ -19,9 +19,10 @@ namespace codec {
 // [row_begin, row_end) of the node's row list. Row v of a node is
 // (request node_reqs[node_req_begin[node] + v / G], qo head kv_head·G + v % G).
 // The last three fields repeat node-level facts (node_page_begin[node],
-// node_req_begin[node], slot_of(node, chunk, kv_head, 0)) so that a GPU block
-// reaches its pages and query rows two dependent loads after its task list
-// instead of four: each costs a DRAM round trip when the plan is cold.
+// node_req_begin[node], slot_of(node, chunk, kv_head, 0)). With them, and with
+// tasks stored in block order (no task-id list), a GPU block reaches its pages
+// and query rows two dependent loads after block_indptr instead of four: each
+// costs a DRAM round trip when the plan is cold.
 struct Task {
   std::int32_t node;
   std::int32_t kv_head;

@@ -90,13 +90,14 @@ struct PacTraits {
   static constexpr int kChunks = D * int(sizeof(T)) / 16;      // 16-byte cp.async chunks per row
   static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
   static constexpr int kStages = D == 256 ? 2 : 3;
-  static constexpr int kMinBlocksPerSM = D == 64 ? 4 : 2;
+  static constexpr int kMinBlocksPerSM = D == 64 ? 4 : 2;  // __launch_bounds__: caps registers at 128 / 255
   // Tasks with at least this many rows run on wgmma where the build has it
   // (sm_90a, wgmma.cuh): from 2 row tiles on, splitting a tile's tokens over
   // warps (mma.sync) reads K and V from shared memory 2-4 times per tile.
-  static constexpr int kWgmmaMinRows = 17;  // __launch_bounds__: caps registers at 128 / 255
-  // Shared memory: Q [kMaxRows][D], then kStages × (K, V) [kTileTokens][D], all
-  // XOR-swizzled by 16-byte chunk. The epilogue reuses it all as fp32 staging.
+  static constexpr int kWgmmaMinRows = 17;
+  // Shared memory: Q [kMaxRows][D], then kStages × (K, V) [kTileTokens][D], each
+  // as D / 64 column blocks of 128-byte rows XOR-swizzled by 16-byte chunk
+  // (pac.cuh, tile_offset). The epilogue reuses it all as fp32 staging.
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
   static constexpr int kKVBytes = kStages * 2 * kTileBytes;
   static constexpr int kSmemBytes = kQBytes + kKVBytes;
@@ -116,6 +117,8 @@ struct PacTraits {
   static_assert(kChunks >= 8, "the swizzle permutes 8 chunks of 16 bytes per row: head_dim must be >= 64");
   static_assert(kTileTokens % kTokenStep == 0, "a tile must be whole 16-token mma steps");
   static_assert((kTileTokens * kChunks) % kThreads == 0, "every thread copies the same number of KV chunks");
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kTileTokens * 128 % 1024 == 0,
+                "every operand and column block must start on a 1024-byte boundary (wgmma's 128-byte swizzle)");
   static_assert(kThreads >= kMaxRows, "one thread loads each row's single-partial flag");
   static_assert(kStagingBytes <= kSmemBytes, "epilogue staging must fit in the Q + KV shared memory it reuses");
   static_assert(kStages >= 2, "the main loop overlaps a tile's copy with the previous tile's compute");

@@ -2,7 +2,7 @@
 // Merge of partial states (POR, DESIGN §5): one warp per (request, qo head)
 // row. Row (b, h) merges, for every node on b's path (root first) and every
 // chunk c of it, the partial in slot_of(node, c, h / G, path_pos · G + h % G),
-// as the lse-weighted sum of the state contract (state.hpp), then writes out
+// weighting each partial's o by exp(lse − merged lse) (state.hpp), then writes out
 // (KV dtype) and lse (fp32, natural log). Requests with a single partial were
 // written by PAC and are skipped; empty partials weigh 0, and a row with no
 // partial at all would come out as the empty state (o = 0, lse = −inf), never NaN.
@@ -60,9 +60,9 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   // so far, m their largest lse (−inf while all are empty). Each group of up to
   // 32 partials is weighted at once, by a warp max and a warp sum of one
   // exponential per lane, so that the o loads of the group depend on nothing
-  // but their slots and stay in flight together; folding them one by one
-  // (merge_weights, state.hpp) chains an exp, a log and a division per partial, which on
-  // a 33-partial row cost more than the loads.
+  // but their slots and stay in flight together. Folding them one by one
+  // (merge_weights, state.hpp) chains two exps, a log and two divisions per
+  // partial, which on a 33-partial row cost more than the loads.
   float acc[Tr::kAccesses][Tr::kVec] = {};
   float m = kNegInf, l = 0.f;
   for (int base = 0; base < partials; base += 32) {

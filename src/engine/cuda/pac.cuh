@@ -270,6 +270,12 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   constexpr int kPV = D < 128 ? D : 128;  // output columns per P·V wgmma
 
   float s[N / 2] = {};
+  // The accumulators' last ordinary writes (zeroing s, rescaling o) must stay
+  // before wgmma.fence: fence_operand pins them there.
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) wgmma::fence_operand(s[i]);
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
   wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {  // k16 step kk: column block kk / 4, bytes 32 · (kk % 4) of its rows
@@ -287,6 +293,8 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   std::uint32_t a[kSteps][4];
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) p_fragment<T>(a[j], s, j);
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
   wgmma::fence();  // o was rescaled, a written: both by ordinary instructions
 #pragma unroll
   for (int j = 0; j < kSteps; ++j)  // 16 tokens = 2048 bytes of every column block
@@ -393,9 +401,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   };
 
   // prologue. On a cold plan each load here is a DRAM round trip, and a task
-  // with few tiles is mostly this chain, so every independent load is issued
-  // before the first one is waited on: the first tiles' page ids, the rows'
-  // requests (for Q) and their single-partial flags.
+  // with few tiles is mostly this chain, so the first tiles' page ids and the
+  // rows' request ids are issued before anything waits; the Q copies and the
+  // single-partial flags, which need the request ids, follow.
   LaneToken first_tokens[Tr::kStages - 1];
 #pragma unroll
   for (int t = 0; t < Tr::kStages - 1; ++t) first_tokens[t] = t < num_tiles ? lookup(t) : LaneToken{0, false};
@@ -528,7 +536,12 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
   // (wgmma.cuh); every block offset in PacTraits is a multiple of 1024.
   extern __shared__ __align__(1024) unsigned char smem[];
 #if CODEC_WGMMA
-  if (smem_u32(smem) % 1024 != 0) __trap();  // a misaligned base would silently permute Q, K and V
+  // The compiler takes the declaration at its word and would fold a plain test
+  // away; the address goes through an opaque move so that the check survives:
+  // a misaligned base would silently permute Q, K and V.
+  std::uint32_t base;
+  asm volatile("mov.u32 %0, %1;\n" : "=r"(base) : "r"(smem_u32(smem)));
+  if (base % 1024 != 0) __trap();
 #endif
   const PlanView& plan = p.plan;
   const PageGeometry geo(plan.page_size);

@@ -39,14 +39,14 @@
 
 namespace codec::cuda::wgmma {
 
+#if CODEC_WGMMA
+
 // Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and
 // stride byte offsets, each in 16-byte units; base offset 0 (1024-byte aligned atoms).
 __device__ __forceinline__ std::uint64_t desc(std::uint32_t smem_addr, std::uint32_t lbo, std::uint32_t sbo) {
   return std::uint64_t((smem_addr & 0x3FFFF) >> 4) | std::uint64_t(lbo >> 4) << 16 | std::uint64_t(sbo >> 4) << 32 |
          std::uint64_t(1) << 62;
 }
-
-#if CODEC_WGMMA
 
 // Orders this warpgroup's register accesses before the wgmmas that follow.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -129,6 +129,23 @@ __device__ __forceinline__ void mma_rs(float* d, const std::uint32_t (&a)[4], st
     if constexpr (f16) CODEC_WGMMA_RS(128, 64, "f16"); else CODEC_WGMMA_RS(128, 64, "bf16");
   }
 }
+
+#undef CODEC_WGMMA_D16
+#undef CODEC_WGMMA_D16_OUT
+#undef CODEC_WGMMA_D16_P
+#undef CODEC_WGMMA_D16_SS
+#undef CODEC_WGMMA_D32
+#undef CODEC_WGMMA_D32_OUT
+#undef CODEC_WGMMA_D32_P
+#undef CODEC_WGMMA_D32_PR
+#undef CODEC_WGMMA_D32_RS
+#undef CODEC_WGMMA_D32_SS
+#undef CODEC_WGMMA_D64
+#undef CODEC_WGMMA_D64_OUT
+#undef CODEC_WGMMA_D64_PR
+#undef CODEC_WGMMA_D64_RS
+#undef CODEC_WGMMA_RS
+#undef CODEC_WGMMA_SS
 
 #endif  // CODEC_WGMMA
 
