@@ -7,29 +7,40 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace codec::cuda {
 
-// The device element types (same bits as codec::f16_t / bf16_t on the host).
+// Two fp32 values rounded to the 16-bit device type T (__half or
+// __nv_bfloat16: the same bits as codec::f16_t / bf16_t on the host), packed
+// into one 32-bit register, lo in the low half: an mma A fragment or a store.
 template <typename T>
-struct Numeric;
-template <>
-struct Numeric<__half> {
-  static __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  std::uint32_t u;
+  if constexpr (std::is_same_v<T, __half>) {
     const __half2 h = __floats2half2_rn(lo, hi);
-    std::uint32_t u;
     std::memcpy(&u, &h, sizeof u);
-    return u;
-  }
-};
-template <>
-struct Numeric<__nv_bfloat16> {
-  static __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  } else {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    std::uint32_t u;
     std::memcpy(&u, &h, sizeof u);
-    return u;
   }
+  return u;
+}
+
+// Butterfly reduction over groups of kLanes consecutive lanes (a power of two
+// ≤ 32): every lane of a group ends with op over the group's values.
+template <int kLanes, typename Op>
+__device__ __forceinline__ float butterfly(float x, Op op) {
+  static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power-of-two lane group");
+#pragma unroll
+  for (int offset = 1; offset < kLanes; offset *= 2) x = op(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
 };
 
 constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }

@@ -33,17 +33,6 @@ struct MergeParams {
 
 // ---------------------------------------------------------------- kernel
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 template <int D, typename T>
 __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const __grid_constant__ MergeParams p) {
   using Tr = MergeTraits<D>;
@@ -84,11 +73,11 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
     }
     pdl_wait();  // PAC's partials are complete and visible from here on
     const float part_lse = found ? p.part_lse[slot] : kNegInf;
-    const float m_new = fmaxf(m, warp_max(part_lse));
+    const float m_new = fmaxf(m, butterfly<32>(part_lse, MaxOp{}));
     if (m_new == kNegInf) continue;  // every partial so far is empty: nothing to weigh
     const float rescale = m == kNegInf ? 0.f : expf(m - m_new);
     const float e = part_lse == kNegInf ? 0.f : expf(part_lse - m_new);
-    l = l * rescale + warp_sum(e);
+    l = l * rescale + butterfly<32>(e, SumOp{});
     m = m_new;
 #pragma unroll
     for (int a = 0; a < Tr::kAccesses; ++a)
@@ -127,7 +116,7 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   for (int a = 0; a < Tr::kAccesses; ++a) {
     std::uint32_t packed[Tr::kVec / 2];
 #pragma unroll
-    for (int k = 0; k < Tr::kVec / 2; ++k) packed[k] = Numeric<T>::pack2(acc[a][2 * k], acc[a][2 * k + 1]);
+    for (int k = 0; k < Tr::kVec / 2; ++k) packed[k] = pack2<T>(acc[a][2 * k], acc[a][2 * k + 1]);
     T* at = out + (32 * a + lane) * Tr::kVec;
     if constexpr (Tr::kVec == 4)
       *reinterpret_cast<uint2*>(at) = make_uint2(packed[0], packed[1]);

@@ -115,15 +115,6 @@ __device__ __forceinline__ int tile_offset(int row, int chunk) {
   return (chunk >> 3) * (Rows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
 
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // Register layout shared by both tensor-core paths. A warp owns 16 query rows;
 // lane holds rows lane/4 (h = 0) and lane/4 + 8 (h = 1), columns 2·(lane%4) +
 // {0, 1} of every 8-column block n, as acc[4n + 2h + {0, 1}] (the mma.m16n8k16
@@ -180,7 +171,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[8 * kMaxSteps], int step
     float tile_max = part_max[h][0];
 #pragma unroll
     for (int k = 1; k < kLanes; ++k) tile_max = fmaxf(tile_max, part_max[h][k]);
-    factor[h] = state[h].rescale(quad_max(tile_max) * sm_scale);  // same max in all 4 lanes of a row
+    factor[h] = state[h].rescale(butterfly<4>(tile_max, MaxOp{}) * sm_scale);  // same max in all 4 lanes of a row
     neg_m_log2[h] = state[h].m == kNegInf ? 0.f : -state[h].m * kLog2e;  // all −inf so far: exp gives 0, not NaN
   }
   if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
@@ -204,10 +195,10 @@ __device__ __forceinline__ void softmax_tile(float (&s)[8 * kMaxSteps], int step
 // The A fragment of P for 16-token step j: the accumulators of its two 8-column blocks.
 template <typename T>
 __device__ __forceinline__ void p_fragment(std::uint32_t (&a)[4], const float* s, int j) {
-  a[0] = Numeric<T>::pack2(s[8 * j], s[8 * j + 1]);
-  a[1] = Numeric<T>::pack2(s[8 * j + 2], s[8 * j + 3]);
-  a[2] = Numeric<T>::pack2(s[8 * j + 4], s[8 * j + 5]);
-  a[3] = Numeric<T>::pack2(s[8 * j + 6], s[8 * j + 7]);
+  a[0] = pack2<T>(s[8 * j], s[8 * j + 1]);
+  a[1] = pack2<T>(s[8 * j + 2], s[8 * j + 3]);
+  a[2] = pack2<T>(s[8 * j + 4], s[8 * j + 5]);
+  a[3] = pack2<T>(s[8 * j + 6], s[8 * j + 7]);
 }
 
 // mma.sync path: one warp's share of one KV tile, its 16 query rows (row tile
@@ -476,7 +467,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   if (has_rows) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      state[h].l = quad_sum(state[h].l);
+      state[h].l = butterfly<4>(state[h].l, SumOp{});
       const float inv_l = state[h].inv_l();
       const int row = warp * 16 + lane / 4 + 8 * h;
 #pragma unroll
@@ -508,7 +499,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     if (ssingle[r]) {
       const int req = reqs[v / G];
       const std::int64_t row = std::int64_t(req) * plan.num_qo_heads + task.kv_head * G + v % G;
-      const uint2 packed = {Numeric<T>::pack2(acc.x, acc.y), Numeric<T>::pack2(acc.z, acc.w)};
+      const uint2 packed = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
       *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
       if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
     } else {
