@@ -232,8 +232,8 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     std::printf("backend %s, median of %d runs; times in ms; KV MB as each plan reads it; floor = max(unique KV "
                 "bytes / 4.2 TB/s, FLOPs / 790 TFLOP/s) on an H200\n",
                 cuda ? "cuda" : (std::to_string(threads) + "-thread cpu").c_str(), reps);
-    std::printf("%-14s %6s %5s %10s %9s %9s %8s %9s %9s %8s %8s %9s %9s %6s\n", "workload", "scale", "reqs",
-                "unique_tok", "codec_ms", "flat_ms", "speedup", "codec_MB", "flat_MB", "floor_ms", "x_floor",
+    std::printf("%-14s %6s %5s %10s %9s %9s %8s %9s %9s %8s %8s %6s %9s %9s %6s\n", "workload", "scale", "reqs",
+                "unique_tok", "codec_ms", "flat_ms", "speedup", "codec_MB", "flat_MB", "floor_ms", "x_floor", "merge",
                 "err_codec", "err_flat", "check");
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
@@ -293,7 +293,10 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"unique_kv_tokens", forest.unique_tokens()},
                       {"flat_kv_tokens", forest.flat_tokens()},
                       {"codec_ms", mc.median_ms},
+                      {"codec_partial_ms", mc.partial_ms},
+                      {"merge_share", mc.partial_ms >= 0 ? 1.0 - mc.partial_ms / mc.median_ms : -1.0},
                       {"flat_ms", mf.median_ms},
+                      {"flat_partial_ms", mf.partial_ms},
                       {"speedup", mf.median_ms / mc.median_ms},
                       {"codec_kv_mb", codec_mb},
                       {"flat_kv_mb", flat_mb},
@@ -313,11 +316,12 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"cost_model", cost->describe()},
                       {"pass", pass}});
       if (!args.json)
-        std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %9.2e %9.2e %6s%s\n", w.name.c_str(),
+        std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %6s %9.2e %9.2e %6s%s\n", w.name.c_str(),
                     fixed(scale, 4).c_str(), batch.num_requests(), static_cast<long long>(forest.unique_tokens()),
                     fixed(mc.median_ms, 4).c_str(), fixed(mf.median_ms, 4).c_str(),
                     fixed(mf.median_ms / mc.median_ms, 2).c_str(), fixed(codec_mb, 1).c_str(),
                     fixed(flat_mb, 1).c_str(), fixed(floor_ms, 4).c_str(), fixed(mc.median_ms / floor_ms, 2).c_str(),
+                    mc.partial_ms >= 0 ? fixed(100.0 * (1.0 - mc.partial_ms / mc.median_ms), 1).c_str() : "-",
                     mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL",
                     splits.size() > 1 ? ("  split " + split).c_str() : "");
       std::fflush(stdout);

@@ -8,12 +8,10 @@
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_check.hpp"
-#include "codec/engine/cuda_engine.hpp"
 
 namespace codec::tools {
 
 namespace {
-
 
 // Larger than the H200's 60 MB L2 several times over: writing it evicts every
 // line of the previous run, so each timed run reads KV from device memory.
@@ -95,19 +93,19 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   m.error = compare(m.out.data(), ref.out);
   m.lse_error = compare(m.lse.data(), ref.lse);
 
-  m.median_ms = time_graph(plan, ws, reps);
+  m.median_ms = time_graph(plan, ws, reps, CudaStages::all);
+  m.partial_ms = time_graph(plan, ws, reps, CudaStages::partial_attention);
   return m;
 }
-
 
 double CudaBench::time(const Plan& plan, int reps) {
   DeviceBuffer workspace(cuda_workspace_bytes(plan));
   const std::span<std::byte> ws(workspace.bytes(), cuda_workspace_bytes(plan));
   cuda_upload_plan(plan, ws, impl_->stream);
-  return time_graph(plan, ws, reps);
+  return time_graph(plan, ws, reps, CudaStages::all);
 }
 
-double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps) {
+double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps, CudaStages stages) {
   Impl& s = *impl_;
   const CudaAttentionIO io{s.q.ptr, s.out.ptr, static_cast<float*>(s.lse.ptr)};
   // One CUDA graph of run_cuda (as a serving engine would replay it).
@@ -115,7 +113,7 @@ double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps
   cudaGraphExec_t exec = nullptr;
   CODEC_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   try {
-    run_cuda(plan, s.kv(), io, ws, s.stream);
+    run_cuda(plan, s.kv(), io, ws, s.stream, stages);
   } catch (...) {  // end the capture, or every later call on the stream fails for that reason instead
     if (cudaStreamEndCapture(s.stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
     throw;

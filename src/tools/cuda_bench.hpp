@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/engine/cuda_engine.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/plan.hpp"
 #include "codec/workload/workload.hpp"
@@ -24,7 +25,8 @@ class CudaBench {
   // Uploads the plan, checks one poisoned run against the reference, then
   // times `reps` replays of a CUDA graph of run_cuda, each after flushing L2,
   // with CUDA events around the attention alone (BENCHMARKS.md protocol).
-  // The checked run sits in an NVTX range named `label`, for ncu.
+  // The checked run sits in an NVTX range named `label`, for ncu. The same
+  // replays of the partial attention alone give the merge's share of the time.
   Measured run(const Plan& plan, const ReferenceResult& ref, int reps, const char* label);
   // Median time of `reps` graph replays of a plan over this batch, unchecked
   // (the plan may use any subset of the batch's pages and requests).
@@ -32,7 +34,7 @@ class CudaBench {
   std::string device_name() const;
 
  private:
-  double time_graph(const Plan& plan, std::span<std::byte> workspace, int reps);
+  double time_graph(const Plan& plan, std::span<std::byte> workspace, int reps, CudaStages stages);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

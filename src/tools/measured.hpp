@@ -8,6 +8,7 @@ namespace codec::tools {
 // One engine's run of one plan: its median time and its checked output.
 struct Measured {
   double median_ms = 0;
+  double partial_ms = -1;  // CUDA: median time of the partial attention alone (no merge); −1 when not measured
   ErrorStats error;      // out against the fp64 reference
   ErrorStats lse_error;  // lse against the fp64 reference
   std::vector<float> out, lse;  // [B, Hq, D] and [B, Hq], widened to fp32

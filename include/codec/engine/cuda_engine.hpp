@@ -74,6 +74,11 @@ std::size_t cuda_workspace_bytes(const Plan& plan);
 // until the copy has completed on `stream`. Call it outside graph capture.
 void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream);
 
+// What run_cuda launches: both kernels, or partial attention alone, which
+// leaves the rows with more than one partial unwritten: `codec bench` times
+// both to report the merge's share of a run's time.
+enum class CudaStages { all, partial_attention };
+
 // Attention of every (request, qo head) row of the plan: PAC, then the merge
 // of rows with more than one partial. `plan` must be the one uploaded into
 // `workspace` (kernels read the device copy; the host Plan supplies sizes and
@@ -83,6 +88,6 @@ void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStre
 // Validation is on the host and reads the plan's task and page lists once
 // (linear, about 1 µs per 10k pages); capture the call in a graph to pay it once.
 void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace,
-              CudaStream stream);
+              CudaStream stream, CudaStages stages = CudaStages::all);
 
 }  // namespace codec

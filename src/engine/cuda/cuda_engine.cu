@@ -139,7 +139,7 @@ void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStre
 }
 
 void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace,
-              CudaStream stream) {
+              CudaStream stream, CudaStages stages) {
   validate_run(plan, kv, io, workspace);
   const PlanView host = plan.view();
   const PlanView device = plan.view(workspace.data());
@@ -148,7 +148,8 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   // The merge is needed unless every row was written by its single PAC task.
-  const bool merge = std::any_of(host.request_partials, host.request_partials + host.num_requests,
+  const bool merge = stages == CudaStages::all &&
+                     std::any_of(host.request_partials, host.request_partials + host.num_requests,
                                  [](std::int32_t n) { return n != 1; });
   // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.

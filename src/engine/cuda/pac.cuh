@@ -359,32 +359,37 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const std::int64_t head_offset = std::int64_t(task.kv_head) * p.stride_head + 8 * c;
   const char* k_base = reinterpret_cast<const char*>(static_cast<const T*>(p.k) + head_offset);
   const char* v_base = reinterpret_cast<const char*>(static_cast<const T*>(p.v) + head_offset);
-  // lookup: this lane's token in tile `tile`: its byte offset, and whether it
-  // exists (t < kv_end); a missing token keeps offset 0, any valid address,
-  // and copy has cp.async write zeros for it
+  // lookup: this lane's token in tile `tile`: the id of its page, its slot
+  // in the page, and whether it exists (t < kv_end). The page id is a load
+  // whose result copy consumes; the main loop looks a tile up one iteration
+  // before copying it, so that this load's latency (an L1 or L2 round trip
+  // per tile) is hidden behind a tile of compute instead of stalling the copy.
+  // A missing token keeps page 0 and slot 0, a valid address, and copy has
+  // cp.async write zeros for it.
   struct LaneToken {
-    std::int64_t offset;
+    std::int32_t page;
+    std::int32_t slot;
     bool valid;
   };
   auto lookup = [&](int tile) {
     const int k = lane / kWarpTokens;
     const int t = task.kv_begin + tile * Tr::kTileTokens + warp * kWarpTokens + lane % kWarpTokens +
                   k * Tr::kTokenStride;
-    if (k >= Tr::kTokensPerThread || t >= task.kv_end) return LaneToken{0, false};
+    if (tile >= num_tiles || k >= Tr::kTokensPerThread || t >= task.kv_end) return LaneToken{0, 0, false};
     const int page = geo.page(t);
-    return LaneToken{(std::int64_t(pages[page]) * p.stride_page + std::int64_t(t - page * geo.size) * p.stride_token) *
-                         std::int64_t(sizeof(T)),
-                     true};
+    return LaneToken{pages[page], t - page * geo.size, true};
   };
   auto copy = [&](int tile, LaneToken token) {
     const unsigned valid_lanes = __ballot_sync(0xffffffffu, token.valid);
+    const std::int64_t lane_offset =
+        (std::int64_t(token.page) * p.stride_page + std::int64_t(token.slot) * p.stride_token) * std::int64_t(sizeof(T));
     T* sk = skv + (tile % Tr::kStages) * 2 * Tr::kTileTokens * D;
     T* sv = sk + Tr::kTileTokens * D;
 #pragma unroll
     for (int k = 0; k < Tr::kTokensPerThread; ++k) {
       const int j = tid / Tr::kChunks + k * Tr::kTokenStride;
       const int src_lane = k * kWarpTokens + lane / Tr::kChunks;
-      const std::int64_t offset = __shfl_sync(0xffffffffu, token.offset, src_lane);
+      const std::int64_t offset = __shfl_sync(0xffffffffu, lane_offset, src_lane);
       const bool valid = (valid_lanes >> src_lane) & 1u;
       cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), k_base + offset, valid);
       cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), v_base + offset, valid);
@@ -397,7 +402,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // single-partial flags, which need the request ids, follow.
   LaneToken first_tokens[Tr::kStages - 1];
 #pragma unroll
-  for (int t = 0; t < Tr::kStages - 1; ++t) first_tokens[t] = t < num_tiles ? lookup(t) : LaneToken{0, false};
+  for (int t = 0; t < Tr::kStages - 1; ++t) first_tokens[t] = lookup(t);
+  LaneToken ahead = lookup(Tr::kStages - 1);  // the first refill's tokens
   // Whether row tid's request has a single partial (PAC writes the output
   // itself); used by the epilogue, loaded now so that its latency hides.
   const bool single_row = tid < rows && plan.request_partials[reqs[(task.row_begin + tid) / G]] == 1;
@@ -437,8 +443,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   float o[D / 2] = {};
   for (int t = 0; t < num_tiles; ++t) {
     __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
-    if (t + Tr::kStages - 1 < num_tiles) copy(t + Tr::kStages - 1, lookup(t + Tr::kStages - 1));
+    if (t + Tr::kStages - 1 < num_tiles) copy(t + Tr::kStages - 1, ahead);
     cp_async_commit();  // possibly empty: keeps the group count in step with t
+    ahead = lookup(t + Tr::kStages);  // the next refill's page ids, in flight while tile t is attended
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
 #if CODEC_WGMMA
     if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
