@@ -75,7 +75,7 @@ class CpuRunner {
     for (int r = 0; r < rows; ++r) {
       const int v = t.row_begin + r, req = reqs[v / G], head = t.kv_head * G + v % G;
       const float inv_l = sc.softmax[r].inv_l(), lse = sc.softmax[r].lse();
-      const bool direct = p_.request_partials[req] == 1;
+      const bool direct = p_.num_partials(req) == 1;
       const std::int64_t slot = p_.slot_of(t.node, t.chunk, t.kv_head, v);
       const std::int64_t row = std::int64_t(req) * p_.num_qo_heads + head;
       float* dst = direct ? io_.out + row * D : part_o_ + slot * D;
@@ -143,25 +143,22 @@ class CpuRunner {
     }
   }
 
-  // Merges the partials of every row of one request along its path.
+  // Merges the partials of every row of one request, in the plan's order.
   void merge(int req) const {
-    if (p_.request_partials[req] == 1) return;  // written by its only task
-    const int D = p_.head_dim, G = p_.group;
+    if (p_.num_partials(req) == 1) return;  // written by its only task
+    const int D = p_.head_dim;
     for (int h = 0; h < p_.num_qo_heads; ++h) {
       const std::int64_t row = std::int64_t(req) * p_.num_qo_heads + h;
       float* out = io_.out + row * D;
       std::fill_n(out, D, 0.f);
       float lse = kNegInf;  // starts as the empty state
-      for (int e = p_.path_indptr[req]; e < p_.path_indptr[req + 1]; ++e) {
-        const int node = p_.path_node[e], local = p_.path_pos[e] * G + h % G;
-        for (int c = 0; c < p_.node_splits[node]; ++c) {
-          const std::int64_t slot = p_.slot_of(node, c, h / G, local);
-          const MergeWeights w = merge_weights(lse, part_lse_[slot]);
-          const float* o = part_o_ + slot * D;
+      for (int j = p_.partial_indptr[req]; j < p_.partial_indptr[req + 1]; ++j) {
+        const std::int64_t slot = p_.partial_slot(j, h);
+        const MergeWeights w = merge_weights(lse, part_lse_[slot]);
+        const float* o = part_o_ + slot * D;
 #pragma omp simd
-          for (int d = 0; d < D; ++d) out[d] = w.w1 * out[d] + w.w2 * o[d];
-          lse = w.lse;
-        }
+        for (int d = 0; d < D; ++d) out[d] = w.w1 * out[d] + w.w2 * o[d];
+        lse = w.lse;
       }
       if (io_.lse) io_.lse[row] = lse;
     }

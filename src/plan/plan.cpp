@@ -22,15 +22,13 @@ Plan::Plan(const HeadConfig& heads, int page_size, const PlanArrays& a, const Pl
       {a.node_reqs.data(), a.node_reqs.size() * 4},
       {a.node_splits.data(), a.node_splits.size() * 4},
       {a.node_slot_base.data(), a.node_slot_base.size() * 4},
-      {a.path_indptr.data(), a.path_indptr.size() * 4},
-      {a.path_node.data(), a.path_node.size() * 4},
-      {a.path_pos.data(), a.path_pos.size() * 4},
-      {a.request_partials.data(), a.request_partials.size() * 4},
+      {a.partial_indptr.data(), a.partial_indptr.size() * 4},
+      {a.partials.data(), a.partials.size() * sizeof(PartialRef)},
   };
   static_assert(std::size(arrays) == std::tuple_size_v<decltype(offsets_)>);
   std::size_t total = 0;
   for (std::size_t i = 0; i < std::size(arrays); ++i) offsets_[i] = total, total = align_up(total + arrays[i].second);
-  // std::memcpy into bytes implicitly creates the Task objects (C++20 implicit-lifetime types).
+  // std::memcpy into bytes implicitly creates the Task and PartialRef objects (C++20 implicit-lifetime types).
   buffer_.assign(total, std::byte{0});
   for (std::size_t i = 0; i < std::size(arrays); ++i)
     if (arrays[i].second) std::memcpy(buffer_.data() + offsets_[i], arrays[i].first, arrays[i].second);
@@ -38,7 +36,7 @@ Plan::Plan(const HeadConfig& heads, int page_size, const PlanArrays& a, const Pl
   counts_.num_tasks = int(a.tasks.size());
   counts_.num_blocks = int(a.block_indptr.size()) - 1;
   counts_.num_nodes = int(a.node_splits.size());
-  counts_.num_requests = int(a.request_partials.size());
+  counts_.num_requests = int(a.partial_indptr.size()) - 1;
   counts_.num_slots = stats.num_slots;
   counts_.group = heads.group();
   counts_.num_qo_heads = heads.num_qo_heads;
@@ -59,10 +57,8 @@ PlanView Plan::view(const void* base) const {
   v.node_reqs = ints(5);
   v.node_splits = ints(6);
   v.node_slot_base = ints(7);
-  v.path_indptr = ints(8);
-  v.path_node = ints(9);
-  v.path_pos = ints(10);
-  v.request_partials = ints(11);
+  v.partial_indptr = ints(8);
+  v.partials = reinterpret_cast<const PartialRef*>(b + offsets_[9]);
   return v;
 }
 

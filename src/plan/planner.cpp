@@ -489,24 +489,27 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   }
   a.block_indptr[m] = std::int32_t(a.tasks.size());
 
-  // 6. Reduction schedule, factored per request: its path (root first, so the
-  // entry of a node sits at the node's depth) and its index in each node.
+  // 6. Reduction schedule: each request's partials, every chunk of every node
+  // on its path from the root down. A node at depth d is entry d of the path
+  // of each of its requests; k is the request's index in the node's list.
   std::vector<int> depth(num_nodes);
   for (int i = 0; i < num_nodes; ++i) depth[i] = forest.nodes[i].parent < 0 ? 0 : depth[forest.nodes[i].parent] + 1;
-  a.path_indptr.resize(batch + 1);
-  a.request_partials.assign(batch, 0);
-  a.path_indptr[0] = 0;
-  for (int r = 0; r < batch; ++r) a.path_indptr[r + 1] = a.path_indptr[r] + depth[forest.request_node[r]] + 1;
-  a.path_node.resize(a.path_indptr[batch]);
-  a.path_pos.resize(a.path_indptr[batch]);
+  std::vector<int> path_begin(batch + 1, 0);
+  for (int r = 0; r < batch; ++r) path_begin[r + 1] = path_begin[r] + depth[forest.request_node[r]] + 1;
+  std::vector<std::pair<int, int>> path(path_begin[batch]);  // (node, k)
   for (int i = 0; i < num_nodes; ++i) {
     const ForestNode& n = forest.nodes[i];
-    for (std::int32_t k = 0; k < n.num_reqs; ++k) {
-      const int r = forest.reqs[n.req_begin + k];
-      a.path_node[a.path_indptr[r] + depth[i]] = i;
-      a.path_pos[a.path_indptr[r] + depth[i]] = k;
-      a.request_partials[r] += a.node_splits[i];
+    for (int k = 0; k < n.num_reqs; ++k) path[path_begin[forest.reqs[n.req_begin + k]] + depth[i]] = {i, k};
+  }
+  a.partial_indptr.assign(batch + 1, 0);
+  for (int r = 0; r < batch; ++r) {
+    for (int e = path_begin[r]; e < path_begin[r + 1]; ++e) {
+      const auto [i, k] = path[e];
+      const int rows = forest.nodes[i].num_reqs * G;
+      for (int c = 0; c < a.node_splits[i]; ++c)
+        a.partials.push_back({a.node_slot_base[i] + c * kv_heads * rows + k * G, rows});
     }
+    a.partial_indptr[r + 1] = std::int32_t(a.partials.size());
   }
 
   PlanStats st;
@@ -517,8 +520,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   st.num_blocks = m;
   st.max_splits = max_splits;
   st.num_slots = int(slots);
-  st.merged_requests = int(std::count_if(a.request_partials.begin(), a.request_partials.end(),
-                                         [](std::int32_t p) { return p > 1; }));
+  for (int r = 0; r < batch; ++r) st.merged_requests += a.partial_indptr[r + 1] - a.partial_indptr[r] > 1;
   st.makespan_us = makespan;
   st.lower_bound_us = lower_bound;
   st.cost_l_us = cost_l;

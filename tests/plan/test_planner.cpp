@@ -158,7 +158,8 @@ TEST(Planner, IsDeterministicAndViewsACopy) {
   const PlanView w = a.view();
   EXPECT_EQ(v.num_tasks, w.num_tasks);
   EXPECT_EQ(0, std::memcmp(v.tasks, w.tasks, sizeof(Task) * w.num_tasks));
-  EXPECT_EQ(v.path_indptr[v.num_requests], w.path_indptr[w.num_requests]);
+  EXPECT_EQ(v.partial_indptr[v.num_requests], w.partial_indptr[w.num_requests]);
+  EXPECT_EQ(0, std::memcmp(v.partials, w.partials, sizeof(PartialRef) * w.partial_indptr[w.num_requests]));
   EXPECT_EQ(reinterpret_cast<const std::byte*>(v.tasks), copy.data());
 }
 

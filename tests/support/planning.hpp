@@ -1,6 +1,7 @@
 #pragma once
-// Test support: expands a plan's factored reduction schedule and checks that
-// every KV token of every output row is covered by exactly one task.
+// Test support: expands a plan's reduction schedule and checks that every KV
+// token of every output row is covered by exactly one task, and that each
+// row's schedule lists exactly the slots its tasks wrote.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -16,11 +17,7 @@ namespace codec::test {
 // Slots row (request, qo head) merges, per the plan's schedule.
 inline std::vector<int> row_slots(const PlanView& p, int req, int head) {
   std::vector<int> slots;
-  for (int e = p.path_indptr[req]; e < p.path_indptr[req + 1]; ++e) {
-    const int node = p.path_node[e];
-    for (int c = 0; c < p.node_splits[node]; ++c)
-      slots.push_back(p.slot_of(node, c, head / p.group, p.path_pos[e] * p.group + head % p.group));
-  }
+  for (int j = p.partial_indptr[req]; j < p.partial_indptr[req + 1]; ++j) slots.push_back(p.partial_slot(j, head));
   return slots;
 }
 
@@ -35,6 +32,7 @@ inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
   std::map<std::tuple<int, int, int>, std::vector<int>> cover;  // (req, head, node) → per-token count
   std::vector<int> slot_writers(p.num_slots, 0);
   std::map<int, std::pair<int, int>> slot_row;  // slot → (req, head)
+  std::map<std::pair<int, int>, int> row_written;  // (req, head) → slots its tasks wrote
   for (int t = 0; t < p.num_tasks; ++t) {
     const Task& task = p.tasks[t];
     const ForestNode& n = forest.nodes[task.node];
@@ -53,6 +51,7 @@ inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
       ASSERT_TRUE(slot >= 0 && slot < p.num_slots);
       ++slot_writers[slot];
       slot_row[slot] = {req, head};
+      ++row_written[{req, head}];
     }
   }
   for (int r = 0; r < forest.num_requests(); ++r) {
@@ -65,7 +64,7 @@ inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
           ASSERT_EQ(it->second[k], 1) << "request " << r << " head " << h << " node " << i << " token " << k;
       }
       const std::vector<int> slots = row_slots(p, r, h);
-      ASSERT_EQ(int(slots.size()), p.request_partials[r]);
+      ASSERT_EQ(int(slots.size()), (row_written[{r, h}])) << "request " << r << " head " << h;
       for (int s : slots) {
         ASSERT_EQ(slot_writers[s], 1) << "slot " << s;
         ASSERT_EQ(slot_row[s], std::make_pair(r, h)) << "slot " << s << " belongs to another row";

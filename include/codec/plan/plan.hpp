@@ -36,6 +36,14 @@ struct Task {
   std::int32_t slot0;       // row v's partial goes to slot slot0 + v
 };
 
+// One partial state of a request's rows: row (request, qo head h) finds it in
+// slot slot0 + (h / G) · head_stride + h % G (a node's slots are laid out
+// [chunk][kv head][row], see slot_of).
+struct PartialRef {
+  std::int32_t slot0;        // slot_of(node, chunk, 0, the request's first row in the node)
+  std::int32_t head_stride;  // the node's rows
+};
+
 struct PlanView {
   int num_tasks = 0;
   int num_blocks = 0;    // m: persistent workers; block b runs tasks[block_indptr[b] .. block_indptr[b+1]) in order
@@ -55,15 +63,19 @@ struct PlanView {
   const std::int32_t* node_reqs = nullptr;
   const std::int32_t* node_splits = nullptr;      // [num_nodes] chunks b_k of each node (0 if empty)
   const std::int32_t* node_slot_base = nullptr;   // [num_nodes] first partial slot of each node
-  // Reduction schedule, factored per request: the nodes on request b's path are
-  // path_node[path_indptr[b] .. path_indptr[b+1]), and path_pos gives b's index
-  // in each node's request list. Row (b, h) merges, for every path entry and
-  // every chunk c < node_splits[node], slot_of(node, c, h / G, path_pos·G + h % G).
-  const std::int32_t* path_indptr = nullptr;  // [num_requests + 1]
-  const std::int32_t* path_node = nullptr;
-  const std::int32_t* path_pos = nullptr;
-  const std::int32_t* request_partials = nullptr;  // [num_requests] partials per row (Σ splits on the path)
+  // Reduction schedule: every row of request b merges the partials
+  // partials[partial_indptr[b] .. partial_indptr[b+1]): each chunk of each node
+  // on b's path, root first. A flat list rather than the path, so that a merge
+  // finds its slots two dependent loads after the request instead of walking
+  // path → node → chunks → slot, each load a round trip on a cold plan.
+  const std::int32_t* partial_indptr = nullptr;  // [num_requests + 1]
+  const PartialRef* partials = nullptr;
 
+  CODEC_HD int num_partials(int req) const { return partial_indptr[req + 1] - partial_indptr[req]; }
+  // Slot of partial j (an index into partials) for qo head `head`.
+  CODEC_HD int partial_slot(int j, int head) const {
+    return partials[j].slot0 + (head / group) * partials[j].head_stride + head % group;
+  }
   CODEC_HD int node_rows(int node) const { return (node_req_begin[node + 1] - node_req_begin[node]) * group; }
   // Partial slots of a node are laid out [chunk][kv head][row].
   CODEC_HD int slot_of(int node, int chunk, int kv_head, int row) const {
@@ -94,7 +106,8 @@ struct PlanArrays {
   std::vector<Task> tasks;
   std::vector<std::int32_t> block_indptr;
   std::vector<std::int32_t> node_page_begin, node_pages, node_req_begin, node_reqs, node_splits, node_slot_base;
-  std::vector<std::int32_t> path_indptr, path_node, path_pos, request_partials;
+  std::vector<std::int32_t> partial_indptr;
+  std::vector<PartialRef> partials;
 };
 
 // Workspace of a run: fp32 partial outputs [num_slots, head_dim], then fp32
@@ -127,7 +140,7 @@ class Plan {
   PlanStats stats_;
   std::vector<std::byte> buffer_;
   PlanView counts_;                       // sizes filled in, pointers null
-  std::array<std::size_t, 12> offsets_{};  // byte offset of each array, in PlanView order
+  std::array<std::size_t, 10> offsets_{};  // byte offset of each array, in PlanView order
 };
 
 }  // namespace codec

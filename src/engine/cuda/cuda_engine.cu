@@ -5,7 +5,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -148,9 +147,8 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   // The merge is needed unless every row was written by its single PAC task.
-  const bool merge = stages == CudaStages::all &&
-                     std::any_of(host.request_partials, host.request_partials + host.num_requests,
-                                 [](std::int32_t n) { return n != 1; });
+  bool merge = false;
+  for (int r = 0; r < host.num_requests && stages == CudaStages::all; ++r) merge = merge || host.num_partials(r) != 1;
   // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;

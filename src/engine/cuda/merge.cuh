@@ -1,17 +1,19 @@
 #pragma once
 // Merge of partial states (POR, DESIGN §5): one warp per (request, qo head)
-// row. Row (b, h) merges, for every node on b's path (root first) and every
-// chunk c of it, the partial in slot_of(node, c, h / G, path_pos · G + h % G),
-// weighting each partial's o by exp(lse − merged lse) (state.hpp), then writes out
-// (KV dtype) and lse (fp32, natural log). Requests with a single partial were
-// written by PAC and are skipped; empty partials weigh 0, and a row with no
-// partial at all would come out as the empty state (o = 0, lse = −inf), never NaN.
+// row. Row (b, h) merges the partials of the plan's reduction schedule,
+// partials[partial_indptr[b] ..] (every chunk of every node on b's path, root
+// first), weighting each partial's o by exp(lse − merged lse) (state.hpp), then
+// writes out (KV dtype) and lse (fp32, natural log). Requests with a single
+// partial were written by PAC and are skipped; empty partials weigh 0, and a
+// row with no partial at all would come out as the empty state (o = 0, lse =
+// −inf), never NaN.
 //
 // On sm_90 the merge is launched with programmatic stream serialisation: it
-// starts while PAC runs its last tasks (pac.cuh), walks the plan (which PAC
-// does not write) to find its slots, and only then waits in pdl_wait for PAC's
-// partials. That takes the launch gap and ~4 dependent plan loads (request →
-// path → node → slot, ~0.5–1 µs each from L2) off the critical path.
+// starts while PAC runs its last tasks (pac.cuh), reads its slots from the
+// plan (which PAC does not write), and only then waits in pdl_wait for PAC's
+// partials. A block that cannot start before PAC's blocks leave still finds
+// its slots two dependent loads after its request (the schedule is a flat
+// list per request, not a path to walk).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -41,9 +43,8 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   const int row = blockIdx.x * Tr::kWarps + threadIdx.x / 32;  // warp-uniform, so are the early returns
   if (row >= plan.num_requests * plan.num_qo_heads) return;
   const int req = row / plan.num_qo_heads, head = row % plan.num_qo_heads;
-  const int partials = plan.request_partials[req];
+  const int first = plan.partial_indptr[req], partials = plan.partial_indptr[req + 1] - first;
   if (partials == 1) return;  // PAC wrote this row
-  const int G = plan.group, kv_head = head / G, sub = head % G;
 
   // Σ_j exp(lse_j − m) · o_j and l = Σ_j exp(lse_j − m) over the partials seen
   // so far, m their largest lse (−inf while all are empty). Each group of up to
@@ -55,22 +56,10 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   float acc[Tr::kAccesses][Tr::kVec] = {};
   float m = kNegInf, l = 0.f;
   for (int base = 0; base < partials; base += 32) {
-    // lanes locate partials base + lane in parallel: walk the path to the node
-    // whose chunks hold it (paths are a few nodes long)
-    int slot = 0;  // a lane past the list keeps slot 0 and weight 0: never read
-    bool found = false;
-    if (base + lane < partials) {
-      int j = base + lane;
-      for (int e = plan.path_indptr[req]; e < plan.path_indptr[req + 1]; ++e) {
-        const int node = plan.path_node[e], chunks = plan.node_splits[node];
-        if (j < chunks) {
-          slot = plan.slot_of(node, j, kv_head, plan.path_pos[e] * G + sub);
-          found = true;
-          break;
-        }
-        j -= chunks;
-      }
-    }
+    // lane i locates partial base + i; a lane past the list keeps slot 0 and
+    // weight 0: never read
+    const bool found = base + lane < partials;
+    const int slot = found ? plan.partial_slot(first + base + lane, head) : 0;
     pdl_wait();  // PAC's partials are complete and visible from here on
     const float part_lse = found ? p.part_lse[slot] : kNegInf;
     const float m_new = fmaxf(m, butterfly<32>(part_lse, MaxOp{}));

@@ -406,7 +406,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   LaneToken ahead = lookup(Tr::kStages - 1);  // the first refill's tokens
   // Whether row tid's request has a single partial (PAC writes the output
   // itself); used by the epilogue, loaded now so that its latency hides.
-  const bool single_row = tid < rows && plan.request_partials[reqs[(task.row_begin + tid) / G]] == 1;
+  const bool single_row = tid < rows && plan.num_partials(reqs[(task.row_begin + tid) / G]) == 1;
   // the task's query rows into sq; rows up to the last row tile (all 64 on the
   // wgmma path) are zero
   {
