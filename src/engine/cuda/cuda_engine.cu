@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -148,7 +149,12 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   // The merge is needed unless every row was written by its single PAC task.
   bool merge = false;
-  for (int r = 0; r < host.num_requests && stages == CudaStages::all; ++r) merge = merge || host.num_partials(r) != 1;
+  int max_partials = 0;
+  for (int r = 0; r < host.num_requests; ++r) {
+    merge = merge || host.num_partials(r) != 1;
+    max_partials = std::max(max_partials, host.num_partials(r));
+  }
+  merge = merge && stages == CudaStages::all;
   // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;
@@ -177,7 +183,12 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
                             .sm_scale = plan.heads().scale()},
                            stream);
     if (merge)
-      cuda::launch_merge<D, T>({.plan = device, .part_o = part_o, .part_lse = part_lse, .out = io.out, .lse = io.lse},
+      cuda::launch_merge<D, T>({.plan = device,
+                                .part_o = part_o,
+                                .part_lse = part_lse,
+                                .out = io.out,
+                                .lse = io.lse,
+                                .warps_per_row = cuda::merge_warps_per_row<D>(max_partials)},
                                programmatic, stream);
   });
 }

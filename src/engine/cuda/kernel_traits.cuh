@@ -138,15 +138,18 @@ struct PacTraits {
                 "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
 };
 
-// Merge (merge.cuh): one warp per (request, qo head) row, 4 rows per block.
-// A lane owns kVec consecutive floats of each 32·kVec-float slice of the row,
-// so every warp-wide load is one contiguous, coalesced segment.
+// Merge (merge.cuh): 4 warps per block, 1, 2 or 4 of them per (request, qo
+// head) row. A lane owns kVec consecutive floats of each 32·kVec-float slice of
+// the row, so every warp-wide load is one contiguous, coalesced segment. A warp
+// holds the o of kBatch partials at once (at most 32 registers per lane) and
+// issues their loads together.
 template <int D>
 struct MergeTraits {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kVec = D / 32 < 4 ? D / 32 : 4;  // floats per lane per access: 2, 4, 4
   static constexpr int kAccesses = D / (32 * kVec);     // 1, 1, 2
+  static constexpr int kBatch = 32 / (kVec * kAccesses) < 8 ? 32 / (kVec * kAccesses) : 8;  // 8, 8, 4
   static_assert(D % (32 * kVec) == 0 && kVec % 2 == 0, "a lane writes whole pairs of 16-bit outputs");
 };
 

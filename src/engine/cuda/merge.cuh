@@ -1,6 +1,6 @@
 #pragma once
-// Merge of partial states (POR, DESIGN §5): one warp per (request, qo head)
-// row. Row (b, h) merges the partials of the plan's reduction schedule,
+// Merge of partial states (POR, DESIGN §5): one to four warps per (request,
+// qo head) row. Row (b, h) merges the partials of the plan's reduction schedule,
 // partials[partial_indptr[b] ..] (every chunk of every node on b's path, root
 // first), weighting each partial's o by exp(lse − merged lse) (state.hpp), then
 // writes out (KV dtype) and lse (fp32, natural log). Requests with a single
@@ -31,81 +31,124 @@ struct MergeParams {
   const float* part_lse;  // [slots] fp32 natural log
   void* out;              // [B, Hq, D], KV dtype
   float* lse;             // [B, Hq] natural log, or null
+  int warps_per_row;      // 1, 2 or 4 (merge_warps_per_row)
 };
 
 // ---------------------------------------------------------------- kernel
 
-template <int D, typename T>
-__global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const __grid_constant__ MergeParams p) {
+// A warp's share of a row's merge: m = the largest lse of its partials (−inf
+// while all are empty), l = Σ exp(lse_j − m), acc = Σ exp(lse_j − m) · o_j
+// (this lane's kAccesses × kVec floats of the row).
+template <int D>
+struct WarpMerge {
+  float m = kNegInf, l = 0.f;
+  float acc[MergeTraits<D>::kAccesses][MergeTraits<D>::kVec] = {};
+};
+
+// Folds this warp's partials of the row into w: partials j ≡ part (mod
+// warps_per_row) in rounds of kBatch, lane i < kBatch holding partial i's slot.
+// A round's lse and o loads depend on nothing but the slots, so they are all in
+// flight together: after PAC, a row with up to warps_per_row · kBatch partials
+// costs one round trip to L2, however many partials it has.
+template <int D>
+__device__ __forceinline__ void merge_warp_share(const MergeParams& p, int first, int partials, int head, int part,
+                                                 int warps_per_row, WarpMerge<D>& w) {
   using Tr = MergeTraits<D>;
+  constexpr int B = Tr::kBatch;
   const PlanView& plan = p.plan;
   const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * Tr::kWarps + threadIdx.x / 32;  // warp-uniform, so are the early returns
-  if (row >= plan.num_requests * plan.num_qo_heads) return;
-  const int req = row / plan.num_qo_heads, head = row % plan.num_qo_heads;
-  const int first = plan.partial_indptr[req], partials = plan.partial_indptr[req + 1] - first;
-  if (partials == 1) return;  // PAC wrote this row
-
-  // Σ_j exp(lse_j − m) · o_j and l = Σ_j exp(lse_j − m) over the partials seen
-  // so far, m their largest lse (−inf while all are empty). Each group of up to
-  // 32 partials is weighted at once, by a warp max and a warp sum of one
-  // exponential per lane, so that the o loads of the group depend on nothing
-  // but their slots and stay in flight together. Folding them one by one
-  // (merge_weights, state.hpp) chains two exps, a log and two divisions per
-  // partial, which on a 33-partial row cost more than the loads.
-  float acc[Tr::kAccesses][Tr::kVec] = {};
-  float m = kNegInf, l = 0.f;
-  for (int base = 0; base < partials; base += 32) {
-    // lane i locates partial base + i; a lane past the list keeps slot 0 and
-    // weight 0: never read
-    const bool found = base + lane < partials;
-    const int slot = found ? plan.partial_slot(first + base + lane, head) : 0;
-    pdl_wait();  // PAC's partials are complete and visible from here on
-    const float part_lse = found ? p.part_lse[slot] : kNegInf;
-    const float m_new = fmaxf(m, butterfly<32>(part_lse, MaxOp{}));
-    if (m_new == kNegInf) continue;  // every partial so far is empty: nothing to weigh
-    const float rescale = m == kNegInf ? 0.f : expf(m - m_new);
-    const float e = part_lse == kNegInf ? 0.f : expf(part_lse - m_new);
-    l = l * rescale + butterfly<32>(e, SumOp{});
-    m = m_new;
+  auto lane_slot = [&](int base) {  // −1: no partial (past the list, or a lane ≥ kBatch)
+    return lane < B && base + lane < partials ? plan.partial_slot(first + base + lane, head) : -1;
+  };
+  const int stride = warps_per_row * B;
+  int slot = lane_slot(part * B);  // before the wait: the plan is not PAC's to write
+  pdl_wait();                      // PAC's partials are complete and visible from here on
+  for (int base = part * B; base < partials; base += stride) {
+    if (base != part * B) slot = lane_slot(base);
+    const float lse = slot >= 0 ? p.part_lse[slot] : kNegInf;
+    float v[B][Tr::kAccesses][Tr::kVec];
 #pragma unroll
-    for (int a = 0; a < Tr::kAccesses; ++a)
-#pragma unroll
-      for (int k = 0; k < Tr::kVec; ++k) acc[a][k] *= rescale;
-    const int count = min(32, partials - base);
-#pragma unroll 8
-    for (int i = 0; i < count; ++i) {
+    for (int i = 0; i < B; ++i) {
       const int s = __shfl_sync(0xffffffffu, slot, i);
-      const float w = __shfl_sync(0xffffffffu, e, i);
-      const float* src = p.part_o + std::int64_t(s) * D;
 #pragma unroll
       for (int a = 0; a < Tr::kAccesses; ++a) {
-        const float* at = src + (32 * a + lane) * Tr::kVec;
+        const float* at = p.part_o + std::int64_t(s < 0 ? 0 : s) * D + (32 * a + lane) * Tr::kVec;
         if constexpr (Tr::kVec == 4) {
-          const float4 v = *reinterpret_cast<const float4*>(at);
-          acc[a][0] += w * v.x, acc[a][1] += w * v.y, acc[a][2] += w * v.z, acc[a][3] += w * v.w;
+          const float4 x = s < 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(at);
+          v[i][a][0] = x.x, v[i][a][1] = x.y, v[i][a][2] = x.z, v[i][a][3] = x.w;
         } else {
-          const float2 v = *reinterpret_cast<const float2*>(at);
-          acc[a][0] += w * v.x, acc[a][1] += w * v.y;
+          const float2 x = s < 0 ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(at);
+          v[i][a][0] = x.x, v[i][a][1] = x.y;
         }
       }
     }
+    const float m_new = fmaxf(w.m, butterfly<32>(lse, MaxOp{}));
+    if (m_new == kNegInf) continue;  // every partial so far is empty: nothing to weigh
+    const float rescale = w.m == kNegInf ? 0.f : expf(w.m - m_new);
+    const float e = lse == kNegInf ? 0.f : expf(lse - m_new);
+    w.l = w.l * rescale + butterfly<32>(e, SumOp{});
+    w.m = m_new;
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const float wi = __shfl_sync(0xffffffffu, e, i);
+#pragma unroll
+      for (int a = 0; a < Tr::kAccesses; ++a)
+#pragma unroll
+        for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = (i == 0 ? w.acc[a][k] * rescale : w.acc[a][k]) + wi * v[i][a][k];
+    }
   }
-  // normalise; a row whose partials are all empty is the empty state (o = 0, lse = −inf)
-  const float inv_l = l > 0.f ? 1.f / l : 0.f;
-  const float lse = l > 0.f ? m + logf(l) : kNegInf;
-#pragma unroll
-  for (int a = 0; a < Tr::kAccesses; ++a)
-#pragma unroll
-    for (int k = 0; k < Tr::kVec; ++k) acc[a][k] *= inv_l;
+}
 
-  // epilogue: the row in the KV dtype, kVec / 2 packed pairs per lane and access
+// A block of 4 warps merges 4 / warps_per_row rows; the warps of a row split
+// its partials and meet in shared memory. The host picks warps_per_row so that
+// the longest row's partials fit one round where it can (launch_merge). With
+// one warp per row the kernel takes no shared memory, so that its blocks fit
+// beside PAC's (which leave ~2 KiB of an SM's) and start early (PDL).
+template <int D, typename T>
+__global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const __grid_constant__ MergeParams p) {
+  using Tr = MergeTraits<D>;
+  extern __shared__ float4 merge_smem[];  // [kWarps][32] WarpMerge when warps_per_row > 1, else none
+  const PlanView& plan = p.plan;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, W = p.warps_per_row;
+  const int row = blockIdx.x * (Tr::kWarps / W) + warp / W, part = warp % W;  // warp-uniform
+  const bool active = row < plan.num_requests * plan.num_qo_heads;
+  const int req = active ? row / plan.num_qo_heads : 0, head = active ? row % plan.num_qo_heads : 0;
+  const int first = active ? plan.partial_indptr[req] : 0;
+  const int partials = active ? plan.partial_indptr[req + 1] - first : 0;
+  const bool merged = active && partials != 1;  // a single partial: PAC wrote this row
+
+  WarpMerge<D> w;
+  if (merged) merge_warp_share<D>(p, first, partials, head, part, W, w);
+  if (W > 1) {  // uniform over the grid
+    WarpMerge<D>* shares = reinterpret_cast<WarpMerge<D>*>(merge_smem);
+    shares[warp * 32 + lane] = w;
+    __syncthreads();
+    if (part != 0) return;
+    for (int q = 1; q < W; ++q) {  // fold the row's other shares into warp part 0's
+      const WarpMerge<D>& o = shares[(warp + q) * 32 + lane];
+      const float m_new = fmaxf(w.m, o.m);
+      if (m_new == kNegInf) continue;
+      const float s1 = w.m == kNegInf ? 0.f : expf(w.m - m_new), s2 = o.m == kNegInf ? 0.f : expf(o.m - m_new);
+      w.l = w.l * s1 + o.l * s2;
+#pragma unroll
+      for (int a = 0; a < Tr::kAccesses; ++a)
+#pragma unroll
+        for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = w.acc[a][k] * s1 + o.acc[a][k] * s2;
+      w.m = m_new;
+    }
+  }
+  if (!merged) return;
+
+  // normalise; a row whose partials are all empty is the empty state (o = 0, lse = −inf)
+  const float inv_l = w.l > 0.f ? 1.f / w.l : 0.f;
+  const float lse = w.l > 0.f ? w.m + logf(w.l) : kNegInf;
+  // the row in the KV dtype, kVec / 2 packed pairs per lane and access
   T* out = static_cast<T*>(p.out) + std::int64_t(row) * D;
 #pragma unroll
   for (int a = 0; a < Tr::kAccesses; ++a) {
     std::uint32_t packed[Tr::kVec / 2];
 #pragma unroll
-    for (int k = 0; k < Tr::kVec / 2; ++k) packed[k] = pack2<T>(acc[a][2 * k], acc[a][2 * k + 1]);
+    for (int k = 0; k < Tr::kVec / 2; ++k) packed[k] = pack2<T>(w.acc[a][2 * k] * inv_l, w.acc[a][2 * k + 1] * inv_l);
     T* at = out + (32 * a + lane) * Tr::kVec;
     if constexpr (Tr::kVec == 4)
       *reinterpret_cast<uint2*>(at) = make_uint2(packed[0], packed[1]);
@@ -117,6 +160,14 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
 
 // ---------------------------------------------------------------- host launcher
 
+// Warps per row for a plan whose longest row merges max_partials partials:
+// one while a warp's round holds them, else 2 or 4 (fewer rows per block).
+template <int D>
+int merge_warps_per_row(int max_partials) {
+  using Tr = MergeTraits<D>;
+  return max_partials <= Tr::kBatch ? 1 : max_partials <= 2 * Tr::kBatch ? 2 : Tr::kWarps;
+}
+
 // `programmatic`: launch as a programmatic dependent of the previous kernel on
 // the stream (PAC), sm_90+ only; stream capture records it as a programmatic
 // graph edge.
@@ -125,14 +176,15 @@ void launch_merge(const MergeParams& params, bool programmatic, cudaStream_t str
   using Tr = MergeTraits<D>;
   const std::int64_t rows = std::int64_t(params.plan.num_requests) * params.plan.num_qo_heads;
   if (rows == 0) return;
-  const auto blocks = static_cast<unsigned>((rows + Tr::kWarps - 1) / Tr::kWarps);
+  const std::int64_t rows_per_block = Tr::kWarps / params.warps_per_row;
+  const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(Tr::kThreads);
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = params.warps_per_row > 1 ? Tr::kThreads * sizeof(WarpMerge<D>) : 0;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = programmatic ? 1 : 0;
