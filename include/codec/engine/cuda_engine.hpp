@@ -75,8 +75,8 @@ std::size_t cuda_workspace_bytes(const Plan& plan);
 void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream);
 
 // What run_cuda launches: both kernels, or partial attention alone, which
-// leaves the rows with more than one partial unwritten: `codec bench` times
-// both to report the merge's share of a run's time.
+// leaves the rows PAC does not write (those with other than one partial)
+// unwritten: `codec bench` times both to report the merge's share of a run.
 enum class CudaStages { all, partial_attention };
 
 // Attention of every (request, qo head) row of the plan: PAC, then the merge

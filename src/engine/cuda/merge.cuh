@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "codec/core/error.hpp"
 #include "codec/core/state.hpp"
 #include "codec/plan/plan.hpp"
 #include "codec/engine/cuda_check.hpp"
@@ -31,7 +32,7 @@ struct MergeParams {
   const float* part_lse;  // [slots] fp32 natural log
   void* out;              // [B, Hq, D], KV dtype
   float* lse;             // [B, Hq] natural log, or null
-  int warps_per_row;      // 1, 2 or 4 (merge_warps_per_row)
+  int warps_per_row = 1;  // 1, 2 or 4 (merge_warps_per_row)
 };
 
 // ---------------------------------------------------------------- kernel
@@ -49,7 +50,8 @@ struct WarpMerge {
 // warps_per_row) in rounds of kBatch, lane i < kBatch holding partial i's slot.
 // A round's lse and o loads depend on nothing but the slots, so they are all in
 // flight together: after PAC, a row with up to warps_per_row · kBatch partials
-// costs one round trip to L2, however many partials it has.
+// costs one round trip to L2; each further round adds two (its slots, then its
+// data).
 template <int D>
 __device__ __forceinline__ void merge_warp_share(const MergeParams& p, int first, int partials, int head, int part,
                                                  int warps_per_row, WarpMerge<D>& w) {
@@ -101,7 +103,7 @@ __device__ __forceinline__ void merge_warp_share(const MergeParams& p, int first
 
 // A block of 4 warps merges 4 / warps_per_row rows; the warps of a row split
 // its partials and meet in shared memory. The host picks warps_per_row so that
-// the longest row's partials fit one round where it can (launch_merge). With
+// the longest row's partials fit one round where it can (merge_warps_per_row). With
 // one warp per row the kernel takes no shared memory, so that its blocks fit
 // beside PAC's (which leave ~2 KiB of an SM's) and start early (PDL).
 template <int D, typename T>
@@ -176,6 +178,8 @@ void launch_merge(const MergeParams& params, bool programmatic, cudaStream_t str
   using Tr = MergeTraits<D>;
   const std::int64_t rows = std::int64_t(params.plan.num_requests) * params.plan.num_qo_heads;
   if (rows == 0) return;
+  CODEC_CHECK(params.warps_per_row == 1 || params.warps_per_row == 2 || params.warps_per_row == Tr::kWarps,
+              "launch_merge: warps_per_row ", params.warps_per_row, " is not 1, 2 or ", Tr::kWarps);
   const std::int64_t rows_per_block = Tr::kWarps / params.warps_per_row;
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
   cudaLaunchAttribute attribute{};
