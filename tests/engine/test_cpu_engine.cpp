@@ -51,16 +51,8 @@ struct EngineCase {
 
 // Shared plan, flat plan and the ablation policies, against fp64, over random forests.
 void check_case(const EngineCase& c, std::uint64_t seed, int tile_rows = 64) {
-  test::RandomBatchSpec spec;
-  spec.seed = seed;
-  spec.heads = c.heads;
-  spec.dtype = c.dtype;
-  spec.page_size = c.page_size;
-  spec.num_nodes = c.nodes;
-  spec.num_requests = c.requests;
-  spec.fork_prob = c.fork_prob;
-  spec.max_node_pages = c.max_node_pages;
-  spec.max_tail = 3 * c.page_size + 5;
+  const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests,
+                                                       c.fork_prob, c.max_node_pages);
   const test::RandomBatch b = test::make_random_batch(spec);
   const PageTable table = b.table();
   const ReferenceResult ref = reference_attention(table, b.kv(), c.heads, b.q.data());

@@ -164,17 +164,8 @@ struct GpuCase {
 };
 
 test::RandomBatchSpec spec_of(const GpuCase& c, std::uint64_t seed) {
-  test::RandomBatchSpec spec;
-  spec.seed = seed;
-  spec.heads = c.heads;
-  spec.dtype = c.dtype;
-  spec.page_size = c.page_size;
-  spec.num_nodes = c.nodes;
-  spec.num_requests = c.requests;
-  spec.fork_prob = c.fork_prob;
-  spec.max_node_pages = c.max_node_pages >= 0 ? c.max_node_pages : (400 + c.page_size - 1) / c.page_size;
-  spec.max_tail = 3 * c.page_size + 5;
-  return spec;
+  return test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests, c.fork_prob,
+                           c.max_node_pages >= 0 ? c.max_node_pages : (400 + c.page_size - 1) / c.page_size);
 }
 
 // The shared plan on the device's own options, the flat plan, and the split

@@ -36,6 +36,24 @@ struct RandomBatchSpec {
   }
 };
 
+// The random batch both engines' tests draw: a forest of `nodes` shared nodes
+// of up to max_node_pages pages, and private tails of up to 3 pages + 5 tokens
+// (every position relative to a page boundary).
+inline RandomBatchSpec engine_spec(std::uint64_t seed, const HeadConfig& heads, DType dtype, int page_size, int nodes,
+                                   int requests, double fork_prob, int max_node_pages) {
+  RandomBatchSpec spec;
+  spec.seed = seed;
+  spec.heads = heads;
+  spec.dtype = dtype;
+  spec.page_size = page_size;
+  spec.num_nodes = nodes;
+  spec.num_requests = requests;
+  spec.fork_prob = fork_prob;
+  spec.max_node_pages = max_node_pages;
+  spec.max_tail = 3 * page_size + 5;
+  return spec;
+}
+
 // Owns K/V pools (NHD), queries and CSR page tables.
 struct RandomBatch {
   RandomBatchSpec spec;
