@@ -1,7 +1,5 @@
 #include "codec/engine/run_checks.hpp"
 
-#include <algorithm>
-
 #include "codec/core/error.hpp"
 
 namespace codec {
@@ -17,12 +15,10 @@ void check_plan_and_kv(const Plan& plan, const PagedKV& kv, const char* engine) 
               h.head_dim);
   CODEC_CHECK(kv.page_size == p.page_size, engine, ": kv.page_size ", kv.page_size, " but the plan was made for ",
               p.page_size);
-  const int num_pages = p.node_page_begin[p.num_nodes];
-  if (num_pages > 0) {
-    const auto [lo, hi] = std::minmax_element(p.node_pages, p.node_pages + num_pages);
-    CODEC_CHECK(*lo >= 0 && *hi < kv.num_pages, engine, ": plan pages span [", *lo, ", ", *hi,
-                "], outside the KV pool of ", kv.num_pages, " pages");
-  }
+  const PlanExtent& e = plan.extent();
+  if (e.max_page >= e.min_page)
+    CODEC_CHECK(e.min_page >= 0 && e.max_page < kv.num_pages, engine, ": plan pages span [", e.min_page, ", ",
+                e.max_page, "], outside the KV pool of ", kv.num_pages, " pages");
 }
 
 }  // namespace codec

@@ -1,5 +1,6 @@
 #include "codec/plan/plan.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "codec/core/error.hpp"
@@ -43,6 +44,17 @@ Plan::Plan(const HeadConfig& heads, int page_size, const PlanArrays& a, const Pl
   counts_.num_kv_heads = heads.num_kv_heads;
   counts_.head_dim = heads.head_dim;
   counts_.page_size = page_size;
+
+  for (const Task& t : a.tasks) extent_.max_task_rows = std::max(extent_.max_task_rows, t.row_end - t.row_begin);
+  if (!a.node_pages.empty()) {
+    const auto [lo, hi] = std::minmax_element(a.node_pages.begin(), a.node_pages.end());
+    extent_.min_page = *lo, extent_.max_page = *hi;
+  }
+  for (std::size_t r = 0; r + 1 < a.partial_indptr.size(); ++r) {
+    const int n = a.partial_indptr[r + 1] - a.partial_indptr[r];
+    extent_.min_partials = r == 0 ? n : std::min(extent_.min_partials, n);
+    extent_.max_partials = std::max(extent_.max_partials, n);
+  }
 }
 
 PlanView Plan::view(const void* base) const {

@@ -88,7 +88,8 @@ std::vector<float> widen(const std::vector<std::byte>& data, DType dtype) {
   });
 }
 
-void dump(const std::string& dir, const Workload& w, const Batch& b, const Measured& codec, const Measured& flat) {
+void dump(const std::string& dir, const Workload& w, const Batch& b, const Forest& forest, const Measured& codec,
+          const Measured& flat) {
   std::filesystem::create_directories(dir);
   const HeadConfig& h = w.heads;
   const std::int64_t B = b.num_requests();
@@ -111,6 +112,19 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Measu
   write_npy(dir + "/out.npy", codec.out.data(), {B, h.num_qo_heads, h.head_dim});
   write_npy(dir + "/out_flat.npy", flat.out.data(), {B, h.num_qo_heads, h.head_dim});
   write_npy(dir + "/lse.npy", codec.lse.data(), {B, h.num_qo_heads});
+  // The prefix forest the plans were made from, for tools that rebuild it
+  // (e.g. one cascade level per tree depth for FlashInfer, bench/peers.py).
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const ForestNode& n : forest.nodes)
+    nodes.push_back({{"parent", n.parent},
+                     {"num_tokens", n.num_tokens},
+                     {"pages", std::vector<std::int32_t>(forest.pages.begin() + n.page_begin,
+                                                         forest.pages.begin() + n.page_begin + n.num_pages)},
+                     {"reqs", std::vector<std::int32_t>(forest.reqs.begin() + n.req_begin,
+                                                        forest.reqs.begin() + n.req_begin + n.num_reqs)}});
+  std::ofstream forest_file(dir + "/forest.json");
+  forest_file << nlohmann::json{{"nodes", nodes}, {"request_node", forest.request_node}}.dump() << "\n";
+  CODEC_CHECK(forest_file.good(), "--dump: cannot write '", dir, "/forest.json'");
 }
 
 std::string fixed(double x, int digits) {
@@ -283,7 +297,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                         mf.lse_error.within(tol);
       all_pass = all_pass && pass;
       if (!bench.dump.empty() && split == splits.front())
-        dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, mc, mf);
+        dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, forest, mc, mf);
       const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
       rows.push_back({{"workload", w.name},
                       {"split", split},
@@ -297,6 +311,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"merge_share", mc.partial_ms >= 0 ? 1.0 - mc.partial_ms / mc.median_ms : -1.0},
                       {"flat_ms", mf.median_ms},
                       {"flat_partial_ms", mf.partial_ms},
+                      {"codec_host_us", mc.host_us},
                       {"speedup", mf.median_ms / mc.median_ms},
                       {"codec_kv_mb", codec_mb},
                       {"flat_kv_mb", flat_mb},

@@ -4,6 +4,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "codec/core/error.hpp"
@@ -92,6 +93,18 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   CODEC_CUDA_CHECK(cudaMemcpy(m.lse.data(), s.lse.ptr, rows * sizeof(float), cudaMemcpyDeviceToHost));
   m.error = compare(m.out.data(), ref.out);
   m.lse_error = compare(m.lse.data(), ref.lse);
+
+  // Host cost of a direct call, what a caller pays per layer outside a graph:
+  // the median over calls enqueued back to back (the GPU runs behind).
+  std::vector<double> host_us;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run_cuda(plan, s.kv(), io, ws, s.stream);
+    host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  CODEC_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  std::sort(host_us.begin(), host_us.end());
+  m.host_us = host_us[host_us.size() / 2];
 
   m.median_ms = time_graph(plan, ws, reps, CudaStages::all);
   m.partial_ms = time_graph(plan, ws, reps, CudaStages::partial_attention);

@@ -26,7 +26,8 @@ class CudaBench {
   // times `reps` replays of a CUDA graph of run_cuda, each after flushing L2,
   // with CUDA events around the attention alone (BENCHMARKS.md protocol).
   // The checked run sits in an NVTX range named `label`, for ncu. The same
-  // replays of the partial attention alone give the merge's share of the time.
+  // replays of the partial attention alone give the merge's share of the time,
+  // and `reps` direct calls the host time of one run_cuda call.
   Measured run(const Plan& plan, const ReferenceResult& ref, int reps, const char* label);
   // Median time of `reps` graph replays of a plan over this batch, unchecked
   // (the plan may use any subset of the batch's pages and requests).

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -161,6 +162,33 @@ TEST(Planner, IsDeterministicAndViewsACopy) {
   EXPECT_EQ(v.partial_indptr[v.num_requests], w.partial_indptr[w.num_requests]);
   EXPECT_EQ(0, std::memcmp(v.partials, w.partials, sizeof(PartialRef) * w.partial_indptr[w.num_requests]));
   EXPECT_EQ(reinterpret_cast<const std::byte*>(v.tasks), copy.data());
+}
+
+// The extent a run checks in O(1) must equal what a pass over the arrays finds.
+TEST(Planner, ExtentSummarisesTheArrays) {
+  const HeadConfig heads{8, 2, 64};
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    const Forest f = random_forest(seed, 16, heads);
+    PlannerOptions opt;
+    opt.num_blocks = 24;
+    opt.max_tile_rows = 6;
+    const Plan plan = make_plan(f, heads, roofline(heads), opt);
+    const PlanView v = plan.view();
+    const PlanExtent& e = plan.extent();
+    int rows = 0, lo = 1 << 30, hi = 0;
+    for (int t = 0; t < v.num_tasks; ++t) rows = std::max(rows, v.tasks[t].row_end - v.tasks[t].row_begin);
+    for (int r = 0; r < v.num_requests; ++r) lo = std::min(lo, v.num_partials(r)), hi = std::max(hi, v.num_partials(r));
+    const auto [plo, phi] = std::minmax_element(v.node_pages, v.node_pages + v.node_page_begin[v.num_nodes]);
+    EXPECT_EQ(e.max_task_rows, rows);
+    EXPECT_LE(e.max_task_rows, opt.max_tile_rows);
+    EXPECT_EQ(e.min_partials, lo);
+    EXPECT_EQ(e.max_partials, hi);
+    EXPECT_EQ(e.min_page, *plo);
+    EXPECT_EQ(e.max_page, *phi);
+    EXPECT_EQ(e.needs_merge(), lo != 1 || hi != 1);
+  }
+  const PlanExtent none = Plan().extent();  // no pages: an empty range
+  EXPECT_LT(none.max_page, none.min_page);
 }
 
 TEST(Planner, FlatForestReadsEveryRequestsKv) {

@@ -85,8 +85,8 @@ enum class CudaStages { all, partial_attention };
 // is validated against kv). kv holds device pointers; its dtype (fp16/bf16),
 // head_dim, num_kv_heads and page_size must match the plan; k, v, q, out and
 // the byte size of every stride must be 16-byte aligned (cp.async copies).
-// Validation is on the host and reads the plan's task and page lists once
-// (linear, about 1 µs per 10k pages); capture the call in a graph to pay it once.
+// Validation is on the host and O(1): it reads the facts the Plan derived from
+// its arrays when it was built (Plan::extent), not the task and page lists.
 void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace,
               CudaStream stream, CudaStages stages = CudaStages::all);
 

@@ -110,6 +110,19 @@ struct PlanArrays {
   std::vector<PartialRef> partials;
 };
 
+// What every run checks, derived from the arrays once when the Plan is built,
+// so that a run's host-side validation costs O(1) rather than a pass over the
+// task and page lists per layer.
+struct PlanExtent {
+  int max_task_rows = 0;           // most query rows of any task
+  int min_partials = 0;            // fewest and most partials a request merges
+  int max_partials = 0;
+  std::int32_t min_page = 0;       // range of node_pages (max_page < min_page: no pages)
+  std::int32_t max_page = -1;
+  // Whether some row needs the merge: a request without exactly one partial.
+  bool needs_merge() const { return min_partials != 1 || max_partials != 1; }
+};
+
 // Workspace of a run: fp32 partial outputs [num_slots, head_dim], then fp32
 // partial lse [num_slots] (natural log). Its size comes from the plan alone.
 struct WorkspaceLayout {
@@ -126,6 +139,7 @@ class Plan {
   const HeadConfig& heads() const { return heads_; }
   const PlanStats& stats() const { return stats_; }
   PlanStats& stats() { return stats_; }
+  const PlanExtent& extent() const { return extent_; }
 
   // The packed arrays, to copy to a device as they are.
   std::span<const std::byte> bytes() const { return buffer_; }
@@ -138,6 +152,7 @@ class Plan {
   HeadConfig heads_;
   int page_size_ = 0;
   PlanStats stats_;
+  PlanExtent extent_;
   std::vector<std::byte> buffer_;
   PlanView counts_;                       // sizes filled in, pointers null
   std::array<std::size_t, 10> offsets_{};  // byte offset of each array, in PlanView order

@@ -67,7 +67,6 @@ void validate_run(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io
   check_plan_and_kv(plan, kv, "run_cuda");
   CODEC_CHECK(kv.dtype == DType::f16 || kv.dtype == DType::bf16, "run_cuda: kv.dtype ", to_string(kv.dtype),
               " is not supported on CUDA (fp16 or bf16)");
-  const PlanView p = plan.view();
   CODEC_CHECK(io.q != nullptr, "run_cuda: io.q must not be null");
   CODEC_CHECK(io.out != nullptr, "run_cuda: io.out must not be null");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
@@ -83,12 +82,9 @@ void validate_run(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io
   for (const auto& [stride, name] : strides)
     CODEC_CHECK(stride * elem % 16 == 0, "run_cuda: ", name, " ", stride, " elements (", stride * elem,
                 " bytes) is not a multiple of 16 bytes");
-  for (int t = 0; t < p.num_tasks; ++t) {
-    const int rows = p.tasks[t].row_end - p.tasks[t].row_begin;
-    CODEC_CHECK(rows <= kCudaMaxTileRows, "run_cuda: plan task ", t, " has ", rows,
-                " query rows, more than the kernel's ", kCudaMaxTileRows,
-                " (plan with cuda_planner_options or max_tile_rows <= ", kCudaMaxTileRows, ")");
-  }
+  CODEC_CHECK(plan.extent().max_task_rows <= kCudaMaxTileRows, "run_cuda: a plan task has ",
+              plan.extent().max_task_rows, " query rows, more than the kernel's ", kCudaMaxTileRows,
+              " (plan with cuda_planner_options or max_tile_rows <= ", kCudaMaxTileRows, ")");
   check_workspace(plan, workspace, "run_cuda");  // last: tests rely on it to stop any case that slips through
 }
 
@@ -141,20 +137,13 @@ void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStre
 void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace,
               CudaStream stream, CudaStages stages) {
   validate_run(plan, kv, io, workspace);
-  const PlanView host = plan.view();
   const PlanView device = plan.view(workspace.data());
   const WorkspaceLayout layout = plan.workspace();
   std::byte* partials = workspace.data() + plan_region_bytes(plan);
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   // The merge is needed unless every row was written by its single PAC task.
-  bool merge = false;
-  int max_partials = 0;
-  for (int r = 0; r < host.num_requests; ++r) {
-    merge = merge || host.num_partials(r) != 1;
-    max_partials = std::max(max_partials, host.num_partials(r));
-  }
-  merge = merge && stages == CudaStages::all;
+  const bool merge = plan.extent().needs_merge() && stages == CudaStages::all;
   // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;
@@ -188,7 +177,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
                                 .part_lse = part_lse,
                                 .out = io.out,
                                 .lse = io.lse,
-                                .warps_per_row = cuda::merge_warps_per_row<D>(max_partials)},
+                                .warps_per_row = cuda::merge_warps_per_row<D>(plan.extent().max_partials)},
                                programmatic, stream);
   });
 }
