@@ -4,8 +4,9 @@
 # test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
 # to the folder given as $1 (default: results/gpu-local).
 #   bash scripts/gpu_run.sh "$OUT"
-# Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench roofline ablation ncu" to run fewer
-# steps; the default is all but roofline (the roofline-vs-table comparison of results/h200/run5).
+# Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench roofline ablation ncu peers" to run
+# fewer steps; the default is all but roofline (the roofline-vs-table comparison of results/h200/run5) and
+# peers (FlashInfer and cuDNN side by side: needs the wheels scripts/fetch_peer_wheels.sh puts in .whl/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu-local}
@@ -47,9 +48,12 @@ if step sanitize; then
   run initcheck $san --tool initcheck $t --gtest_filter=CudaEngine.EdgeCases
 fi
 if step profile; then
-  # The measured cost table (data/cost_tables/<device>_d128_bf16.json), which
-  # the benchmarks below then use; a copy goes to the output folder.
+  # The measured cost tables (data/cost_tables/<device>_d<D>_<dtype>.json): the
+  # default bf16 head_dim 128, which the benchmarks below then use, and those
+  # for fp16 and for head_dim 64; copies go to the output folder.
   run profile ./build-gpu/codec profile
+  run profile_fp16 ./build-gpu/codec profile --dtype fp16
+  run profile_d64 ./build-gpu/codec profile --model llama3.2-1b
   cp data/cost_tables/*.json "$out/" 2>/dev/null || true
 fi
 if step bench; then
@@ -76,6 +80,15 @@ if step ncu; then
     done
   done
   python3 scripts/ncu_summary.py "$out" | tee "$out/ncu_summary.txt"
+fi
+if step peers; then
+  # Offline machine: FlashInfer comes from the wheels in .whl/ (scripts/fetch_peer_wheels.sh); its JIT
+  # output is kept in the build folder, so a warm machine compiles each kernel once.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target build-gpu/site \
+    .whl/*.whl > "$out/peers_install.log" 2>&1 || { echo "!! peers: wheel install failed"; status=1; }
+  export PYTHONPATH="$PWD/build-gpu/site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_WORKSPACE_BASE="$PWD/build-gpu/fi-jit"
+  export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS="$(nproc)" PYTHONUNBUFFERED=1
+  run peers python3 bench/peers.py --codec build-gpu/codec --out "$out/peers" ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"}
 fi
 echo "== gpu_run status $status"
 exit $status

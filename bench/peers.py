@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Peers side by side with CoDec on the same KV data (BENCHMARKS.md, "Peers").
+
+For each workload, `codec bench --backend cuda --dump` times CoDec and the flat
+baseline and writes the batch it ran: Q, the paged K/V pool, the per-request
+page tables, the derived prefix forest and CoDec's checked output. This script
+then loads exactly that data onto the GPU and times, under the same protocol
+(warm-up, a 256 MB L2 flush before every run, CUDA events around the attention
+alone, CUDA-graph replays, median):
+
+  fi_decode   FlashInfer BatchDecodeWithPagedKVCacheWrapper over the per-request
+              page tables (shared pages are physically shared, as for flat),
+              tensor-core (tc) and CUDA-core (cc) kernels
+  fi_cascade  FlashInfer MultiLevelCascadeAttentionWrapper, one level per depth
+              of the prefix forest (requests reordered so that every node's
+              requests are contiguous, as the wrapper requires), on its default
+              (auto: FA3 on sm_90) and its FA2 prefill backend
+  sdpa        PyTorch scaled_dot_product_attention, cuDNN backend, over dense
+              per-request K/V (only where every request has the same length)
+
+Every peer's output is checked against CoDec's (which `codec bench` checked
+against the fp64 reference): relative L2 error, no NaN. `<peer>_ms` is the
+best variant of a family whose error is within 1e-2 (`<peer>_variant` names it).
+
+  python3 bench/peers.py --codec build-gpu/codec --out OUTDIR [--workloads w1,w2]
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
+WARMUP = 5
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def rel_l2(x, ref):
+    x = x.float()
+    ref = ref.float()
+    if not torch.isfinite(x).all():
+        return float("nan")
+    return float((x - ref).norm() / ref.norm())
+
+
+class Timer:
+    """Median of CUDA-event timings, each run after an L2 flush; a CUDA graph of
+    fn when it can be captured (launch gaps then cost what they cost CoDec)."""
+
+    def __init__(self, reps):
+        self.reps = reps
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn):
+        fn()  # JIT, lazy allocations
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(graph):
+                fn()
+            run, mode = graph.replay, "graph"
+        except Exception as e:  # noqa: BLE001 - any capture failure: time eager calls instead
+            log(f"    graph capture failed ({type(e).__name__}: {e}); timing eager calls")
+            torch.cuda.synchronize()
+            run, mode = fn, "eager"
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for i in range(WARMUP + self.reps):
+            self.flush.fill_(i & 0xFF)
+            start.record()
+            run()
+            stop.record()
+            stop.synchronize()
+            if i >= WARMUP:
+                times.append(start.elapsed_time(stop))
+        return float(np.median(times)), mode
+
+
+def load_dump(d):
+    meta = json.load(open(os.path.join(d, "meta.json")))
+    forest = json.load(open(os.path.join(d, "forest.json")))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[meta["dtype"]]
+
+    def dev(name, dt):
+        return torch.from_numpy(np.load(os.path.join(d, name))).to("cuda").to(dt)
+
+    data = {
+        "meta": meta,
+        "forest": forest,
+        "q": dev("q.npy", dtype),
+        "k": dev("k_cache.npy", dtype),  # [pages, page_size, Hkv, D] (NHD)
+        "v": dev("v_cache.npy", dtype),
+        "indptr": dev("kv_indptr.npy", torch.int32),
+        "indices": dev("kv_indices.npy", torch.int32),
+        "last": dev("kv_last_page_len.npy", torch.int32),
+        "out": dev("out.npy", torch.float32),
+    }
+    return data
+
+
+def cascade_levels(forest, page_size):
+    """One level per forest depth: (request order, per-level qo_indptr, kv
+    indptr, kv indices, last page lengths), or None if some request's path
+    does not reach every level (the wrapper needs one group per request per
+    level)."""
+    nodes = forest["nodes"]
+    depth = []
+    for n in nodes:
+        depth.append(0 if n["parent"] < 0 else depth[n["parent"]] + 1)
+    paths = []
+    for leaf in forest["request_node"]:
+        path, x = [], leaf
+        while x >= 0:
+            path.append(x)
+            x = nodes[x]["parent"]
+        paths.append(path[::-1])
+    levels = max(len(p) for p in paths)
+    if any(len(p) != levels for p in paths):
+        return None
+    order = sorted(range(len(paths)), key=lambda r: paths[r])  # each node's requests contiguous
+    qo, kv_indptr, kv_indices, last = [], [], [], []
+    for lvl in range(levels):
+        q_ptr, k_ptr, k_idx, k_last = [0], [0], [], []
+        prev = None
+        for pos, r in enumerate(order):
+            node = paths[r][lvl]
+            if node != prev:
+                if prev is not None:
+                    q_ptr.append(pos)
+                n = nodes[node]
+                k_idx.extend(n["pages"])
+                k_ptr.append(len(k_idx))
+                k_last.append(n["num_tokens"] - (len(n["pages"]) - 1) * page_size if n["pages"] else 0)
+                prev = node
+        q_ptr.append(len(order))
+        qo.append(q_ptr)
+        kv_indptr.append(k_ptr)
+        kv_indices.append(k_idx)
+        last.append(k_last)
+    return order, qo, kv_indptr, kv_indices, last
+
+
+def run_workload(name, d, timer, results):
+    import flashinfer
+
+    data = load_dump(d)
+    meta = data["meta"]
+    hq, hkv, dim, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["head_dim"], meta["page_size"]
+    q, k, v, ref = data["q"], data["k"], data["v"], data["out"]
+    batch = q.shape[0]
+    row = {"workload": name}
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+    def measure(key, variant, fn, ref_rows):
+        out = fn()
+        err = rel_l2(out, ref_rows)
+        ms, mode = timer(fn)
+        row[f"{key}_{variant}_ms"], row[f"{key}_{variant}_err"], row[f"{key}_{variant}_mode"] = ms, err, mode
+        log(f"  {key} {variant:6s} {ms:.4f} ms ({mode}), err {err:.2e}")
+        if err <= 1e-2 and ms < row.get(f"{key}_ms", float("inf")):  # the family's best correct variant
+            row[f"{key}_ms"], row[f"{key}_variant"] = ms, variant
+
+    # FlashInfer flat decode over the per-request page tables: its tensor-core
+    # (prefill-kernel) and CUDA-core decode kernels
+    for variant, tensor_cores in (("tc", True), ("cc", False)):
+        dec = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
+        dec.plan(data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, q_data_type=q.dtype,
+                 kv_data_type=k.dtype, sm_scale=meta["sm_scale"])
+        measure("fi_decode", variant, lambda: dec.run(q, (k, v)), ref)
+        del dec
+
+    # FlashInfer cascade, one level per depth of the forest. Its default
+    # backend on sm_90 is the FA3 prefill kernel; the FA2 one (which splits long
+    # KV across blocks) is timed too, by giving the wrapper FA2 level wrappers.
+    levels = cascade_levels(data["forest"], ps)
+    if levels is None:
+        row["fi_cascade_note"] = "requests at different depths; not run"
+    else:
+        order, qo, kp, ki, kl = levels
+        t = lambda xs: [torch.tensor(x, dtype=torch.int32, device="cuda") for x in xs]  # noqa: E731
+        perm = torch.tensor(order, dtype=torch.int64, device="cuda")
+        qp = q[perm].contiguous()
+        row["fi_cascade_levels"] = len(qo)
+        for variant in ("auto", "fa2"):
+            cas = flashinfer.MultiLevelCascadeAttentionWrapper(len(qo), ws, "NHD")
+            if variant == "fa2":
+                cas._batch_prefill_wrappers = [flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa2")
+                                               for _ in qo]
+            cas.plan(t(qo), t(kp), t(ki), t(kl), hq, hkv, dim, ps, causal=False, sm_scale=meta["sm_scale"],
+                     q_data_type=q.dtype, kv_data_type=k.dtype)
+            measure("fi_cascade", variant, lambda: cas.run(qp, (k, v)), ref[perm])
+            del cas
+        del qp
+
+    # cuDNN SDPA over dense per-request K/V (equal lengths only)
+    indptr = data["indptr"].cpu().numpy()
+    last = data["last"].cpu().numpy()
+    lens = (indptr[1:] - indptr[:-1] - 1) * ps + last
+    dense_bytes = 2 * batch * int(lens.max()) * hkv * dim * q.element_size()
+    if (lens == lens[0]).all() and dense_bytes < (48 << 30):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        idx = data["indices"].long()
+        kd = k[idx].view(-1, hkv, dim)  # tokens of every request's pages, request-major
+        vd = v[idx].view(-1, hkv, dim)
+        pages = int(indptr[1] - indptr[0])
+        kd = kd.view(batch, pages * ps, hkv, dim)[:, : lens[0]].transpose(1, 2).contiguous()
+        vd = vd.view(batch, pages * ps, hkv, dim)[:, : lens[0]].transpose(1, 2).contiguous()
+        qd = q.view(batch, hq, 1, dim)
+        fn = lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
+            qd, kd, vd, scale=meta["sm_scale"], enable_gqa=True)
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                measure("sdpa", "cudnn", lambda: fn().view(batch, hq, dim), ref)
+        except RuntimeError as e:
+            row["sdpa_note"] = f"cuDNN backend refused: {e}".splitlines()[0][:200]
+            log("  sdpa", row["sdpa_note"])
+        del kd, vd
+    else:
+        row["sdpa_note"] = "requests of different lengths or dense KV too large; not run"
+    results.append(row)
+    del data
+    torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--codec", default="build-gpu/codec", help="codec binary built with the CUDA engine")
+    ap.add_argument("--out", required=True, help="folder for peers.json and per-workload codec JSON")
+    ap.add_argument("--workloads", default="seq:128,seq:512,seq:2048,batch:4,batch:16,batch:64,depth:2,depth:4,"
+                    "depth:6,ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--scratch", default="/tmp/codec_peers", help="where dumps go (deleted after each workload)")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    import flashinfer
+
+    log(f"flashinfer {flashinfer.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    timer = Timer(args.reps)
+    results = []
+    for name in args.workloads.split(","):
+        d = os.path.join(args.scratch, name.replace(":", "_"))
+        shutil.rmtree(d, ignore_errors=True)
+        saved = os.path.join(args.out, f"codec_{name.replace(':', '_')}.json")
+        t0 = time.time()
+        subprocess.run([args.codec, "bench", "--backend", "cuda", "--workload", name, "--reps", str(args.reps),
+                        "--dump", d, "--save", saved], check=True, stdout=sys.stderr)
+        codec_row = json.load(open(saved))[0]
+        log(f"{name}: codec {codec_row['codec_ms']:.4f} ms, flat {codec_row['flat_ms']:.4f} ms "
+            f"(codec bench {time.time() - t0:.0f} s)")
+        n = len(results)
+        try:
+            run_workload(name, d, timer, results)
+        except Exception as e:  # noqa: BLE001 - record and go on to the next workload
+            log(f"  peers failed: {type(e).__name__}: {e}")
+            results.append({"workload": name, "error": f"{type(e).__name__}: {e}"[:300]})
+        results[n].update({k: codec_row[k] for k in ("codec_ms", "flat_ms", "floor_ms", "requests")})
+        shutil.rmtree(d, ignore_errors=True)
+        json.dump(results, open(os.path.join(args.out, "peers.json"), "w"), indent=1)
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
