@@ -117,9 +117,6 @@ def cascade_levels(forest, page_size):
     does not reach every level (the wrapper needs one group per request per
     level)."""
     nodes = forest["nodes"]
-    depth = []
-    for n in nodes:
-        depth.append(0 if n["parent"] < 0 else depth[n["parent"]] + 1)
     paths = []
     for leaf in forest["request_node"]:
         path, x = [], leaf

@@ -88,7 +88,8 @@ if step peers; then
     .whl/*.whl > "$out/peers_install.log" 2>&1 || { echo "!! peers: wheel install failed"; status=1; }
   export PYTHONPATH="$PWD/build-gpu/site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_WORKSPACE_BASE="$PWD/build-gpu/fi-jit"
   export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS="$(nproc)" PYTHONUNBUFFERED=1
-  run peers python3 bench/peers.py --codec build-gpu/codec --out "$out/peers" ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"}
+  mkdir -p "$out/peers"
+  run peers/peers python3 bench/peers.py --codec build-gpu/codec --out "$out/peers" ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"}
 fi
 echo "== gpu_run status $status"
 exit $status

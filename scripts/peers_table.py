@@ -15,7 +15,8 @@ print("|" + "---|" * len(head))
 logs = {key: [] for key, _ in peers}
 for r in rows:
     if "error" in r:
-        print(f"| {r['workload']} | {r['codec_ms']:.4f} | {r['flat_ms']:.4f} | failed: {r['error']} |")
+        cells = [r["workload"], f"{r['codec_ms']:.4f}", f"{r['flat_ms']:.4f}", f"failed: {r['error']}"]
+        print("| " + " | ".join(cells + ["-"] * (len(head) - len(cells))) + " |")
         continue
     cells = [r["workload"], f"{r['codec_ms']:.4f}", f"{r['flat_ms']:.4f}"]
     ratios = []
@@ -30,4 +31,4 @@ print()
 for key, name in peers:
     if logs[key]:
         print(f"Geometric-mean speedup of CoDec over {name}: {math.exp(sum(logs[key]) / len(logs[key])):.2f}× "
-              f"over {len(logs[key])} workloads")
+              f"over the {len(logs[key])} workloads it ran")

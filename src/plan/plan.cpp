@@ -54,6 +54,7 @@ Plan::Plan(const HeadConfig& heads, int page_size, const PlanArrays& a, const Pl
     const int n = a.partial_indptr[r + 1] - a.partial_indptr[r];
     extent_.min_partials = r == 0 ? n : std::min(extent_.min_partials, n);
     extent_.max_partials = std::max(extent_.max_partials, n);
+    extent_.needs_merge = extent_.needs_merge || n != 1;
   }
 }
 

@@ -185,10 +185,33 @@ TEST(Planner, ExtentSummarisesTheArrays) {
     EXPECT_EQ(e.max_partials, hi);
     EXPECT_EQ(e.min_page, *plo);
     EXPECT_EQ(e.max_page, *phi);
-    EXPECT_EQ(e.needs_merge(), lo != 1 || hi != 1);
+    EXPECT_EQ(e.needs_merge, lo != 1 || hi != 1);
+    EXPECT_TRUE(e.needs_merge);  // shared nodes: some request merges several partials
   }
-  const PlanExtent none = Plan().extent();  // no pages: an empty range
+  // One node per request and no splitting: every request has exactly one
+  // partial, and no row needs the merge.
+  Forest single;
+  single.page_size = 16;
+  for (int r = 0; r < 3; ++r) {
+    const int tokens = 40 + 30 * r, pages = (tokens + 15) / 16;
+    single.nodes.push_back({-1, tokens, std::int64_t(single.pages.size()), pages, r, 1});
+    for (int p = 0; p < pages; ++p) single.pages.push_back(std::int32_t(single.pages.size()));
+    single.reqs.push_back(r);
+    single.request_node.push_back(r);
+  }
+  PlannerOptions opt;
+  opt.num_blocks = 8;
+  opt.split = SplitPolicy::none;
+  const PlanExtent e = make_plan(single, heads, roofline(heads), opt).extent();
+  EXPECT_EQ(e.min_partials, 1);
+  EXPECT_EQ(e.max_partials, 1);
+  EXPECT_FALSE(e.needs_merge);
+  EXPECT_EQ(e.min_page, 0);
+  EXPECT_EQ(e.max_page, int(single.pages.size()) - 1);
+  const PlanExtent none = Plan().extent();  // no tasks, pages or requests
   EXPECT_LT(none.max_page, none.min_page);
+  EXPECT_EQ(none.max_task_rows, 0);
+  EXPECT_FALSE(none.needs_merge);
 }
 
 TEST(Planner, FlatForestReadsEveryRequestsKv) {

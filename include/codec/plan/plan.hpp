@@ -114,13 +114,14 @@ struct PlanArrays {
 // so that a run's host-side validation costs O(1) rather than a pass over the
 // task and page lists per layer.
 struct PlanExtent {
-  int max_task_rows = 0;           // most query rows of any task
-  int min_partials = 0;            // fewest and most partials a request merges
+  int max_task_rows = 0;      // most query rows of any task
+  int min_partials = 0;       // fewest and most partials a request merges (0 and 0 without requests)
   int max_partials = 0;
-  std::int32_t min_page = 0;       // range of node_pages (max_page < min_page: no pages)
+  std::int32_t min_page = 0;  // range of node_pages (max_page < min_page: no pages)
   std::int32_t max_page = -1;
-  // Whether some row needs the merge: a request without exactly one partial.
-  bool needs_merge() const { return min_partials != 1 || max_partials != 1; }
+  // Some request has other than one partial: its rows need the merge (with
+  // none, the merge writes the empty state).
+  bool needs_merge = false;
 };
 
 // Workspace of a run: fp32 partial outputs [num_slots, head_dim], then fp32

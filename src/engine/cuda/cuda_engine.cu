@@ -143,7 +143,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   // The merge is needed unless every row was written by its single PAC task.
-  const bool merge = plan.extent().needs_merge() && stages == CudaStages::all;
+  const bool merge = plan.extent().needs_merge && stages == CudaStages::all;
   // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;
