@@ -9,7 +9,7 @@
 namespace {
 
 void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
-  cmd->add_option("--workload,-w", w.workload, "Built-in workload (e.g. batch:64, seq:512), a JSON file, or 'all'")
+  cmd->add_option("--workload,-w", w.workload, "Built-in workload (e.g. batch:64, seq:512), a JSON file, 'all', or a comma-separated list of these")
       ->capture_default_str();
   cmd->add_option("--model", w.model, "Model shape from BENCHMARKS.md (qwen3-4b, llama3.2-1b, ...)");
   cmd->add_option("--dtype", w.dtype, "KV and query dtype: bf16, fp16 or fp32");

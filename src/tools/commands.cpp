@@ -136,8 +136,21 @@ std::string fixed(double x, int digits) {
 }  // namespace
 
 std::vector<std::string> expand_workloads(const std::string& spec) {
-  if (spec == "all") return builtin_workload_names();
-  return {spec};
+  std::vector<std::string> specs;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = std::min(spec.find(',', begin), spec.size());
+    const std::string item = spec.substr(begin, end - begin);
+    CODEC_CHECK(!item.empty(), "--workload '", spec, "': empty entry in the comma-separated list");
+    if (item == "all") {
+      const std::vector<std::string> all = builtin_workload_names();
+      specs.insert(specs.end(), all.begin(), all.end());
+    } else {
+      specs.push_back(item);
+    }
+    if (end == spec.size()) return specs;
+    begin = end + 1;
+  }
 }
 
 Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale) {

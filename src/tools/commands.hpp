@@ -29,7 +29,8 @@ struct BenchArgs {
   std::string save;  // also write the rows as JSON to this file
 };
 
-// Workload specs named by --workload ("all" expands to every built-in sweep point).
+// Workload specs named by --workload: a comma-separated list, in which "all"
+// expands to every built-in sweep point.
 std::vector<std::string> expand_workloads(const std::string& spec);
 // Resolves a spec and applies the overrides and the scale.
 Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale);

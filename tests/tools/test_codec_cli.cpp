@@ -1,0 +1,112 @@
+// The `codec` tool as a user runs it: its JSON output, the files `--dump`
+// writes (which bench/peers.py rebuilds FlashInfer's inputs from), and its
+// exit code and message on bad arguments.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "codec/workload/workload.hpp"
+
+namespace codec {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result run_codec(const std::string& args) {
+  const std::string command = std::string(CODEC_TOOL_PATH) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return nlohmann::json::parse(in);
+}
+
+std::filesystem::path scratch(const std::string& name) {
+  const auto dir = std::filesystem::path(testing::TempDir()) / ("codec_cli_" + name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(CodecCli, PlanTakesACommaSeparatedListOfWorkloads) {
+  const Result r = run_codec("plan --workload depth:2,seq:128 --target cpu --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json rows = nlohmann::json::parse(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_EQ(rows[0]["workload"], "depth:2");
+  EXPECT_EQ(rows[1]["workload"], "seq:128");
+  for (const auto& row : rows) EXPECT_GT(row["tasks"].get<int>(), 0);
+}
+
+// forest.json must describe the very page tables the run used: each request's
+// pages are its path's node pages, root first, and its length their tokens.
+TEST(CodecCli, DumpedForestRebuildsEveryRequestsPageList) {
+  const auto dir = scratch("dump");
+  const Result r = run_codec("bench --backend cpu --workload depth:3 --scale 0.0625 --reps 1 --dump " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* file : {"meta.json", "q.npy", "k_cache.npy", "v_cache.npy", "kv_indptr.npy", "kv_indices.npy",
+                           "kv_last_page_len.npy", "out.npy", "out_flat.npy", "lse.npy"})
+    EXPECT_TRUE(std::filesystem::exists(dir / file)) << file;
+  const nlohmann::json forest = read_json(dir / "forest.json");
+  const nlohmann::json& nodes = forest["nodes"];
+
+  const Workload w = resolve_workload("depth:3").scaled(0.0625);
+  const WorkloadTables t = workload_page_tables(w);
+  const int requests = int(t.tables.indptr.size()) - 1;
+  ASSERT_EQ(int(forest["request_node"].size()), requests);
+  for (int req = 0; req < requests; ++req) {
+    std::vector<int> path;
+    for (int n = forest["request_node"][req]; n >= 0; n = nodes[n]["parent"]) path.insert(path.begin(), n);
+    std::vector<std::int32_t> pages;
+    std::int64_t tokens = 0;
+    for (const int n : path) {
+      const std::vector<std::int32_t> node_pages = nodes[n]["pages"];
+      const std::vector<std::int32_t> node_reqs = nodes[n]["reqs"];
+      EXPECT_NE(std::find(node_reqs.begin(), node_reqs.end(), req), node_reqs.end()) << "node " << n << " req " << req;
+      pages.insert(pages.end(), node_pages.begin(), node_pages.end());
+      tokens += nodes[n]["num_tokens"].get<int>();
+    }
+    const std::vector<std::int32_t> expect(t.tables.indices.begin() + t.tables.indptr[req],
+                                           t.tables.indices.begin() + t.tables.indptr[req + 1]);
+    EXPECT_EQ(pages, expect) << "request " << req;
+    const std::int64_t length =
+        std::int64_t(t.tables.indptr[req + 1] - t.tables.indptr[req] - 1) * t.page_size + t.tables.last_page_len[req];
+    EXPECT_EQ(tokens, length) << "request " << req;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CodecCli, BadArgumentsExitWith2AndNameTheValue) {
+  struct Case {
+    const char* args;
+    const char* named;  // what the message must mention
+  };
+  for (const Case& c : {Case{"plan --workload nosuch:3", "nosuch"},
+                        Case{"plan --workload depth:2,,seq:128", "empty entry"},
+                        Case{"bench --backend cpu --workload depth:2 --split fixed:0", "fixed:0"},
+                        Case{"plan --workload depth:2 --page-size 0", "page-size"}}) {
+    const Result r = run_codec(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.named), std::string::npos) << c.args << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace codec
