@@ -30,7 +30,7 @@ if step build; then
   run build cmake --build build-gpu -j "$(nproc)"
 fi
 if step test; then
-  run ctest ctest --test-dir build-gpu --output-on-failure -j 4
+  run ctest ctest --test-dir build-gpu --output-on-failure -j 4 --timeout 300
   # The GPU tests again on a generic sm_90 build (no wgmma): there every task,
   # 17-64 rows included, runs on the mma.sync path that sm_80 uses, which the
   # sm_90a build above sends to wgmma.

@@ -231,6 +231,10 @@ TEST(CudaEngine, EdgeCases) {
   check_case({gqa4, DType::bf16, 16, Layout::hnd, 1, 12, 1.0}, 23);
   // 10 requests on one root × GQA 4 = 40 rows: three row tiles, the fourth warp idle
   check_case({gqa4, DType::f16, 16, Layout::nhd, 1, 10, 0.0}, 24);
+  // 17 requests = 68 rows: two row tiles of 34, each on wgmma with 30 empty slots
+  check_case({gqa4, DType::bf16, 7, Layout::hnd, 1, 17, 0.0}, 28);
+  // 32 requests = 128 rows: exactly two full row tiles per chunk
+  check_case({gqa4, DType::f16, 16, Layout::nhd, 1, 32, 0.0}, 29);
   // 40 requests on one root × GQA 4 = 160 rows: several 64-row tasks per chunk
   check_case({gqa4, DType::bf16, 16, Layout::nhd, 1, 40, 0.2}, 25);
   // MQA, 8 requests × 32 heads = 256 rows per kv head

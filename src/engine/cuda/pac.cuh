@@ -31,6 +31,7 @@
 // exactly as OnlineSoftmax in state.hpp defines them.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -556,12 +557,21 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
 // carveout of the unified L1: 2 blocks × (112 + 1) KiB at D = 128 and 4 × (56 +
 // 1) KiB at D = 64 need the full 228 KiB; L1 keeps the remaining 28 KiB, ample
 // for the page lists and plan arrays it caches (~1 KiB of pages per task).
+// Both are attributes of the kernel on the current device, set once per device:
+// setting them on every launch cost ~1-2 µs of host time per run_cuda call.
+// Not a stream operation, so allowed during graph capture.
 template <int D, typename T>
 void set_pac_smem_limit() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<bool> done[kCachedDevices] = {};
+  int device = 0;
+  CODEC_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices && done[device].load(std::memory_order_acquire)) return;
   CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         PacTraits<D, T>::kSmemBytes));
   CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         int(cudaSharedmemCarveoutMaxShared)));
+  if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
 }
 
 // Resident PAC blocks per SM on the current device (registers and shared memory).
@@ -574,8 +584,7 @@ int pac_blocks_per_sm() {
   return blocks;
 }
 
-// One block per plan block. Setting the shared-memory limit is not a stream
-// operation and is allowed during graph capture.
+// One block per plan block.
 template <int D, typename T>
 void launch_pac(const PacParams& params, cudaStream_t stream) {
   if (params.plan.num_tasks == 0) return;
