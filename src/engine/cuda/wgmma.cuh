@@ -59,37 +59,29 @@ __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.
 // wait_all returns: this empty asm, ordered after the wait, keeps reads of r after it.
 __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
+// Sixteen accumulator operands from d[b]: the output lists are built from these.
+#define CODEC_WGMMA_OUT16(b) \
+    "+f"(d[(b) + 0]), "+f"(d[(b) + 1]), "+f"(d[(b) + 2]), "+f"(d[(b) + 3]), "+f"(d[(b) + 4]), "+f"(d[(b) + 5]), \
+    "+f"(d[(b) + 6]), "+f"(d[(b) + 7]), "+f"(d[(b) + 8]), "+f"(d[(b) + 9]), "+f"(d[(b) + 10]), "+f"(d[(b) + 11]), \
+    "+f"(d[(b) + 12]), "+f"(d[(b) + 13]), "+f"(d[(b) + 14]), "+f"(d[(b) + 15])
+
 // Per accumulator count R = N / 2: the register list, the output operands, the
 // rest of the instruction (the scale-d predicate p is set from an input that is
 // always 1: every wgmma accumulates, onto zeros the first time), and setp.
 #define CODEC_WGMMA_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define CODEC_WGMMA_D16_OUT \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define CODEC_WGMMA_D16_OUT CODEC_WGMMA_OUT16(0)
 #define CODEC_WGMMA_D16_SS "%16, %17, p, 1, 1, 0, 0;\n"  // a-desc, b-desc, scale-d (%18)
 #define CODEC_WGMMA_D16_P "setp.ne.b32 p, %18, 0;\n"
 
 #define CODEC_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define CODEC_WGMMA_D32_OUT \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define CODEC_WGMMA_D32_OUT CODEC_WGMMA_OUT16(0), CODEC_WGMMA_OUT16(16)
 #define CODEC_WGMMA_D32_SS "%32, %33, p, 1, 1, 0, 0;\n"  // a-desc, b-desc, scale-d (%34)
 #define CODEC_WGMMA_D32_RS "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n"  // a, b-desc (MN-major), scale-d (%37)
 #define CODEC_WGMMA_D32_P "setp.ne.b32 p, %34, 0;\n"
 #define CODEC_WGMMA_D32_PR "setp.ne.b32 p, %37, 0;\n"
 
 #define CODEC_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define CODEC_WGMMA_D64_OUT \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
-    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
-    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
-    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define CODEC_WGMMA_D64_OUT CODEC_WGMMA_OUT16(0), CODEC_WGMMA_OUT16(16), CODEC_WGMMA_OUT16(32), CODEC_WGMMA_OUT16(48)
 #define CODEC_WGMMA_D64_RS "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"  // a, b-desc (MN-major), scale-d (%69)
 #define CODEC_WGMMA_D64_PR "setp.ne.b32 p, %69, 0;\n"
 
@@ -144,6 +136,7 @@ __device__ __forceinline__ void mma_rs(float* d, const std::uint32_t (&a)[4], st
 #undef CODEC_WGMMA_D64_OUT
 #undef CODEC_WGMMA_D64_PR
 #undef CODEC_WGMMA_D64_RS
+#undef CODEC_WGMMA_OUT16
 #undef CODEC_WGMMA_RS
 #undef CODEC_WGMMA_SS
 
