@@ -50,10 +50,11 @@ fi
 if step profile; then
   # The measured cost tables (data/cost_tables/<device>_d<D>_<dtype>.json): the
   # default bf16 head_dim 128, which the benchmarks below then use, and those
-  # for fp16 and for head_dim 64; copies go to the output folder.
+  # for fp16, for head_dim 64 and for head_dim 256; copies go to the output folder.
   run profile ./build-gpu/codec profile
   run profile_fp16 ./build-gpu/codec profile --dtype fp16
   run profile_d64 ./build-gpu/codec profile --model llama3.2-1b
+  run profile_d256 ./build-gpu/codec profile --model gemma2-9b
   cp data/cost_tables/*.json "$out/" 2>/dev/null || true
 fi
 if step bench; then
