@@ -17,12 +17,15 @@ alone, CUDA-graph replays, median):
               (auto: FA3 on sm_90) and its FA2 prefill backend
   sdpa        PyTorch scaled_dot_product_attention, cuDNN backend, over dense
               per-request K/V (only where every request has the same length)
+  flex        PyTorch flex_attention, compiled (torch.compile, its decoding
+              kernel for one query token), over the same dense K/V; not over
+              the paged cache, which needs a page-table block mask
 
 Every peer's output is checked against CoDec's (which `codec bench` checked
 against the fp64 reference): relative L2 error, no NaN. `<peer>_ms` is the
 best variant of a family whose error is within 1e-2 (`<peer>_variant` names it).
 
-  python3 bench/peers.py --codec build-gpu/codec --out OUTDIR [--workloads w1,w2]
+  python3 bench/peers.py --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex]
 """
 import argparse
 import json
@@ -150,9 +153,42 @@ def cascade_levels(forest, page_size):
     return order, qo, kv_indptr, kv_indices, last
 
 
-def run_workload(name, d, timer, results):
-    import flashinfer
+def time_dense(data, lens, batch, timer, measure, row, peers):
+    """cuDNN SDPA and compiled flex_attention over dense per-request K/V, gathered
+    from the pages outside the timing."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.flex_attention import flex_attention
 
+    meta, q, k, v, ref = data["meta"], data["q"], data["k"], data["v"], data["out"]
+    hq, hkv, dim, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["head_dim"], meta["page_size"]
+    indptr = data["indptr"].cpu().numpy()
+    idx = data["indices"].long()
+    kd = k[idx].view(-1, hkv, dim)  # tokens of every request's pages, request-major
+    vd = v[idx].view(-1, hkv, dim)
+    pages = int(indptr[1] - indptr[0])
+    kd = kd.view(batch, pages * ps, hkv, dim)[:, : lens[0]].transpose(1, 2).contiguous()
+    vd = vd.view(batch, pages * ps, hkv, dim)[:, : lens[0]].transpose(1, 2).contiguous()
+    qd = q.view(batch, hq, 1, dim)
+    if "sdpa" in peers:
+        fn = lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
+            qd, kd, vd, scale=meta["sm_scale"], enable_gqa=True).view(batch, hq, dim)
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                measure("sdpa", "cudnn", fn, ref)
+        except RuntimeError as e:
+            row["sdpa_note"] = f"cuDNN backend refused: {e}".splitlines()[0][:200]
+            log("  sdpa", row["sdpa_note"])
+    if "flex" in peers:
+        flex = torch.compile(flex_attention, dynamic=False)  # compiles on the first, untimed call
+        fn = lambda: flex(qd, kd, vd, scale=meta["sm_scale"], enable_gqa=True).view(batch, hq, dim)  # noqa: E731
+        try:
+            measure("flex", "compiled", fn, ref)
+        except Exception as e:  # noqa: BLE001 - a compile or shape refusal: record it
+            row["flex_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            log("  flex", row["flex_note"])
+
+
+def run_workload(name, d, timer, results, peers):
     data = load_dump(d)
     meta = data["meta"]
     hq, hkv, dim, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["head_dim"], meta["page_size"]
@@ -172,20 +208,25 @@ def run_workload(name, d, timer, results):
 
     # FlashInfer flat decode over the per-request page tables: its tensor-core
     # (prefill-kernel) and CUDA-core decode kernels
-    for variant, tensor_cores in (("tc", True), ("cc", False)):
-        dec = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
-        dec.plan(data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, q_data_type=q.dtype,
-                 kv_data_type=k.dtype, sm_scale=meta["sm_scale"])
-        measure("fi_decode", variant, lambda: dec.run(q, (k, v)), ref)
-        del dec
+    if "fi_decode" in peers:
+        import flashinfer
+
+        for variant, tensor_cores in (("tc", True), ("cc", False)):
+            dec = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
+            dec.plan(data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, q_data_type=q.dtype,
+                     kv_data_type=k.dtype, sm_scale=meta["sm_scale"])
+            measure("fi_decode", variant, lambda: dec.run(q, (k, v)), ref)
+            del dec
 
     # FlashInfer cascade, one level per depth of the forest. Its default
     # backend on sm_90 is the FA3 prefill kernel; the FA2 one (which splits long
     # KV across blocks) is timed too, by giving the wrapper FA2 level wrappers.
-    levels = cascade_levels(data["forest"], ps)
-    if levels is None:
+    levels = cascade_levels(data["forest"], ps) if "fi_cascade" in peers else None
+    if "fi_cascade" in peers and levels is None:
         row["fi_cascade_note"] = "requests at different depths; not run"
-    else:
+    elif levels is not None:
+        import flashinfer
+
         order, qo, kp, ki, kl = levels
         t = lambda xs: [torch.tensor(x, dtype=torch.int32, device="cuda") for x in xs]  # noqa: E731
         perm = torch.tensor(order, dtype=torch.int64, device="cuda")
@@ -202,32 +243,16 @@ def run_workload(name, d, timer, results):
             del cas
         del qp
 
-    # cuDNN SDPA over dense per-request K/V (equal lengths only)
-    indptr = data["indptr"].cpu().numpy()
-    last = data["last"].cpu().numpy()
-    lens = (indptr[1:] - indptr[:-1] - 1) * ps + last
-    dense_bytes = 2 * batch * int(lens.max()) * hkv * dim * q.element_size()
-    if (lens == lens[0]).all() and dense_bytes < (48 << 30):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        idx = data["indices"].long()
-        kd = k[idx].view(-1, hkv, dim)  # tokens of every request's pages, request-major
-        vd = v[idx].view(-1, hkv, dim)
-        pages = int(indptr[1] - indptr[0])
-        kd = kd.view(batch, pages * ps, hkv, dim)[:, : lens[0]].transpose(1, 2).contiguous()
-        vd = vd.view(batch, pages * ps, hkv, dim)[:, : lens[0]].transpose(1, 2).contiguous()
-        qd = q.view(batch, hq, 1, dim)
-        fn = lambda: torch.nn.functional.scaled_dot_product_attention(  # noqa: E731
-            qd, kd, vd, scale=meta["sm_scale"], enable_gqa=True)
-        try:
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                measure("sdpa", "cudnn", lambda: fn().view(batch, hq, dim), ref)
-        except RuntimeError as e:
-            row["sdpa_note"] = f"cuDNN backend refused: {e}".splitlines()[0][:200]
-            log("  sdpa", row["sdpa_note"])
-        del kd, vd
-    else:
-        row["sdpa_note"] = "requests of different lengths or dense KV too large; not run"
+    # cuDNN SDPA and compiled flex_attention over dense per-request K/V (equal lengths only)
+    if "sdpa" in peers or "flex" in peers:
+        indptr = data["indptr"].cpu().numpy()
+        last = data["last"].cpu().numpy()
+        lens = (indptr[1:] - indptr[:-1] - 1) * ps + last
+        dense_bytes = 2 * batch * int(lens.max()) * hkv * dim * q.element_size()
+        if (lens == lens[0]).all() and dense_bytes < (48 << 30):
+            time_dense(data, lens, batch, timer, measure, row, peers)
+        else:
+            row["dense_note"] = "requests of different lengths or dense KV too large; not run"
     results.append(row)
     del data
     torch.cuda.empty_cache()
@@ -239,13 +264,21 @@ def main():
     ap.add_argument("--out", required=True, help="folder for peers.json and per-workload codec JSON")
     ap.add_argument("--workloads", default="seq:128,seq:512,seq:2048,batch:4,batch:16,batch:64,depth:2,depth:4,"
                     "depth:6,ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64")
+    ap.add_argument("--peers", default="fi_decode,fi_cascade,sdpa,flex", help="peer families to time")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--scratch", default="/tmp/codec_peers", help="where dumps go (deleted after each workload)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    import flashinfer
+    peers = args.peers.split(",")
+    unknown = set(peers) - {"fi_decode", "fi_cascade", "sdpa", "flex"}
+    if unknown:
+        ap.error(f"--peers: unknown families {sorted(unknown)} (fi_decode, fi_cascade, sdpa, flex)")
+    versions = f"torch {torch.__version__}"
+    if "fi_decode" in peers or "fi_cascade" in peers:
+        import flashinfer
 
-    log(f"flashinfer {flashinfer.__version__}, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+        versions = f"flashinfer {flashinfer.__version__}, " + versions
+    log(f"{versions}, {torch.cuda.get_device_name()}")
     timer = Timer(args.reps)
     results = []
     for name in args.workloads.split(","):
@@ -260,7 +293,7 @@ def main():
             f"(codec bench {time.time() - t0:.0f} s)")
         n = len(results)
         try:
-            run_workload(name, d, timer, results)
+            run_workload(name, d, timer, results, peers)
         except Exception as e:  # noqa: BLE001 - record and go on to the next workload
             log(f"  peers failed: {type(e).__name__}: {e}")
             results.append({"workload": name, "error": f"{type(e).__name__}: {e}"[:300]})

@@ -6,7 +6,8 @@
 #   bash scripts/gpu_run.sh "$OUT"
 # Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench roofline ablation ncu peers" to run
 # fewer steps; the default is all but roofline (the roofline-vs-table comparison of results/h200/run5) and
-# peers (FlashInfer and cuDNN side by side: needs the wheels scripts/fetch_peer_wheels.sh puts in .whl/).
+# peers (FlashInfer, cuDNN and flex_attention side by side: needs the wheels scripts/fetch_peer_wheels.sh puts
+# in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some workloads and peer families).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu-local}
@@ -90,7 +91,8 @@ if step peers; then
   export PYTHONPATH="$PWD/build-gpu/site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_WORKSPACE_BASE="$PWD/build-gpu/fi-jit"
   export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS="$(nproc)" PYTHONUNBUFFERED=1
   mkdir -p "$out/peers"
-  run peers/peers python3 bench/peers.py --codec build-gpu/codec --out "$out/peers" ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"}
+  run peers/peers python3 bench/peers.py --codec build-gpu/codec --out "$out/peers" \
+    ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"} ${CODEC_PEERS:+--peers "$CODEC_PEERS"}
 fi
 echo "== gpu_run status $status"
 exit $status

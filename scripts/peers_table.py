@@ -7,7 +7,9 @@ import math
 import sys
 
 rows = json.load(open(sys.argv[1]))
-peers = [("fi_decode", "FlashInfer decode"), ("fi_cascade", "FlashInfer cascade"), ("sdpa", "cuDNN SDPA")]
+families = [("fi_decode", "FlashInfer decode"), ("fi_cascade", "FlashInfer cascade"), ("sdpa", "cuDNN SDPA"),
+            ("flex", "flex_attention")]
+peers = [(key, name) for key, name in families if any(f"{key}_ms" in r for r in rows)]  # the families that ran
 head = ["workload", "CoDec ms", "flat ms"] + [f"{name} ms" for _, name in peers] + \
        [f"CoDec vs {name}" for _, name in peers]
 print("| " + " | ".join(head) + " |")
