@@ -101,18 +101,21 @@ __device__ __forceinline__ void merge_warp_share(const MergeParams& p, int first
   }
 }
 
-// A block of 4 warps merges 4 / warps_per_row rows; the warps of a row split
-// its partials and meet in shared memory. The host picks warps_per_row so that
-// the longest row's partials fit one round where it can (merge_warps_per_row). With
-// one warp per row the kernel takes no shared memory, so that its blocks fit
-// beside PAC's (which leave ~2 KiB of an SM's) and start early (PDL).
+// With one warp per row, a block of 4 warps merges 4 rows and takes no shared
+// memory. With W = warps_per_row > 1 (the host picks W so that the longest
+// row's partials fit one round where it can, merge_warps_per_row), a block of
+// W warps merges one row: its warps split the partials and fold into warp 0
+// one at a time through a single 32-lane buffer (768 bytes at D = 128). Either
+// way a merge block fits beside two PAC blocks, which leave 2 KiB of an SM's
+// shared memory (1 KiB of it the block's reservation), so it starts during
+// PAC's last tasks (PDL) and has its slots loaded when PAC ends.
 template <int D, typename T>
 __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const __grid_constant__ MergeParams p) {
   using Tr = MergeTraits<D>;
-  extern __shared__ float4 merge_smem[];  // [kWarps][32] WarpMerge when warps_per_row > 1, else none
+  extern __shared__ float4 merge_smem[];  // [32] WarpMerge when warps_per_row > 1, else none
   const PlanView& plan = p.plan;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, W = p.warps_per_row;
-  const int row = blockIdx.x * (Tr::kWarps / W) + warp / W, part = warp % W;  // warp-uniform
+  const int row = W > 1 ? blockIdx.x : blockIdx.x * Tr::kWarps + warp, part = W > 1 ? warp : 0;  // warp-uniform
   const bool active = row < plan.num_requests * plan.num_qo_heads;
   const int req = active ? row / plan.num_qo_heads : 0, head = active ? row % plan.num_qo_heads : 0;
   const int first = active ? plan.partial_indptr[req] : 0;
@@ -122,22 +125,26 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   WarpMerge<D> w;
   if (merged) merge_warp_share<D>(p, first, partials, head, part, W, w);
   if (W > 1) {  // uniform over the grid
-    WarpMerge<D>* shares = reinterpret_cast<WarpMerge<D>*>(merge_smem);
-    shares[warp * 32 + lane] = w;
-    __syncthreads();
-    if (part != 0) return;
-    for (int q = 1; q < W; ++q) {  // fold the row's other shares into warp part 0's
-      const WarpMerge<D>& o = shares[(warp + q) * 32 + lane];
-      const float m_new = fmaxf(w.m, o.m);
-      if (m_new == kNegInf) continue;
-      const float s1 = w.m == kNegInf ? 0.f : expf(w.m - m_new), s2 = o.m == kNegInf ? 0.f : expf(o.m - m_new);
-      w.l = w.l * s1 + o.l * s2;
+    WarpMerge<D>* share = reinterpret_cast<WarpMerge<D>*>(merge_smem);
+    for (int q = 1; q < W; ++q) {  // fold warp q's share into warp 0's
+      if (part == q) share[lane] = w;
+      __syncthreads();
+      if (part == 0) {
+        const WarpMerge<D>& o = share[lane];
+        const float m_new = fmaxf(w.m, o.m);
+        if (m_new != kNegInf) {
+          const float s1 = w.m == kNegInf ? 0.f : expf(w.m - m_new), s2 = o.m == kNegInf ? 0.f : expf(o.m - m_new);
+          w.l = w.l * s1 + o.l * s2;
 #pragma unroll
-      for (int a = 0; a < Tr::kAccesses; ++a)
+          for (int a = 0; a < Tr::kAccesses; ++a)
 #pragma unroll
-        for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = w.acc[a][k] * s1 + o.acc[a][k] * s2;
-      w.m = m_new;
+            for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = w.acc[a][k] * s1 + o.acc[a][k] * s2;
+          w.m = m_new;
+        }
+      }
+      __syncthreads();  // warp 0 has read the buffer: the next share may overwrite it
     }
+    if (part != 0) return;
   }
   if (!merged) return;
 
@@ -180,15 +187,16 @@ void launch_merge(const MergeParams& params, bool programmatic, cudaStream_t str
   if (rows == 0) return;
   CODEC_CHECK(params.warps_per_row == 1 || params.warps_per_row == 2 || params.warps_per_row == Tr::kWarps,
               "launch_merge: warps_per_row ", params.warps_per_row, " is not 1, 2 or ", Tr::kWarps);
-  const std::int64_t rows_per_block = Tr::kWarps / params.warps_per_row;
+  const bool split = params.warps_per_row > 1;  // one row per block of warps_per_row warps
+  const std::int64_t rows_per_block = split ? 1 : Tr::kWarps;
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(blocks);
-  config.blockDim = dim3(Tr::kThreads);
-  config.dynamicSmemBytes = params.warps_per_row > 1 ? Tr::kThreads * sizeof(WarpMerge<D>) : 0;
+  config.blockDim = dim3(split ? 32 * params.warps_per_row : Tr::kThreads);
+  config.dynamicSmemBytes = split ? 32 * sizeof(WarpMerge<D>) : 0;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = programmatic ? 1 : 0;
