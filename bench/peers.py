@@ -153,15 +153,20 @@ def cascade_levels(forest, page_size):
     return order, qo, kv_indptr, kv_indices, last
 
 
-def time_dense(data, lens, batch, timer, measure, row, peers):
+def time_dense(data, measure, row, peers):
     """cuDNN SDPA and compiled flex_attention over dense per-request K/V, gathered
-    from the pages outside the timing."""
+    from the pages outside the timing; only where every request has the same length."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.flex_attention import flex_attention
 
     meta, q, k, v, ref = data["meta"], data["q"], data["k"], data["v"], data["out"]
     hq, hkv, dim, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["head_dim"], meta["page_size"]
+    batch = q.shape[0]
     indptr = data["indptr"].cpu().numpy()
+    lens = (indptr[1:] - indptr[:-1] - 1) * ps + data["last"].cpu().numpy()
+    if not (lens == lens[0]).all() or 2 * batch * int(lens.max()) * hkv * dim * q.element_size() >= (48 << 30):
+        row["dense_note"] = "requests of different lengths or dense KV too large; not run"
+        return
     idx = data["indices"].long()
     kd = k[idx].view(-1, hkv, dim)  # tokens of every request's pages, request-major
     vd = v[idx].view(-1, hkv, dim)
@@ -193,7 +198,6 @@ def run_workload(name, d, timer, results, peers):
     meta = data["meta"]
     hq, hkv, dim, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["head_dim"], meta["page_size"]
     q, k, v, ref = data["q"], data["k"], data["v"], data["out"]
-    batch = q.shape[0]
     row = {"workload": name}
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
@@ -222,9 +226,9 @@ def run_workload(name, d, timer, results, peers):
     # backend on sm_90 is the FA3 prefill kernel; the FA2 one (which splits long
     # KV across blocks) is timed too, by giving the wrapper FA2 level wrappers.
     levels = cascade_levels(data["forest"], ps) if "fi_cascade" in peers else None
-    if "fi_cascade" in peers and levels is None:
+    if levels is None and "fi_cascade" in peers:
         row["fi_cascade_note"] = "requests at different depths; not run"
-    elif levels is not None:
+    if levels is not None:
         import flashinfer
 
         order, qo, kp, ki, kl = levels
@@ -243,16 +247,8 @@ def run_workload(name, d, timer, results, peers):
             del cas
         del qp
 
-    # cuDNN SDPA and compiled flex_attention over dense per-request K/V (equal lengths only)
     if "sdpa" in peers or "flex" in peers:
-        indptr = data["indptr"].cpu().numpy()
-        last = data["last"].cpu().numpy()
-        lens = (indptr[1:] - indptr[:-1] - 1) * ps + last
-        dense_bytes = 2 * batch * int(lens.max()) * hkv * dim * q.element_size()
-        if (lens == lens[0]).all() and dense_bytes < (48 << 30):
-            time_dense(data, lens, batch, timer, measure, row, peers)
-        else:
-            row["dense_note"] = "requests of different lengths or dense KV too large; not run"
+        time_dense(data, measure, row, peers)
     results.append(row)
     del data
     torch.cuda.empty_cache()
