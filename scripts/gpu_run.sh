@@ -21,7 +21,9 @@ run() {  # run NAME CMD...: log to $out/NAME.log, remember failures
   if ! "$@" > "$out/$name.log" 2>&1; then echo "!! $name failed (see $name.log)"; status=1; fi
   tail -n 25 "$out/$name.log"
 }
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nvcc --version | tail -2;
+# The clocks and power limit too: compute- and L2-bound workloads move with the SM clock, DRAM-bound ones do not.
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit \
+    --format=csv,noheader; nvcc --version | tail -2;
   git rev-parse HEAD 2>/dev/null; date -u; } > "$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 
@@ -86,8 +88,11 @@ fi
 if step peers; then
   # Offline machine: FlashInfer comes from the wheels in .whl/ (scripts/fetch_peer_wheels.sh); its JIT
   # output is kept in the build folder, so a warm machine compiles each kernel once.
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target build-gpu/site \
-    .whl/*.whl > "$out/peers_install.log" 2>&1 || { echo "!! peers: wheel install failed"; status=1; }
+  # Only FlashInfer needs wheels; without them the torch-only peers (cuDNN, flex_attention) still run.
+  if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target build-gpu/site \
+      .whl/*.whl > "$out/peers_install.log" 2>&1 || { echo "!! peers: wheel install failed"; status=1; }
+  fi
   export PYTHONPATH="$PWD/build-gpu/site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_WORKSPACE_BASE="$PWD/build-gpu/fi-jit"
   export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS="$(nproc)" PYTHONUNBUFFERED=1
   mkdir -p "$out/peers"

@@ -210,15 +210,18 @@ TEST(CudaEngine, MatchesReferenceAcrossHeadsDtypesPagesAndLayouts) {
 
 TEST(CudaEngine, LayoutsGiveBitIdenticalResults) {
   SKIP_WITHOUT_GPU();
-  test::RandomBatchSpec spec = spec_of({{32, 8, 128}, DType::bf16, 5, Layout::nhd}, 31);
-  const test::RandomBatch b = test::make_random_batch(spec);
-  const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, spec.dtype),
-                              cuda_planner_options(spec.heads, spec.dtype));
-  const Outputs nhd = run_gpu(plan, upload(b, Layout::nhd));
-  EXPECT_EQ(run_gpu(plan, upload(b, Layout::hnd)).bits, nhd.bits);
-  EXPECT_EQ(run_gpu(plan, upload(b, Layout::interleaved)).bits, nhd.bits);
-  const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
-  expect_matches(nhd, ref, spec.dtype, spec.describe());
+  // page size 5 (the kernel divides) and 16 (a power of two: shift and mask)
+  for (const int page_size : {5, 16}) {
+    test::RandomBatchSpec spec = spec_of({{32, 8, 128}, DType::bf16, page_size, Layout::nhd}, 31);
+    const test::RandomBatch b = test::make_random_batch(spec);
+    const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, spec.dtype),
+                                cuda_planner_options(spec.heads, spec.dtype));
+    const Outputs nhd = run_gpu(plan, upload(b, Layout::nhd));
+    EXPECT_EQ(run_gpu(plan, upload(b, Layout::hnd)).bits, nhd.bits) << spec.describe();
+    EXPECT_EQ(run_gpu(plan, upload(b, Layout::interleaved)).bits, nhd.bits) << spec.describe();
+    const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
+    expect_matches(nhd, ref, spec.dtype, spec.describe());
+  }
 }
 
 TEST(CudaEngine, EdgeCases) {

@@ -4,6 +4,7 @@
 // checked independently of them.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <string>
@@ -132,6 +133,25 @@ inline RandomBatch make_random_batch(const RandomBatchSpec& spec) {
     fill(b.k, kv_elems, 1.f);
     fill(b.v, kv_elems, 1.f);
     fill(b.q, q_elems, 3.f);  // sharper softmax than uniform
+    // Slots no request uses (past a last page's tokens, and the spare pages)
+    // hold NaN, as a serving engine's pool may: an engine that lets any of
+    // them into a result (even times a zero weight) fails every comparison.
+    std::vector<int> used(b.num_pages, 0);
+    for (int r = 0; r < spec.num_requests; ++r)
+      for (std::size_t i = 0; i < req_pages[r].size(); ++i) {
+        int& u = used[req_pages[r][i]];
+        u = std::max(u, i + 1 == req_pages[r].size() ? req_last[r] : spec.page_size);
+      }
+    const PagedKV layout = b.kv();
+    const T nan = from_float<T>(std::numeric_limits<float>::quiet_NaN());
+    for (std::int64_t page = 0; page < b.num_pages; ++page)
+      for (int slot = used[page]; slot < spec.page_size; ++slot)
+        for (int head = 0; head < h.num_kv_heads; ++head)
+          for (int d = 0; d < h.head_dim; ++d) {
+            const std::int64_t at = layout.offset(page, slot, head) + d;
+            reinterpret_cast<T*>(b.k.data())[at] = nan;
+            reinterpret_cast<T*>(b.v.data())[at] = nan;
+          }
   });
   return b;
 }
