@@ -134,56 +134,80 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 }
 
 // Online softmax over `steps` 16-token steps of raw scores q·k starting at tile
-// token token0, of which the tile tokens below tile_tokens exist: mask, raise
-// the running max (rescaling o), and turn s into P = exp(sm_scale · s − m) in
-// place, as one FFMA and one ex2 per score (m is kept in natural-log units, as
-// OnlineSoftmax defines it; sm_scale > 0, so the max of raw scores is the max
-// of scaled ones). l sums this lane's columns only; the quad is summed in the
-// epilogue. Masking is needed only in a task's last tile, and o is rescaled
-// only when some row's max rose (after the first tiles, rarely).
+// token token0, of which the tile tokens below tile_tokens exist, in two parts.
+// softmax_max masks, raises the running max (rescaling o) and returns the
+// exponent's scale and offsets; softmax_exp then turns steps [j0, j1) of s into
+// P = exp(sm_scale · s − m) in place, as one FFMA and one ex2 per score (m is
+// kept in natural-log units, as OnlineSoftmax defines it; sm_scale > 0, so the
+// max of raw scores is the max of scaled ones), and adds them to l. l sums this
+// lane's columns only; the quad is summed in the epilogue. Masking is needed
+// only in a task's last tile, and o is rescaled only when some row's max rose
+// (after the first tiles, rarely). The wgmma path exponentiates a tile in two
+// halves, so that P·V of the first runs on the tensor cores during the second.
+struct ExpScale {
+  float scale_log2;     // sm_scale · log2 e
+  float neg_m_log2[2];  // −m · log2 e of rows h = 0, 1
+};
+
+// Row maxima and sums go through kLanes independent partials per row, so that
+// their dependency chains are 1/kLanes as long: with two warps per scheduler,
+// waiting on the previous FMNMX or FADD is what stalls issue most.
+template <int kMaxSteps>
+inline constexpr int kSoftmaxLanes = kMaxSteps < 4 ? kMaxSteps : 4;
+
 template <int D, int kMaxSteps>
-__device__ __forceinline__ void softmax_tile(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens,
-                                             float sm_scale, OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
+__device__ __forceinline__ ExpScale softmax_max(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens,
+                                                float sm_scale, OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
   constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
   const int lane = threadIdx.x % 32;
   if (token0 + 16 * steps > tile_tokens) {
 #pragma unroll
     for (int i = 0; i < 8 * kMaxSteps; ++i)
       if (token0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1) >= tile_tokens) s[i] = kNegInf;
   }
-  // Row maxima and sums go through kLanes independent partials per row, so
-  // that their dependency chains are 1/kLanes as long: with two warps per
-  // scheduler, waiting on the previous FMNMX or FADD is what stalls issue most.
-  constexpr int kLanes = kMaxSteps < 4 ? kMaxSteps : 4;
-  float part_max[2][kLanes], part_l[2][kLanes];
+  float part_max[2][kLanes];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int k = 0; k < kLanes; ++k) part_max[h][k] = kNegInf, part_l[h][k] = 0.f;
+    for (int k = 0; k < kLanes; ++k) part_max[h][k] = kNegInf;
 #pragma unroll
   for (int i = 0; i < 8 * kMaxSteps; ++i) {
     if (i >= 8 * steps) break;
     float& m = part_max[(i / 2) % 2][(i / 8) % kLanes];
     m = fmaxf(m, s[i]);
   }
-  float factor[2], neg_m_log2[2];
+  ExpScale e{sm_scale * kLog2e, {0.f, 0.f}};
+  float factor[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float tile_max = part_max[h][0];
 #pragma unroll
     for (int k = 1; k < kLanes; ++k) tile_max = fmaxf(tile_max, part_max[h][k]);
     factor[h] = state[h].rescale(butterfly<4>(tile_max, MaxOp{}) * sm_scale);  // same max in all 4 lanes of a row
-    neg_m_log2[h] = state[h].m == kNegInf ? 0.f : -state[h].m * kLog2e;  // all −inf so far: exp gives 0, not NaN
+    e.neg_m_log2[h] = state[h].m == kNegInf ? 0.f : -state[h].m * kLog2e;  // all −inf so far: exp gives 0, not NaN
   }
   if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= factor[(i / 2) % 2];
   }
-  const float scale_log2 = sm_scale * kLog2e;
+  return e;
+}
+
+template <int kMaxSteps>
+__device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int j0, int j1, const ExpScale& e,
+                                            OnlineSoftmax (&state)[2]) {
+  constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
+  float part_l[2][kLanes];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int k = 0; k < kLanes; ++k) part_l[h][k] = 0.f;
 #pragma unroll
   for (int i = 0; i < 8 * kMaxSteps; ++i) {
-    if (i >= 8 * steps) break;
-    const float p = exp2_ftz(fmaf(s[i], scale_log2, neg_m_log2[(i / 2) % 2]));
+    if (i >= 8 * j1) break;  // break, not continue: j1 is a run-time step count on the mma.sync path
+    if (i < 8 * j0) continue;
+    const float p = exp2_ftz(fmaf(s[i], e.scale_log2, e.neg_m_log2[(i / 2) % 2]));
     s[i] = p;
     part_l[(i / 2) % 2][(i / 8) % kLanes] += p;
   }
@@ -230,7 +254,8 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
     }
   }
 
-  softmax_tile<D, kMaxSteps>(s, steps, token0, tile_tokens, sm_scale, state, o);
+  const ExpScale e = softmax_max<D, kMaxSteps>(s, steps, token0, tile_tokens, sm_scale, state, o);
+  softmax_exp<kMaxSteps>(s, 0, steps, e, state);
 
   // O += P V
 #pragma unroll
@@ -280,21 +305,33 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) wgmma::fence_operand(s[i]);
 
-  softmax_tile<D, kSteps>(s, kSteps, 0, tile_tokens, sm_scale, state, o);
+  const ExpScale e = softmax_max<D, kSteps>(s, kSteps, 0, tile_tokens, sm_scale, state, o);
 
+  // P·V in two halves: the first half's wgmmas are issued before the second
+  // half is exponentiated, so the tensor cores work while the SFU does.
   std::uint32_t a[kSteps][4];
 #pragma unroll
-  for (int j = 0; j < kSteps; ++j) p_fragment<T>(a[j], s, j);
+  for (int half = 0; half < 2; ++half) {
+    const int j0 = half * kSteps / 2, j1 = j0 + kSteps / 2;
+    softmax_exp<kSteps>(s, j0, j1, e, state);
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
-  wgmma::fence();  // o was rescaled, a written: both by ordinary instructions
+    for (int j = 0; j < kSteps; ++j)
+      if (j >= j0 && j < j1) p_fragment<T>(a[j], s, j);
+    if (half == 0) {
 #pragma unroll
-  for (int j = 0; j < kSteps; ++j)  // 16 tokens = 2048 bytes of every column block
+      for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
+    }
+    wgmma::fence();  // o was rescaled and this half of a written, by ordinary instructions
 #pragma unroll
-    for (int nb = 0; nb < D / kPV; ++nb)  // output columns nb · kPV: column block nb · kPV / 64
-      wgmma::mma_rs<kPV, T>(o + nb * kPV / 2, a[j],
-                            wgmma::desc(sv + 2048 * j + nb * (kPV / 64) * (N * 128), N * 128, 1024));
-  wgmma::commit();
+    for (int j = 0; j < kSteps; ++j) {  // 16 tokens = 2048 bytes of every column block
+      if (j < j0 || j >= j1) continue;
+#pragma unroll
+      for (int nb = 0; nb < D / kPV; ++nb)  // output columns nb · kPV: column block nb · kPV / 64
+        wgmma::mma_rs<kPV, T>(o + nb * kPV / 2, a[j],
+                              wgmma::desc(sv + 2048 * j + nb * (kPV / 64) * (N * 128), N * 128, 1024));
+    }
+    wgmma::commit();
+  }
   wgmma::wait_all();
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
