@@ -6,8 +6,9 @@
 #   bash scripts/gpu_run.sh "$OUT"
 # Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench roofline ablation ncu peers" to run
 # fewer steps; the default is all but roofline (the roofline-vs-table comparison of results/h200/run5) and
-# peers (FlashInfer, cuDNN and flex_attention side by side: needs the wheels scripts/fetch_peer_wheels.sh puts
-# in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some workloads and peer families).
+# peers (FlashInfer, cuDNN and flex_attention side by side: FlashInfer needs the wheels
+# scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
+# workloads and peer families).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu-local}

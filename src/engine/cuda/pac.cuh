@@ -133,17 +133,12 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-// Online softmax over `steps` 16-token steps of raw scores q·k starting at tile
-// token token0, of which the tile tokens below tile_tokens exist, in two parts.
-// softmax_max masks, raises the running max (rescaling o) and returns the
-// exponent's scale and offsets; softmax_exp then turns steps [j0, j1) of s into
-// P = exp(sm_scale · s − m) in place, as one FFMA and one ex2 per score (m is
-// kept in natural-log units, as OnlineSoftmax defines it; sm_scale > 0, so the
-// max of raw scores is the max of scaled ones), and adds them to l. l sums this
-// lane's columns only; the quad is summed in the epilogue. Masking is needed
-// only in a task's last tile, and o is rescaled only when some row's max rose
-// (after the first tiles, rarely). The wgmma path exponentiates a tile in two
-// halves, so that P·V of the first runs on the tensor cores during the second.
+// Online softmax over 16-token steps of raw scores q·k, in two parts:
+// softmax_max, then softmax_exp over all the steps or, on the wgmma path, over
+// each half of the tile (so that P·V of the first half runs on the tensor
+// cores while the second is exponentiated).
+
+// The exponent of a tile: P = exp2(s · scale_log2 + neg_m_log2[h]).
 struct ExpScale {
   float scale_log2;     // sm_scale · log2 e
   float neg_m_log2[2];  // −m · log2 e of rows h = 0, 1
@@ -155,6 +150,12 @@ struct ExpScale {
 template <int kMaxSteps>
 inline constexpr int kSoftmaxLanes = kMaxSteps < 4 ? kMaxSteps : 4;
 
+// `steps` steps starting at tile token token0, of which the tile tokens below
+// tile_tokens exist: mask, raise the running max (rescaling o) and return the
+// tile's exponent. m is kept in natural-log units, as OnlineSoftmax defines
+// it; sm_scale > 0, so the max of raw scores is the max of scaled ones.
+// Masking is needed only in a task's last tile, and o is rescaled only when
+// some row's max rose (after the first tiles, rarely).
 template <int D, int kMaxSteps>
 __device__ __forceinline__ ExpScale softmax_max(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens,
                                                 float sm_scale, OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
@@ -194,6 +195,9 @@ __device__ __forceinline__ ExpScale softmax_max(float (&s)[8 * kMaxSteps], int s
   return e;
 }
 
+// Steps [j0, j1) of s become P = exp(sm_scale · s − m) in place, one FFMA and
+// one ex2 per score, and are added to l. l sums this lane's columns only; the
+// quad is summed in the epilogue.
 template <int kMaxSteps>
 __device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int j0, int j1, const ExpScale& e,
                                             OnlineSoftmax (&state)[2]) {
@@ -309,22 +313,21 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
 
   // P·V in two halves: the first half's wgmmas are issued before the second
   // half is exponentiated, so the tensor cores work while the SFU does.
+  static_assert(kSteps % 2 == 0, "a tile splits into two halves of whole 16-token steps");
   std::uint32_t a[kSteps][4];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int j0 = half * kSteps / 2, j1 = j0 + kSteps / 2;
     softmax_exp<kSteps>(s, j0, j1, e, state);
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j)
-      if (j >= j0 && j < j1) p_fragment<T>(a[j], s, j);
+    for (int j = j0; j < j1; ++j) p_fragment<T>(a[j], s, j);
     if (half == 0) {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
     }
-    wgmma::fence();  // o was rescaled and this half of a written, by ordinary instructions
+    wgmma::fence();  // this half of a was written by ordinary instructions (and, before the first, o rescaled)
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j) {  // 16 tokens = 2048 bytes of every column block
-      if (j < j0 || j >= j1) continue;
+    for (int j = j0; j < j1; ++j) {  // 16 tokens = 2048 bytes of every column block
 #pragma unroll
       for (int nb = 0; nb < D / kPV; ++nb)  // output columns nb · kPV: column block nb · kPV / 64
         wgmma::mma_rs<kPV, T>(o + nb * kPV / 2, a[j],
@@ -342,7 +345,7 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
 // Page sizes are powers of two in practice (16 in every benchmark): a shift and
 // a mask then replace the run-time integer division, about 20 dependent
 // instructions per token, 8 tokens per thread per tile, on the path from the
-// barrier to the copies' issue. Other page sizes (the tests use 1, 3, 7, 16, 64)
+// barrier to the copies' issue. Other page sizes (the tests use 3, 5 and 7)
 // keep the division; the branch is uniform across the grid.
 struct PageGeometry {
   int size;
