@@ -210,11 +210,12 @@ def run_workload(name, d, timer, results, peers):
         if err <= 1e-2 and ms < row.get(f"{key}_ms", float("inf")):  # the family's best correct variant
             row[f"{key}_ms"], row[f"{key}_variant"] = ms, variant
 
+    if "fi_decode" in peers or "fi_cascade" in peers:
+        import flashinfer
+
     # FlashInfer flat decode over the per-request page tables: its tensor-core
     # (prefill-kernel) and CUDA-core decode kernels
     if "fi_decode" in peers:
-        import flashinfer
-
         for variant, tensor_cores in (("tc", True), ("cc", False)):
             dec = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
             dec.plan(data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, q_data_type=q.dtype,
@@ -225,12 +226,12 @@ def run_workload(name, d, timer, results, peers):
     # FlashInfer cascade, one level per depth of the forest. Its default
     # backend on sm_90 is the FA3 prefill kernel; the FA2 one (which splits long
     # KV across blocks) is timed too, by giving the wrapper FA2 level wrappers.
-    levels = cascade_levels(data["forest"], ps) if "fi_cascade" in peers else None
-    if levels is None and "fi_cascade" in peers:
-        row["fi_cascade_note"] = "requests at different depths; not run"
+    levels = None
+    if "fi_cascade" in peers:
+        levels = cascade_levels(data["forest"], ps)
+        if levels is None:
+            row["fi_cascade_note"] = "requests at different depths; not run"
     if levels is not None:
-        import flashinfer
-
         order, qo, kp, ki, kl = levels
         t = lambda xs: [torch.tensor(x, dtype=torch.int32, device="cuda") for x in xs]  # noqa: E731
         perm = torch.tensor(order, dtype=torch.int64, device="cuda")
