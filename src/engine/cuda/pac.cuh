@@ -133,10 +133,10 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-// Online softmax over 16-token steps of raw scores q·k, in two parts:
-// softmax_max, then softmax_exp over all the steps or, on the wgmma path, over
-// each half of the tile (so that P·V of the first half runs on the tensor
-// cores while the second is exponentiated).
+// Online softmax over 16-token steps of raw scores q·k: mask_tail, row_max,
+// raise_max (which moves the running max m and rescales o and l), then
+// exp_pack, which turns steps into P = exp(sm_scale · s − m), adds them to l
+// and packs them as the A fragments of P·V.
 
 // The exponent of a tile: P = exp2(s · scale_log2 + neg_m_log2[h]).
 struct ExpScale {
@@ -150,23 +150,23 @@ struct ExpScale {
 template <int kMaxSteps>
 inline constexpr int kSoftmaxLanes = kMaxSteps < 4 ? kMaxSteps : 4;
 
-// `steps` steps starting at tile token token0, of which the tile tokens below
-// tile_tokens exist: mask, raise the running max (rescaling o) and return the
-// tile's exponent. m is kept in natural-log units, as OnlineSoftmax defines
-// it; sm_scale > 0, so the max of raw scores is the max of scaled ones.
-// Masking is needed only in a task's last tile, and o is rescaled only when
-// some row's max rose (after the first tiles, rarely).
-template <int D, int kMaxSteps>
-__device__ __forceinline__ ExpScale softmax_max(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens,
-                                                float sm_scale, OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
+// Scores of the `steps` steps from tile token token0 at or past tile_tokens
+// become −inf. Only a task's last tile has such tokens.
+template <int kMaxSteps>
+__device__ __forceinline__ void mask_tail(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens) {
   const int lane = threadIdx.x % 32;
   if (token0 + 16 * steps > tile_tokens) {
 #pragma unroll
     for (int i = 0; i < 8 * kMaxSteps; ++i)
       if (token0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1) >= tile_tokens) s[i] = kNegInf;
   }
+}
+
+// Each row's max raw score over `steps` steps, the same in the 4 lanes of a
+// row. sm_scale > 0, so the max of raw scores is the max of scaled ones.
+template <int kMaxSteps>
+__device__ __forceinline__ void row_max(const float (&s)[8 * kMaxSteps], int steps, float (&tile_max)[2]) {
+  constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
   float part_max[2][kLanes];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -178,28 +178,51 @@ __device__ __forceinline__ ExpScale softmax_max(float (&s)[8 * kMaxSteps], int s
     float& m = part_max[(i / 2) % 2][(i / 8) % kLanes];
     m = fmaxf(m, s[i]);
   }
-  ExpScale e{sm_scale * kLog2e, {0.f, 0.f}};
-  float factor[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float tile_max = part_max[h][0];
+    tile_max[h] = part_max[h][0];
 #pragma unroll
-    for (int k = 1; k < kLanes; ++k) tile_max = fmaxf(tile_max, part_max[h][k]);
-    factor[h] = state[h].rescale(butterfly<4>(tile_max, MaxOp{}) * sm_scale);  // same max in all 4 lanes of a row
-    e.neg_m_log2[h] = state[h].m == kNegInf ? 0.f : -state[h].m * kLog2e;  // all −inf so far: exp gives 0, not NaN
+    for (int k = 1; k < kLanes; ++k) tile_max[h] = fmaxf(tile_max[h], part_max[h][k]);
+    tile_max[h] = butterfly<4>(tile_max[h], MaxOp{});
   }
+}
+
+// The exponent against the running max as it stands; m is kept in natural-log
+// units, as OnlineSoftmax defines it. While m is −inf (no tile yet) the
+// exponent is 0, so that exp gives 0 for −inf scores, not NaN.
+__device__ __forceinline__ ExpScale exp_scale(const OnlineSoftmax (&state)[2], float sm_scale) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  ExpScale e{sm_scale * kLog2e, {0.f, 0.f}};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) e.neg_m_log2[h] = state[h].m == kNegInf ? 0.f : -state[h].m * kLog2e;
+  return e;
+}
+
+// Raises the running max to cover the tile (rescaling l, and o only when some
+// row's max rose) and returns the tile's exponent.
+template <int D>
+__device__ __forceinline__ ExpScale raise_max(const float (&tile_max)[2], float sm_scale, OnlineSoftmax (&state)[2],
+                                              float (&o)[D / 2]) {
+  float factor[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) factor[h] = state[h].rescale(tile_max[h] * sm_scale);
   if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= factor[(i / 2) % 2];
   }
-  return e;
+  return exp_scale(state, sm_scale);
 }
 
-// Steps [j0, j1) of s become P = exp(sm_scale · s − m) in place, one FFMA and
-// one ex2 per score, and are added to l. l sums this lane's columns only; the
-// quad is summed in the epilogue.
+// P = exp(sm_scale · s − m) of a score of row h: one FFMA and one ex2.
+__device__ __forceinline__ float exp_score(float s, const ExpScale& e, int h) {
+  return exp2_ftz(fmaf(s, e.scale_log2, e.neg_m_log2[h]));
+}
+
+// mma.sync path: steps [0, steps) of s become P in place and are added to l
+// (this lane's columns; the quad is summed in the epilogue); p_fragment then
+// packs one step at a time, which keeps D = 64's registers under its cap.
 template <int kMaxSteps>
-__device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int j0, int j1, const ExpScale& e,
+__device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int steps, const ExpScale& e,
                                             OnlineSoftmax (&state)[2]) {
   constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
   float part_l[2][kLanes];
@@ -209,11 +232,9 @@ __device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int j0, i
     for (int k = 0; k < kLanes; ++k) part_l[h][k] = 0.f;
 #pragma unroll
   for (int i = 0; i < 8 * kMaxSteps; ++i) {
-    if (i >= 8 * j1) break;  // break, not continue: j1 is a run-time step count on the mma.sync path
-    if (i < 8 * j0) continue;
-    const float p = exp2_ftz(fmaf(s[i], e.scale_log2, e.neg_m_log2[(i / 2) % 2]));
-    s[i] = p;
-    part_l[(i / 2) % 2][(i / 8) % kLanes] += p;
+    if (i >= 8 * steps) break;  // break, not continue: steps is a run-time count
+    s[i] = exp_score(s[i], e, (i / 2) % 2);
+    part_l[(i / 2) % 2][(i / 8) % kLanes] += s[i];
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -228,6 +249,38 @@ __device__ __forceinline__ void p_fragment(std::uint32_t (&a)[4], const float* s
   a[1] = pack2<T>(s[8 * j + 2], s[8 * j + 3]);
   a[2] = pack2<T>(s[8 * j + 4], s[8 * j + 5]);
   a[3] = pack2<T>(s[8 * j + 6], s[8 * j + 7]);
+}
+
+// wgmma path: steps [j0, j1) of s as P, packed into the A fragments a[j] of
+// P·V (a step's two 8-column
+// accumulator blocks); l[h] gets row h's sum over this lane's columns. s is
+// left as it was, for a redo (attend_tile_wgmma).
+template <typename T, int kSteps>
+__device__ __forceinline__ void exp_pack(const float (&s)[8 * kSteps], int j0, int j1, const ExpScale& e,
+                                         std::uint32_t (&a)[kSteps][4], float (&l)[2]) {
+  constexpr int kLanes = kSoftmaxLanes<kSteps>;
+  float part_l[2][kLanes];
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int k = 0; k < kLanes; ++k) part_l[h][k] = 0.f;
+#pragma unroll
+  for (int j = j0; j < j1; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // scores 8j + 2q, +1: row h = q % 2
+      const int h = q % 2;
+      const float p0 = exp_score(s[8 * j + 2 * q], e, h);
+      const float p1 = exp_score(s[8 * j + 2 * q + 1], e, h);
+      part_l[h][j % kLanes] += p0 + p1;
+      a[j][q] = pack2<T>(p0, p1);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] = part_l[h][0];
+#pragma unroll
+    for (int k = 1; k < kLanes; ++k) l[h] += part_l[h][k];
+  }
 }
 
 // mma.sync path: one warp's share of one KV tile, its 16 query rows (row tile
@@ -258,8 +311,11 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
     }
   }
 
-  const ExpScale e = softmax_max<D, kMaxSteps>(s, steps, token0, tile_tokens, sm_scale, state, o);
-  softmax_exp<kMaxSteps>(s, 0, steps, e, state);
+  mask_tail<kMaxSteps>(s, steps, token0, tile_tokens);
+  float tile_max[2];
+  row_max<kMaxSteps>(s, steps, tile_max);
+  const ExpScale e = raise_max<D>(tile_max, sm_scale, state, o);
+  softmax_exp<kMaxSteps>(s, steps, e, state);
 
   // O += P V
 #pragma unroll
@@ -309,18 +365,44 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) wgmma::fence_operand(s[i]);
 
-  const ExpScale e = softmax_max<D, kSteps>(s, kSteps, 0, tile_tokens, sm_scale, state, o);
+  // The first half is exponentiated against the running max as it stands,
+  // not the tile's, so that its ex2s issue while the row max is still being
+  // reduced. That stands unless some row's tile max exceeds the running max by
+  // more than kSlack, which bounds P by 2^8: 16-bit P keeps its relative
+  // precision there and the fp32 sums their range. Otherwise (a task's first
+  // tile, or a jump) the running max is raised and the half redone. After the
+  // first tiles the running max thus rarely moves, and o is rarely rescaled.
+  // At D = 64 (4 blocks per SM, at most 128 registers) the raw scores kept
+  // for the redo would spill, so there the max is raised first, as on the
+  // mma.sync path.
+  constexpr float kSlack = 5.5451774f;  // 8 ln 2
+  constexpr bool kSpeculate = D >= 128;
+  mask_tail<kSteps>(s, kSteps, 0, tile_tokens);
+  float tile_max[2];
+  row_max<kSteps>(s, kSteps, tile_max);
+  ExpScale e = kSpeculate ? exp_scale(state, sm_scale) : raise_max<D>(tile_max, sm_scale, state, o);
+  std::uint32_t a[kSteps][4];
+  float l[2];
+  exp_pack<T, kSteps>(s, 0, kSteps / 2, e, a, l);
+  if constexpr (kSpeculate) {
+    bool stands = true;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) stands &= state[h].m != kNegInf && tile_max[h] * sm_scale <= state[h].m + kSlack;
+    if (!__all_sync(0xffffffffu, stands)) {
+      e = raise_max<D>(tile_max, sm_scale, state, o);
+      exp_pack<T, kSteps>(s, 0, kSteps / 2, e, a, l);
+    }
+  }
 
   // P·V in two halves: the first half's wgmmas are issued before the second
   // half is exponentiated, so the tensor cores work while the SFU does.
   static_assert(kSteps % 2 == 0, "a tile splits into two halves of whole 16-token steps");
-  std::uint32_t a[kSteps][4];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int j0 = half * kSteps / 2, j1 = j0 + kSteps / 2;
-    softmax_exp<kSteps>(s, j0, j1, e, state);
-#pragma unroll
-    for (int j = j0; j < j1; ++j) p_fragment<T>(a[j], s, j);
+    if (half == 1) exp_pack<T, kSteps>(s, j0, j1, e, a, l);
+    state[0].l += l[0];
+    state[1].l += l[1];
     if (half == 0) {
 #pragma unroll
       for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
