@@ -134,9 +134,11 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 }
 
 // Online softmax over 16-token steps of raw scores q·k: mask_tail, row_max,
-// raise_max (which moves the running max m and rescales o and l), then
-// exp_pack, which turns steps into P = exp(sm_scale · s − m), adds them to l
-// and packs them as the A fragments of P·V.
+// raise_max (which moves the running max m and rescales o and l), then the
+// exponentials P = exp(sm_scale · s − m), added to l and packed as the A
+// fragments of P·V: in place then one step at a time on the mma.sync path
+// (softmax_exp, p_fragment), straight into the fragments on the wgmma path
+// (exp_pack), which keeps the raw scores for a redo.
 
 // The exponent of a tile: P = exp2(s · scale_log2 + neg_m_log2[h]).
 struct ExpScale {
@@ -219,8 +221,8 @@ __device__ __forceinline__ float exp_score(float s, const ExpScale& e, int h) {
 }
 
 // mma.sync path: steps [0, steps) of s become P in place and are added to l
-// (this lane's columns; the quad is summed in the epilogue); p_fragment then
-// packs one step at a time, which keeps D = 64's registers under its cap.
+// (this lane's columns; the quad is summed in the epilogue). p_fragment then
+// packs one step at a time: packing all at once spilled twice as much at D = 64.
 template <int kMaxSteps>
 __device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int steps, const ExpScale& e,
                                             OnlineSoftmax (&state)[2]) {
@@ -252,9 +254,8 @@ __device__ __forceinline__ void p_fragment(std::uint32_t (&a)[4], const float* s
 }
 
 // wgmma path: steps [j0, j1) of s as P, packed into the A fragments a[j] of
-// P·V (a step's two 8-column
-// accumulator blocks); l[h] gets row h's sum over this lane's columns. s is
-// left as it was, for a redo (attend_tile_wgmma).
+// P·V (a step's two 8-column accumulator blocks); l[h] gets row h's sum over
+// this lane's columns. s is left as it was, for a redo (attend_tile_wgmma).
 template <typename T, int kSteps>
 __device__ __forceinline__ void exp_pack(const float (&s)[8 * kSteps], int j0, int j1, const ExpScale& e,
                                          std::uint32_t (&a)[kSteps][4], float (&l)[2]) {
@@ -271,7 +272,8 @@ __device__ __forceinline__ void exp_pack(const float (&s)[8 * kSteps], int j0, i
       const int h = q % 2;
       const float p0 = exp_score(s[8 * j + 2 * q], e, h);
       const float p1 = exp_score(s[8 * j + 2 * q + 1], e, h);
-      part_l[h][j % kLanes] += p0 + p1;
+      part_l[h][j % kLanes] += p0;  // one add per score: adding p0 + p1 spilled at D = 64
+      part_l[h][j % kLanes] += p1;
       a[j][q] = pack2<T>(p0, p1);
     }
   }
@@ -372,9 +374,9 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   // precision there and the fp32 sums their range. Otherwise (a task's first
   // tile, or a jump) the running max is raised and the half redone. After the
   // first tiles the running max thus rarely moves, and o is rarely rescaled.
-  // At D = 64 (4 blocks per SM, at most 128 registers) the raw scores kept
-  // for the redo would spill, so there the max is raised first, as on the
-  // mma.sync path.
+  // At D = 64 (4 blocks per SM, at most 128 registers) the max is raised
+  // first, as on the mma.sync path: speculation spilled there in its first
+  // build, and has not been measured at D = 64 since that spill was removed.
   constexpr float kSlack = 5.5451774f;  // 8 ln 2
   constexpr bool kSpeculate = D >= 128;
   mask_tail<kSteps>(s, kSteps, 0, tile_tokens);
