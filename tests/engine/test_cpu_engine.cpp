@@ -47,12 +47,14 @@ struct EngineCase {
   int nodes, requests;
   double fork_prob;
   int max_node_pages;
+  float key_ramp = 0.f;  // RandomBatchSpec::key_ramp
 };
 
 // Shared plan, flat plan and the ablation policies, against fp64, over random forests.
 void check_case(const EngineCase& c, std::uint64_t seed, int tile_rows = 64) {
-  const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests,
-                                                       c.fork_prob, c.max_node_pages);
+  test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests,
+                                                 c.fork_prob, c.max_node_pages);
+  spec.key_ramp = c.key_ramp;
   const test::RandomBatch b = test::make_random_batch(spec);
   const PageTable table = b.table();
   const ReferenceResult ref = reference_attention(table, b.kv(), c.heads, b.q.data());
@@ -94,6 +96,13 @@ TEST(CpuEngine, EdgeCases) {
   check_case({heads, DType::bf16, 16, 1, 12, 1.0, 6}, 23);
   // rows exceeding one tile: 12 requests × G 4 = 48 rows in tiles of 5
   check_case({heads, DType::f16, 16, 2, 12, 0.5, 8}, 24, 5);
+}
+
+TEST(CpuEngine, ScoresRisingAcrossTiles) {
+  // Keys scaled up page after page: every row's running max keeps rising by
+  // several units over a task's tiles, so o is rescaled again and again.
+  check_case({{32, 8, 128}, DType::bf16, 16, 1, 10, 0.0, 25, 2.f}, 41);
+  check_case({{8, 2, 64}, DType::f16, 7, 2, 6, 0.2, 40, 2.f}, 42);
 }
 
 TEST(CpuEngine, LayoutsGiveTheSameResult) {

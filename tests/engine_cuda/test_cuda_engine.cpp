@@ -162,11 +162,15 @@ struct GpuCase {
   int nodes = 6, requests = 5;
   double fork_prob = 0.2;
   int max_node_pages = -1;  // −1: up to ~400 tokens, several KV tiles per task even when split
+  float key_ramp = 0.f;     // RandomBatchSpec::key_ramp
 };
 
 test::RandomBatchSpec spec_of(const GpuCase& c, std::uint64_t seed) {
-  return test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests, c.fork_prob,
-                           c.max_node_pages >= 0 ? c.max_node_pages : (400 + c.page_size - 1) / c.page_size);
+  test::RandomBatchSpec spec =
+      test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests, c.fork_prob,
+                        c.max_node_pages >= 0 ? c.max_node_pages : (400 + c.page_size - 1) / c.page_size);
+  spec.key_ramp = c.key_ramp;
+  return spec;
 }
 
 // The shared plan on the device's own options, the flat plan, and the split
@@ -243,6 +247,19 @@ TEST(CudaEngine, EdgeCases) {
   check_case({gqa4, DType::bf16, 16, Layout::nhd, 1, 40, 0.2}, 25);
   // MQA, 8 requests × 32 heads = 256 rows per kv head
   check_case({{32, 1, 64}, DType::f16, 16, Layout::hnd, 2, 8, 0.3}, 26);
+}
+
+TEST(CudaEngine, ScoresRisingAcrossTiles) {
+  SKIP_WITHOUT_GPU();
+  // Keys scaled up page after page (RandomBatchSpec::key_ramp): a row's max
+  // rises by far more than 8 ln 2 from one tile to the next, so the wgmma
+  // path's guess against the running max fails past the first tile and o is
+  // rescaled there; random keys alone almost never take that branch.
+  // 10 requests × GQA 4 = 40 rows (wgmma), head_dim 128 and 256 (speculative)
+  // and 64 (max first), and a flat plan's 4-row tasks (mma.sync).
+  check_case({{32, 8, 128}, DType::bf16, 16, Layout::nhd, 1, 10, 0.0, -1, 2.f}, 41);
+  check_case({{40, 8, 256}, DType::f16, 16, Layout::hnd, 2, 8, 0.2, -1, 2.f}, 42);
+  check_case({{32, 8, 64}, DType::bf16, 7, Layout::nhd, 1, 10, 0.0, -1, 2.f}, 45);
 }
 
 TEST(CudaEngine, ManyPartialsPerRow) {

@@ -27,12 +27,19 @@ struct RandomBatchSpec {
   double fork_prob = 0.2;  // chance that a request repeats another exactly (partial last page shared)
   HeadConfig heads{8, 2, 64};
   DType dtype = DType::bf16;
+  // K of page p is scaled by 1 + key_ramp · (p % 16). A node's pages have
+  // consecutive ids, so its scores climb page after page: a row's running max
+  // keeps rising by several units well past a task's first KV tile, which is
+  // what exercises an engine's rescaling of o (random keys alone rarely move
+  // the max after the first tiles).
+  float key_ramp = 0.f;
 
   std::string describe() const {
     std::ostringstream os;
     os << "seed " << seed << " page_size " << page_size << " nodes " << num_nodes << " requests " << num_requests
        << " heads " << heads.num_qo_heads << "/" << heads.num_kv_heads << "/" << heads.head_dim << " dtype "
        << to_string(dtype);
+    if (key_ramp != 0.f) os << " key_ramp " << key_ramp;
     return os.str();
   }
 };
@@ -133,6 +140,19 @@ inline RandomBatch make_random_batch(const RandomBatchSpec& spec) {
     fill(b.k, kv_elems, 1.f);
     fill(b.v, kv_elems, 1.f);
     fill(b.q, q_elems, 3.f);  // sharper softmax than uniform
+    const PagedKV layout = b.kv();
+    if (spec.key_ramp != 0.f) {
+      T* k = reinterpret_cast<T*>(b.k.data());
+      for (std::int64_t page = 0; page < b.num_pages; ++page) {
+        const float scale = 1.f + spec.key_ramp * float(page % 16);
+        for (int slot = 0; slot < spec.page_size; ++slot)
+          for (int head = 0; head < h.num_kv_heads; ++head)
+            for (int d = 0; d < h.head_dim; ++d) {
+              T& x = k[layout.offset(page, slot, head) + d];
+              x = from_float<T>(to_float(x) * scale);
+            }
+      }
+    }
     // Slots no request uses (past a last page's tokens, and the spare pages)
     // hold NaN, as a serving engine's pool may: an engine that lets any of
     // them into a result (even times a zero weight) fails every comparison.
@@ -142,7 +162,6 @@ inline RandomBatch make_random_batch(const RandomBatchSpec& spec) {
         int& u = used[req_pages[r][i]];
         u = std::max(u, i + 1 == req_pages[r].size() ? req_last[r] : spec.page_size);
       }
-    const PagedKV layout = b.kv();
     const T nan = from_float<T>(std::numeric_limits<float>::quiet_NaN());
     for (std::int64_t page = 0; page < b.num_pages; ++page)
       for (int slot = used[page]; slot < spec.page_size; ++slot)
