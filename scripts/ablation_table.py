@@ -3,7 +3,7 @@
 adaptive,none,fixed:K,... --save` JSON per workload) as the Markdown table of
 results/README.md: the flat baseline, sharing without partitioning (`none`),
 the best fixed split count, and the adaptive plan (full CoDec).
-    python3 scripts/ablation_table.py results/h200/run16/ablation_ncu/ablation_*.json"""
+    python3 scripts/ablation_table.py results/h200/run16/final/ablation_*.json"""
 import json
 import sys
 

@@ -32,9 +32,12 @@ sweeps = [r for r in rows if r["workload"].split(":")[0] in ("seq", "batch", "de
 if sweeps:
     print(f"\nGeometric-mean speedup over flat on the {len(sweeps)} sweep points: "
           f"{geomean([r['speedup'] for r in sweeps]):.2f}x")
-    # CoDec can at best reach the floor; the flat baseline stays as measured.
-    at_floor = geomean([r["flat_ms"] / r["floor_ms"] for r in sweeps])
-    big_at_floor = geomean([r["flat_ms"] / r["floor_ms"] if r["workload"].split(":")[0] in ("batch", "ratio")
-                            else r["speedup"] for r in sweeps])
+    # CoDec at its floor, or as measured where it already beats the floor
+    # (timing spread); the flat baseline stays as measured.
+    def best(r):
+        return max(r["speedup"], r["flat_ms"] / r["floor_ms"])
+    at_floor = geomean([best(r) for r in sweeps])
+    big_at_floor = geomean([best(r) if r["workload"].split(":")[0] in ("batch", "ratio") else r["speedup"]
+                            for r in sweeps])
     print(f"Ceiling with CoDec at the floor on every sweep point: {at_floor:.2f}x; "
           f"on the batch and ratio points only, the rest as measured: {big_at_floor:.2f}x")

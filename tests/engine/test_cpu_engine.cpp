@@ -99,8 +99,9 @@ TEST(CpuEngine, EdgeCases) {
 }
 
 TEST(CpuEngine, ScoresRisingAcrossTiles) {
-  // Keys scaled up page after page: every row's running max keeps rising by
-  // several units over a task's tiles, so o is rescaled again and again.
+  // Keys scaled up page after page: scores of large magnitude whose max
+  // climbs by several units tile after tile (the data of the CUDA test of
+  // the same name, which needs it to reach its rescaling branch).
   check_case({{32, 8, 128}, DType::bf16, 16, 1, 10, 0.0, 25, 2.f}, 41);
   check_case({{8, 2, 64}, DType::f16, 7, 2, 6, 0.2, 40, 2.f}, 42);
 }

@@ -256,7 +256,7 @@ TEST(CudaEngine, ScoresRisingAcrossTiles) {
   // path's guess against the running max fails past the first tile and o is
   // rescaled there; random keys alone almost never take that branch.
   // 10 requests × GQA 4 = 40 rows (wgmma), head_dim 128 and 256 (speculative)
-  // and 64 (max first), and a flat plan's 4-row tasks (mma.sync).
+  // and 64 (max first), and a flat plan's one-request tasks (mma.sync).
   check_case({{32, 8, 128}, DType::bf16, 16, Layout::nhd, 1, 10, 0.0, -1, 2.f}, 41);
   check_case({{40, 8, 256}, DType::f16, 16, Layout::hnd, 2, 8, 0.2, -1, 2.f}, 42);
   check_case({{32, 8, 64}, DType::bf16, 7, Layout::nhd, 1, 10, 0.0, -1, 2.f}, 45);

@@ -33,11 +33,11 @@ CODEC_HD MergeWeights merge_weights(float lse1, float lse2) {
 
 // Online softmax over a stream of scores for one row (unnormalised o).
 struct OnlineSoftmax {
-  float m = kNegInf;  // m: max of the scores seen so far
+  float m = kNegInf;  // m: the max of the scores seen so far (the CUDA wgmma path lets it lag by ≤ 8 ln 2)
   float l = 0.f;      // l: Σ exp(score − m) over the scores seen so far
 
-  // Raises the running max to cover a new tile whose max is tile_max and
-  // returns the factor the caller multiplies its unnormalised o (and l) by.
+  // Raises the running max to cover a new tile whose max is tile_max, scales
+  // l, and returns the factor the caller multiplies its unnormalised o by.
   CODEC_HD float rescale(float tile_max) {
     const float m_new = fmaxf(m, tile_max);
     const float factor = (m == kNegInf) ? 0.f : expf(m - m_new);

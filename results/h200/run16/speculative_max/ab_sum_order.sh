@@ -4,6 +4,8 @@
 # same cost tables (the tree's data/). One device call:
 #   bash results/h200/run16/speculative_max/ab_sum_order.sh   (writes $OUT/ab_sum_order.log)
 set -uo pipefail
+# The old kernel: git show 1980066:src/engine/cuda/pac.cuh > abtmp/pac_old.cuh (not committed)
+[ -f abtmp/pac_old.cuh ] || { echo "!! abtmp/pac_old.cuh missing: old and new would be the same build"; exit 1; }
 {
 rm -rf /tmp/old && mkdir /tmp/old && tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C /tmp/old
 cp abtmp/pac_old.cuh /tmp/old/src/engine/cuda/pac.cuh
