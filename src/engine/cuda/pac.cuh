@@ -228,11 +228,7 @@ template <int kMaxSteps>
 __device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int steps, const ExpScale& e,
                                             OnlineSoftmax (&state)[2]) {
   constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
-  float part_l[2][kLanes];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int k = 0; k < kLanes; ++k) part_l[h][k] = 0.f;
+  float part_l[2][kLanes] = {};
 #pragma unroll
   for (int i = 0; i < 8 * kMaxSteps; ++i) {
     if (i >= 8 * steps) break;  // break, not continue: steps is a run-time count
@@ -261,11 +257,7 @@ template <typename T, int kSteps>
 __device__ __forceinline__ void exp_pack(const float (&s)[8 * kSteps], int j0, int j1, const ExpScale& e,
                                          std::uint32_t (&a)[kSteps][4], float (&l)[2]) {
   constexpr int kLanes = kSoftmaxLanes<kSteps>;
-  float part_l[2][kLanes];
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int k = 0; k < kLanes; ++k) part_l[h][k] = 0.f;
+  float part_l[2][kLanes] = {};
 #pragma unroll
   for (int j = j0; j < j1; ++j) {
 #pragma unroll

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A/B of a kernel change in one call on a GPU machine: old and new builds
+# alternate on the same workloads, so both see the same clocks and machine
+# (every kernel change in results/README.md was kept or dropped this way).
+# The working tree is "new"; "old" is a copy of it in which each FILE is
+# replaced by abtmp/<basename of FILE>, prepared beforehand (the device copy's
+# .git may be stale; abtmp/ travels because git does not ignore it):
+#   mkdir -p abtmp && git show REV:src/engine/cuda/pac.cuh > abtmp/pac.cuh
+#   CODEC_AB_ROUNDS=2 bash scripts/gpu_ab.sh "$OUT" src/engine/cuda/pac.cuh -- \
+#     "--workload batch:64" "--workload long --model gemma2-9b"
+# The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
+#   ### old|new rROUND ARGS | the bench row (workload, times in ms, ...)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+usage() { echo "usage: [CODEC_AB_ROUNDS=N] bash scripts/gpu_ab.sh OUT FILE... -- 'BENCH ARGS'..." >&2; exit 2; }
+[ $# -ge 1 ] || usage
+out=$1; shift
+files=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do files+=("$1"); shift; done
+[ $# -gt 0 ] && shift
+[ ${#files[@]} -gt 0 ] && [ $# -gt 0 ] || usage
+for f in "${files[@]}"; do
+  [ -f "$f" ] || { echo "!! $f: no such file in the working tree" >&2; exit 1; }
+  [ -f "abtmp/$(basename "$f")" ] || { echo "!! abtmp/$(basename "$f") missing: old and new would be one build" >&2; exit 1; }
+done
+rounds=${CODEC_AB_ROUNDS:-1}
+old=/tmp/codec_ab_old
+mkdir -p "$out"
+{
+  rm -rf "$old" && mkdir -p "$old" && tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$old"
+  for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
+  (cd "$old" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
+     cmake --build build -j 8 --target codec_tool > "$out/build_old.log" 2>&1 || echo "!! old build failed") &
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
+    cmake --build build-gpu -j 8 --target codec_tool test_engine_cuda > "$out/build_new.log" 2>&1 || echo "!! new build failed"
+  wait
+  echo "== built $(date)"
+  timeout 300 ./build-gpu/tests/test_engine_cuda 2>&1 | tail -20
+  row() { timeout 120 "$@" 2>&1 | grep -E "^[a-z]+(:[0-9.A-Z]+)? +[0-9.]+ " | head -1; }
+  for r in $(seq 1 "$rounds"); do
+    for args in "$@"; do
+      for b in old new; do
+        bin=./build-gpu/codec; [ $b = old ] && bin=$old/build/codec
+        # shellcheck disable=SC2086  # args holds several bench options
+        echo "### $b r$r $args | $(row "$bin" bench --backend cuda $args)"
+      done
+    done
+  done
+  echo "== done $(date)"
+} 2>&1 | tee "$out/ab.log" | grep -E "^(###|==|!!|\[  )"
