@@ -367,27 +367,24 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   // precision there and the fp32 sums their range. Otherwise (a task's first
   // tile, or a jump) the running max is raised and the half redone. After the
   // first tiles the running max thus rarely moves, and o is rarely rescaled.
-  // At D = 64 (4 blocks per SM, at most 128 registers) the max is raised
-  // first, as on the mma.sync path: speculation spilled there in its first
-  // build. It compiles without spills since exp_pack adds one score at a time,
-  // but has not been measured at D = 64.
+  // Raising the max first on a task's first tile, where the guess always
+  // fails, was measured and not kept (results/h200/run17): as a select it
+  // made every tile's exponent wait for the row max; as a branch, batch:64 ran
+  // 3.6% faster but long and loogle:8 1.8–2.8% slower.
   constexpr float kSlack = 5.5451774f;  // 8 ln 2
-  constexpr bool kSpeculate = D >= 128;
   mask_tail<kSteps>(s, kSteps, 0, tile_tokens);
   float tile_max[2];
   row_max<kSteps>(s, kSteps, tile_max);
-  ExpScale e = kSpeculate ? exp_scale(state, sm_scale) : raise_max<D>(tile_max, sm_scale, state, o);
+  ExpScale e = exp_scale(state, sm_scale);
   std::uint32_t a[kSteps][4];
   float l[2];
   exp_pack<T, kSteps>(s, 0, kSteps / 2, e, a, l);
-  if constexpr (kSpeculate) {
-    bool stands = true;
+  bool stands = true;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) stands &= state[h].m != kNegInf && tile_max[h] * sm_scale <= state[h].m + kSlack;
-    if (!__all_sync(0xffffffffu, stands)) {
-      e = raise_max<D>(tile_max, sm_scale, state, o);
-      exp_pack<T, kSteps>(s, 0, kSteps / 2, e, a, l);
-    }
+  for (int h = 0; h < 2; ++h) stands &= state[h].m != kNegInf && tile_max[h] * sm_scale <= state[h].m + kSlack;
+  if (!__all_sync(0xffffffffu, stands)) {
+    e = raise_max<D>(tile_max, sm_scale, state, o);
+    exp_pack<T, kSteps>(s, 0, kSteps / 2, e, a, l);
   }
 
   // P·V in two halves: the first half's wgmmas are issued before the second
