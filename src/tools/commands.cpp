@@ -13,7 +13,7 @@
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cpu_engine.hpp"
-#include "codec/engine/cuda_engine.hpp"  // kCudaMaxTileRows; the functions need a CUDA build
+#include "codec/engine/cuda_engine.hpp"  // kCudaMaxTileRows, cuda_pac_min_blocks_per_sm; the functions need a CUDA build
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
 #include "measured.hpp"
@@ -33,6 +33,7 @@ constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads 
 constexpr int kCpuTileRows = 256;
 constexpr double kH200Bandwidth = 4.2e12;  // B/s, device copy (BENCHMARKS.md)
 constexpr double kH200Flops = 790e12;      // FLOP/s, cuBLAS bf16 GEMM (BENCHMARKS.md)
+constexpr int kH200Sms = 132;
 
 #if CODEC_HAS_CUDA
 constexpr bool kCudaBuilt = true;
@@ -209,7 +210,8 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
     s.roofline = RooflineParams::cpu(threads);
   } else {
     s.roofline = RooflineParams::h200();
-    s.options.num_blocks = s.roofline.concurrent_blocks;  // without a GPU to ask: 132 SMs × 2 blocks
+    // Without a GPU to ask: the H200's 132 SMs × the PAC blocks each holds.
+    s.options.num_blocks = kH200Sms * cuda_pac_min_blocks_per_sm(w.heads.head_dim);
     s.options.max_tile_rows = kCudaMaxTileRows;
     s.device = "NVIDIA H200";
 #if CODEC_HAS_CUDA

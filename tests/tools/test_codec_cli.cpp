@@ -55,6 +55,16 @@ TEST(CodecCli, PlanTakesACommaSeparatedListOfWorkloads) {
   for (const auto& row : rows) EXPECT_GT(row["tasks"].get<int>(), 0);
 }
 
+// Plans for the H200 made without a GPU use the grid the kernel would run:
+// 132 SMs × 4 PAC blocks at head_dim 64, × 2 at 128 and 256.
+TEST(CodecCli, OfflineH200PlansUseTheKernelsBlocksPerSm) {
+  for (const auto& [model, blocks] : {std::pair{"llama3.2-1b", 528}, {"qwen3-4b", 264}, {"gemma2-9b", 264}}) {
+    const Result r = run_codec(std::string("plan --workload depth:2 --target h200 --json --model ") + model);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(nlohmann::json::parse(r.output)[0]["blocks"], blocks) << model;
+  }
+}
+
 // forest.json must describe the very page tables the run used: each request's
 // pages are its path's node pages, root first, and its length their tokens.
 TEST(CodecCli, DumpedForestRebuildsEveryRequestsPageList) {

@@ -43,6 +43,12 @@ struct CudaAttentionIO {
 // Rows one PAC task holds: 4 warps × one 16-row m16n8k16 tile each.
 inline constexpr int kCudaMaxTileRows = 64;
 
+// PAC blocks an SM holds at least: the kernel's launch bounds cap its
+// registers for this many (128 each at head_dim 64, whose smaller tiles let 4
+// blocks share an SM; 255 otherwise). cuda_device_info asks the device for the
+// real count; plans made without a GPU (codec plan --target h200) use this.
+constexpr int cuda_pac_min_blocks_per_sm(int head_dim) { return head_dim == 64 ? 4 : 2; }
+
 // Number of CUDA devices; 0 when there is none or no usable driver. Never throws.
 int cuda_device_count() noexcept;
 

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm
+
 namespace codec::cuda {
 
 // Two fp32 values rounded to the 16-bit device type T (__half or
@@ -101,7 +103,7 @@ struct PacTraits {
   static constexpr int kChunks = D * int(sizeof(T)) / 16;      // 16-byte cp.async chunks per row
   static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
   static constexpr int kStages = D == 256 ? 2 : 3;
-  static constexpr int kMinBlocksPerSM = D == 64 ? 4 : 2;  // __launch_bounds__: caps registers at 128 / 255
+  static constexpr int kMinBlocksPerSM = cuda_pac_min_blocks_per_sm(D);  // __launch_bounds__
   // Tasks with at least this many rows run on wgmma where the build has it
   // (sm_90a, wgmma.cuh): from 2 row tiles on, splitting a tile's tokens over
   // warps (mma.sync) reads K and V from shared memory 2-4 times per tile.
