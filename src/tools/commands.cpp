@@ -13,7 +13,8 @@
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cpu_engine.hpp"
-#include "codec/engine/cuda_engine.hpp"  // kCudaMaxTileRows, cuda_pac_min_blocks_per_sm; the functions need a CUDA build
+// kCudaMaxTileRows and cuda_pac_min_blocks_per_sm; the functions need a CUDA build
+#include "codec/engine/cuda_engine.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
 #include "measured.hpp"

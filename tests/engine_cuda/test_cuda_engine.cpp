@@ -255,8 +255,8 @@ TEST(CudaEngine, ScoresRisingAcrossTiles) {
   // rises by far more than 8 ln 2 from one tile to the next, so the wgmma
   // path's guess against the running max fails past the first tile and o is
   // rescaled there; random keys alone almost never take that branch.
-  // 10 requests × GQA 4 = 40 rows (wgmma), head_dim 128 and 256 (speculative)
-  // and 64 (max first), and a flat plan's one-request tasks (mma.sync).
+  // 10 requests × GQA 4 = 40 rows (wgmma, which guesses at every head_dim),
+  // and a flat plan's one-request tasks (mma.sync, max first).
   check_case({{32, 8, 128}, DType::bf16, 16, Layout::nhd, 1, 10, 0.0, -1, 2.f}, 41);
   check_case({{40, 8, 256}, DType::f16, 16, Layout::hnd, 2, 8, 0.2, -1, 2.f}, 42);
   check_case({{32, 8, 64}, DType::bf16, 7, Layout::nhd, 1, 10, 0.0, -1, 2.f}, 45);
