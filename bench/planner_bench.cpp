@@ -68,7 +68,7 @@ void BM_MakePlan(benchmark::State& state) {
   const codec::Forest forest = codec::derive_forest(t.view());
   const codec::RooflineCostModel cost(codec::RooflineParams::h200(), kHeads, codec::DType::bf16);
   codec::PlanStats stats;
-  for (auto _ : state) stats = codec::make_plan(forest, kHeads, cost, h200_options()).stats();
+  for (auto _ : state) stats = codec::make_plan(forest, kHeads, codec::DType::bf16, cost, h200_options()).stats();
   state.counters["nodes"] = forest.num_nodes();
   state.counters["tasks"] = stats.num_tasks;
   state.counters["makespan/bound"] = stats.quality();
@@ -78,7 +78,7 @@ void BM_DeriveAndPlan(benchmark::State& state) {
   const Tables t = three_level_tree(int(state.range(0)));
   const codec::RooflineCostModel cost(codec::RooflineParams::h200(), kHeads, codec::DType::bf16);
   for (auto _ : state)
-    benchmark::DoNotOptimize(codec::make_plan(codec::derive_forest(t.view()), kHeads, cost, h200_options()));
+    benchmark::DoNotOptimize(codec::make_plan(codec::derive_forest(t.view()), kHeads, codec::DType::bf16, cost, h200_options()));
 }
 
 }  // namespace

@@ -3,11 +3,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "codec/core/error.hpp"
 #include "codec/core/state.hpp"
-#include "codec/engine/run_checks.hpp"
+#include "engine/run_checks.hpp"
 
 namespace codec {
 
@@ -27,14 +28,21 @@ struct Scratch {
         k(std::size_t(kTileTokens) * dim), v(std::size_t(kTileTokens) * dim), softmax(rows) {}
 };
 
-template <typename T>
+// Stores n floats as the output dtype O (fp32 or the KV dtype).
+template <typename O>
+void store(O* dst, const float* src, int n) {
+  for (int d = 0; d < n; ++d) dst[d] = from_float<O>(src[d]);
+}
+
+// T: the KV and query dtype; O: the output's (T or fp32).
+template <typename T, typename O>
 class CpuRunner {
  public:
   CpuRunner(const PlanView& p, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> ws,
             const WorkspaceLayout& layout, float sm_scale)
-      : p_(p), kv_(kv), io_(io), sm_scale_(sm_scale),
-        k_(static_cast<const T*>(kv.k)), v_(static_cast<const T*>(kv.v)), q_(static_cast<const T*>(io.q)),
-        part_o_(reinterpret_cast<float*>(ws.data() + layout.o_offset)),
+      : p_(p), kv_(kv), io_(io), sm_scale_(sm_scale), lse_scale_(lse_scale(io.lse_base)),
+        k_(static_cast<const T*>(kv.k)), v_(static_cast<const T*>(kv.v)), q_(static_cast<const T*>(io.q.data)),
+        out_(static_cast<O*>(io.out.data)), part_o_(reinterpret_cast<float*>(ws.data() + layout.o_offset)),
         part_lse_(reinterpret_cast<float*>(ws.data() + layout.lse_offset)) {}
 
   // Partial attention of one task: each KV tile is loaded and converted once
@@ -46,7 +54,7 @@ class CpuRunner {
     // prologue: load the rows' queries, pre-scaled
     for (int r = 0; r < rows; ++r) {
       const int v = t.row_begin + r;
-      const T* src = q_ + (std::int64_t(reqs[v / G]) * p_.num_qo_heads + t.kv_head * G + v % G) * D;
+      const T* src = q_ + io_.q.offset(reqs[v / G], t.kv_head * G + v % G);
       float* dst = &sc.q[std::size_t(r) * D];
       for (int d = 0; d < D; ++d) dst[d] = to_float(src[d]) * sm_scale_;
       std::fill_n(&sc.o[std::size_t(r) * D], D, 0.f);
@@ -75,13 +83,15 @@ class CpuRunner {
     for (int r = 0; r < rows; ++r) {
       const int v = t.row_begin + r, req = reqs[v / G], head = t.kv_head * G + v % G;
       const float inv_l = sc.softmax[r].inv_l(), lse = sc.softmax[r].lse();
-      const bool direct = p_.num_partials(req) == 1;
-      const std::int64_t slot = p_.slot_of(t.node, t.chunk, t.kv_head, v);
-      const std::int64_t row = std::int64_t(req) * p_.num_qo_heads + head;
-      float* dst = direct ? io_.out + row * D : part_o_ + slot * D;
-      for (int d = 0; d < D; ++d) dst[d] = sc.o[std::size_t(r) * D + d] * inv_l;
-      if (!direct) part_lse_[slot] = lse;
-      else if (io_.lse) io_.lse[row] = lse;
+      float* o = &sc.o[std::size_t(r) * D];
+      for (int d = 0; d < D; ++d) o[d] *= inv_l;
+      if (p_.num_partials(req) == 1) {
+        write_row(req, head, o, lse);
+      } else {
+        const std::int64_t slot = p_.slot_of(t.node, t.chunk, t.kv_head, v);
+        std::copy_n(o, D, part_o_ + slot * D);
+        part_lse_[slot] = lse;
+      }
     }
   }
 
@@ -143,42 +153,48 @@ class CpuRunner {
     }
   }
 
-  // Merges the partials of every row of one request, in the plan's order.
-  void merge(int req) const {
+  // Merges the partials of every row of one request, in the plan's order
+  // (a request without partials, past a capacity plan's batch, gets the empty state).
+  void merge(int req, std::vector<float>& acc) const {
     if (p_.num_partials(req) == 1) return;  // written by its only task
     const int D = p_.head_dim;
     for (int h = 0; h < p_.num_qo_heads; ++h) {
-      const std::int64_t row = std::int64_t(req) * p_.num_qo_heads + h;
-      float* out = io_.out + row * D;
-      std::fill_n(out, D, 0.f);
+      std::fill_n(acc.begin(), D, 0.f);
       float lse = kNegInf;  // starts as the empty state
       for (int j = p_.partial_indptr[req]; j < p_.partial_indptr[req + 1]; ++j) {
         const std::int64_t slot = p_.partial_slot(j, h);
         const MergeWeights w = merge_weights(lse, part_lse_[slot]);
         const float* o = part_o_ + slot * D;
 #pragma omp simd
-        for (int d = 0; d < D; ++d) out[d] = w.w1 * out[d] + w.w2 * o[d];
+        for (int d = 0; d < D; ++d) acc[d] = w.w1 * acc[d] + w.w2 * o[d];
         lse = w.lse;
       }
-      if (io_.lse) io_.lse[row] = lse;
+      write_row(req, h, acc.data(), lse);
     }
   }
 
  private:
+  void write_row(int req, int head, const float* o, float lse) const {
+    store(out_ + io_.out.offset(req, head), o, p_.head_dim);
+    if (io_.lse.data) io_.lse.data[io_.lse.offset(req, head)] = lse * lse_scale_;
+  }
+
   const PlanView& p_;
   const PagedKV& kv_;
   const AttentionIO& io_;
   float sm_scale_;
+  float lse_scale_;
   const T* k_;
   const T* v_;
   const T* q_;
+  O* out_;
   float* part_o_;
   float* part_lse_;
 };
 
 void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cpu");
-  CODEC_CHECK(io.q != nullptr && io.out != nullptr, "run_cpu: q and out must not be null");
+  check_io(plan, io, /*out_f32=*/true, "run_cpu");
   const WorkspaceLayout layout = plan.workspace();
   CODEC_CHECK(workspace.size() >= layout.bytes, "run_cpu: workspace of ", workspace.size(),
               " bytes is smaller than the ", layout.bytes, " bytes the plan needs");
@@ -186,31 +202,94 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
               "run_cpu: workspace must be 16-byte aligned");
 }
 
+template <typename T, typename O>
+void run_with(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
+              int threads) {
+  PlanView p = plan.view();
+  p.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
+  const CpuRunner<T, O> runner(p, kv, io, workspace, plan.workspace(), plan.heads().scale());
+  const int max_rows = std::max(1, plan.extent().max_task_rows);
+  // Phase 1 (PAC): blocks are the plan's balanced bins; threads take them in turn.
+#pragma omp parallel num_threads(threads)
+  {
+    Scratch scratch(max_rows, p.head_dim);
+#pragma omp for schedule(dynamic, 1)
+    for (int b = 0; b < p.num_blocks; ++b)
+      for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) runner.task(p.tasks[i], scratch);
+  }
+  // Phase 2 (POR): rows are independent.
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<float> acc(p.head_dim);
+#pragma omp for schedule(dynamic, 16)
+    for (int r = 0; r < p.num_requests; ++r) runner.merge(r, acc);
+  }
+}
+
 }  // namespace
 
 void run_cpu(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
              const CpuOptions& options) {
   validate_run(plan, kv, io, workspace);
-  const PlanView p = plan.view();
   const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
-  int max_rows = 1;
-  for (int t = 0; t < p.num_tasks; ++t) max_rows = std::max(max_rows, p.tasks[t].row_end - p.tasks[t].row_begin);
-
   dispatch_dtype(kv.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const CpuRunner<T> runner(p, kv, io, workspace, plan.workspace(), plan.heads().scale());
-    // Phase 1 (PAC): blocks are the plan's balanced bins; threads take them in turn.
-#pragma omp parallel num_threads(threads)
-    {
-      Scratch scratch(max_rows, p.head_dim);
-#pragma omp for schedule(dynamic, 1)
-      for (int b = 0; b < p.num_blocks; ++b)
-        for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) runner.task(p.tasks[i], scratch);
-    }
-    // Phase 2 (POR): rows are independent.
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 16)
-    for (int r = 0; r < p.num_requests; ++r) runner.merge(r);
+    if (io.out.dtype == DType::f32) run_with<T, float>(plan, kv, io, workspace, threads);
+    else run_with<T, T>(plan, kv, io, workspace, threads);
   });
+}
+
+PlannerOptions cpu_planner_options(int threads) {
+  PlannerOptions options;
+  options.num_blocks = threads;
+  options.max_tile_rows = kCpuTileRows;
+  return options;
+}
+
+std::int64_t cpu_workspace_slots(std::size_t bytes, int head_dim) {
+  // workspace_for(s) grows by 4·(head_dim + 1) bytes a slot, plus two 16-byte alignments
+  std::int64_t slots = std::int64_t(bytes / (4 * (std::size_t(head_dim) + 1)));
+  while (slots > 0 && Plan::workspace_for(slots, head_dim).bytes > bytes) --slots;
+  return slots;
+}
+
+void merge_states_cpu(const QueryRows& o_a, const LseRows& lse_a, const QueryRows& o_b, const LseRows& lse_b,
+                      const OutputRows& out, const LseRows& lse_out, LseBase base) {
+  check_merge_states(o_a, lse_a, o_b, lse_b, out, lse_out);
+  // Inputs in `base`; merge_weights works in natural log.
+  const float to_e = base == LseBase::two ? 1.f / kLog2E : 1.f, from_e = lse_scale(base);
+  std::vector<float> a(o_a.dim), b(o_a.dim), m(o_a.dim);
+  auto load = [](const QueryRows& t, int n, int h, std::vector<float>& dst) {
+    dispatch_dtype(t.dtype, [&](auto tag) {
+      const auto* src = static_cast<const decltype(tag)*>(t.data) + t.offset(n, h);
+      for (int d = 0; d < t.dim; ++d) dst[d] = to_float(src[d]);
+    });
+  };
+  for (int n = 0; n < o_a.batch; ++n)
+    for (int h = 0; h < o_a.heads; ++h) {
+      load(o_a, n, h, a);
+      load(o_b, n, h, b);
+      const MergeWeights w =
+          merge_weights(lse_a.data[lse_a.offset(n, h)] * to_e, lse_b.data[lse_b.offset(n, h)] * to_e);
+      for (int d = 0; d < o_a.dim; ++d) m[d] = w.w1 * a[d] + w.w2 * b[d];
+      dispatch_dtype(out.dtype, [&](auto tag) {
+        store(static_cast<decltype(tag)*>(out.data) + out.offset(n, h), m.data(), out.dim);
+      });
+      lse_out.data[lse_out.offset(n, h)] = w.lse * from_e;
+    }
+}
+
+void copy_pages_cpu(const PagedKV& kv, std::span<const PageCopy> copies) {
+  check_page_copies(kv, copies);
+  const std::size_t row = std::size_t(kv.head_dim) * dtype_size(kv.dtype);
+  for (auto* pool : {kv.k, kv.v}) {
+    auto* base = static_cast<std::byte*>(const_cast<void*>(pool));  // the caller's pool, writable by contract
+    for (const PageCopy& c : copies)
+      for (int t = 0; t < c.num_tokens; ++t)
+        for (int h = 0; h < kv.num_kv_heads; ++h)
+          std::memmove(base + kv.offset(c.dst, t, h) * dtype_size(kv.dtype),
+                       base + kv.offset(c.src, t, h) * dtype_size(kv.dtype), row);
+  }
 }
 
 }  // namespace codec

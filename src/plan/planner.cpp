@@ -16,6 +16,19 @@ void PlannerOptions::validate() const {
   CODEC_CHECK(max_tile_rows >= 1, "planner max_tile_rows ", max_tile_rows, " must be >= 1");
   CODEC_CHECK(chunk_align >= 1, "planner chunk_align ", chunk_align, " must be >= 1");
   CODEC_CHECK(fixed_splits >= 1, "planner fixed_splits ", fixed_splits, " must be >= 1");
+  CODEC_CHECK(max_slots >= 0, "planner max_slots ", max_slots, " must be >= 0");
+  if (capacity) {
+    capacity->validate();
+    CODEC_CHECK(capacity->blocks == num_blocks, "planner capacity of ", capacity->blocks,
+                " blocks differs from num_blocks ", num_blocks);
+  }
+}
+
+std::int64_t min_slots(const Forest& forest, const HeadConfig& heads) {
+  std::int64_t rows = 0;
+  for (const ForestNode& n : forest.nodes)
+    if (n.num_tokens > 0) rows += n.num_reqs;
+  return rows * heads.num_qo_heads;
 }
 
 namespace {
@@ -257,9 +270,26 @@ std::vector<TaskGroup> task_groups(const std::vector<NodeClass>& classes, const 
   return groups;
 }
 
+// Partial slots and tasks a split vector makes: each chunk of a member gives
+// one task per row tile and kv head and one slot per row and kv head.
+struct Footprint {
+  std::int64_t slots = 0, tasks = 0;
+};
+Footprint footprint(const std::vector<NodeClass>& classes, const std::vector<int>& splits, int align, int kv_heads) {
+  Footprint f;
+  for (std::size_t ci = 0; ci < classes.size(); ++ci) {
+    const NodeClass& c = classes[ci];
+    const std::int64_t chunks = std::int64_t(chunking(c.tokens, splits[ci], align).count) * c.nodes.size() * kv_heads;
+    f.slots += chunks * c.rows;
+    f.tasks += chunks * (c.tiles_hi + c.tiles_lo);
+  }
+  return f;
+}
+
 }  // namespace
 
-Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& cost, const PlannerOptions& opt) {
+Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
+               const PlannerOptions& opt) {
   const auto start = std::chrono::steady_clock::now();
   heads.validate();
   opt.validate();
@@ -357,9 +387,30 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
     std::vector<TaskGroup> groups = task_groups(classes, s, cost, align, slice_heads);
     return lpt(groups, slice_blocks, [](std::size_t, std::int64_t, int) {});
   };
+  // The workspace bounds the slots (and a capacity the tasks) of every split
+  // vector the search may pick; the unsplit one must fit.
+  std::int64_t max_slots = opt.max_slots, max_tasks = 0;
+  if (opt.capacity) {
+    max_slots = max_slots > 0 ? std::min(max_slots, opt.capacity->slots) : opt.capacity->slots;
+    max_tasks = opt.capacity->tasks;
+  }
+  auto fits = [&](const std::vector<int>& s) {
+    const Footprint f = footprint(classes, s, align, kv_heads);
+    return (max_slots == 0 || f.slots <= max_slots) && (max_tasks == 0 || f.tasks <= max_tasks);
+  };
   std::vector<int> splits(classes.size(), 1);
+  {
+    const Footprint f = footprint(classes, splits, align, kv_heads);
+    CODEC_CHECK(max_slots == 0 || f.slots <= max_slots, "the batch needs ", f.slots,
+                " partial slots even unsplit, more than the ", max_slots, " the workspace holds");
+    CODEC_CHECK(max_tasks == 0 || f.tasks <= max_tasks, "the batch needs ", f.tasks,
+                " tasks even unsplit, more than the capacity's ", max_tasks);
+  }
   if (opt.split == SplitPolicy::fixed) {
     for (std::size_t ci = 0; ci < classes.size(); ++ci) splits[ci] = std::min(opt.fixed_splits, classes[ci].max_splits);
+    const Footprint f = footprint(classes, splits, align, kv_heads);
+    CODEC_CHECK(fits(splits), "fixed:", opt.fixed_splits, " splits need ", f.slots, " partial slots and ", f.tasks,
+                " tasks, more than the workspace holds (", max_slots, " slots, ", max_tasks, " tasks)");
   } else if (opt.split == SplitPolicy::exhaustive && !classes.empty()) {
     double vectors = 1;
     for (const int c : cap) vectors *= c;
@@ -372,6 +423,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
       while (ci < s.size() && s[ci] == cap[ci]) s[ci++] = 1;
       if (ci == s.size()) break;
       ++s[ci];
+      if (!fits(s)) continue;
       if (const double t = makespan_of(s); t < best) best = t, splits = s;
     }
   } else if (opt.split == SplitPolicy::adaptive && !classes.empty()) {
@@ -380,6 +432,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
     auto consider = [&](const std::vector<int>& s) {
       if (s == tried) return;  // neighbouring targets often propose the same vector
       tried = s;
+      if (!fits(s)) return;
       if (const double t = makespan_of(s); t < best * (1 - 1e-9)) best = t, splits = s;
     };
     // Targets span 2·cost_l (small trees: fewer, larger chunks may pack
@@ -526,7 +579,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& c
   st.cost_l_us = cost_l;
   st.kv_tokens_read = kv_tokens_read;
   st.unique_kv_tokens = forest.unique_tokens() * kv_heads;
-  Plan plan(heads, forest.page_size, a, st);
+  Plan plan(heads, dtype, forest.page_size, a, st, opt.capacity ? &*opt.capacity : nullptr);
   plan.stats().plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
 }

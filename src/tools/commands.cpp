@@ -28,10 +28,6 @@ namespace codec::tools {
 namespace {
 
 constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads finish in seconds
-// A CPU task converts each KV tile to fp32 once for all its rows, and its rows
-// stay in L2 (256 rows × 128 dims × 4 B = 128 KiB of queries and as much of
-// output), so a shared node is cut into fewer row tiles than on a GPU.
-constexpr int kCpuTileRows = 256;
 constexpr double kH200Bandwidth = 4.2e12;  // B/s, device copy (BENCHMARKS.md)
 constexpr double kH200Flops = 790e12;      // FLOP/s, cuBLAS bf16 GEMM (BENCHMARKS.md)
 constexpr int kH200Sms = 132;
@@ -65,7 +61,10 @@ Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& r
   m.out.assign(rows * p.head_dim, NAN);  // poisoned: a row never written fails the check
   m.lse.assign(rows, NAN);
   Workspace ws(plan.workspace().bytes);
-  const AttentionIO io{batch.q.data(), m.out.data(), m.lse.data()};
+  const int B = p.num_requests, Hq = p.num_qo_heads;
+  const AttentionIO io{QueryRows::contiguous(batch.q.data(), batch.dtype, B, Hq, p.head_dim),
+                       OutputRows::contiguous(m.out.data(), DType::f32, B, Hq, p.head_dim),
+                       LseRows::contiguous(m.lse.data(), B, Hq)};
   run_cpu(plan, batch.kv(), io, ws.bytes, {threads});  // warm-up, and the checked run
   m.error = compare(m.out.data(), ref.out);
   m.lse_error = compare(m.lse.data(), ref.lse);
@@ -206,8 +205,7 @@ std::unique_ptr<CostModel> table_model(const std::string& path, const Workload& 
 PlannerSetup planner_setup(const std::string& target, const Workload& w, const WorkloadArgs& args, int threads) {
   PlannerSetup s;
   if (target == "cpu") {
-    s.options.num_blocks = threads;
-    s.options.max_tile_rows = kCpuTileRows;
+    s.options = cpu_planner_options(threads);
     s.roofline = RooflineParams::cpu(threads);
   } else {
     s.roofline = RooflineParams::h200();
@@ -282,7 +280,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const PlannerOptions& opt = setup.options;
     const CostModel* cost = setup.cost.get();
     if (i == 0) std::fprintf(stderr, "cost model: %s\n", cost->describe().c_str());
-    const Plan flat = make_plan(flatten(forest), w.heads, *cost, opt);  // adaptive split-KV, no sharing
+    const Plan flat = make_plan(flatten(forest), w.heads, w.dtype, *cost, opt);  // adaptive split-KV, no sharing
     progress("fp64 reference");
     const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
     progress("timing CoDec and flat");
@@ -307,7 +305,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     for (const std::string& split : splits) {
       PlannerOptions shared_opt = opt;
       apply_split(split, shared_opt);
-      const Plan shared = make_plan(forest, w.heads, *cost, shared_opt);
+      const Plan shared = make_plan(forest, w.heads, w.dtype, *cost, shared_opt);
       const Measured mc = measure(shared, "codec");
       const bool pass = mc.error.within(tol) && mf.error.within(tol) && mc.lse_error.within(tol) &&
                         mf.lse_error.within(tol);
@@ -388,7 +386,7 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
     PlannerOptions opt = setup.options;
     const CostModel* cost = setup.cost.get();
     apply_split(args.split, opt);
-    const Plan plan = make_plan(forest, w.heads, *cost, opt);
+    const Plan plan = make_plan(forest, w.heads, w.dtype, *cost, opt);
     const PlanStats& s = plan.stats();
     rows.push_back({{"workload", w.name},
                     {"target", target},

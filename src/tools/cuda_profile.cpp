@@ -68,7 +68,7 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps) {
           last.push_back(std::int32_t(n - std::int64_t(pages - 1) * w.page_size));
         }
       const PageTable table_view{indptr, indices, last, w.page_size, batch.num_pages};
-      const Plan plan = make_plan(derive_forest(table_view), h, cost, opt);
+      const Plan plan = make_plan(derive_forest(table_view), h, w.dtype, cost, opt);
       const double us = bench.time(plan, reps) * 1e3 / kTasksPerBlock;
       std::fprintf(stderr, "  rows %3d  kv_len %6ld  %9.3f us per task\n", r, n, us);
       line.push_back(us);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
@@ -9,6 +10,7 @@
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
 #include "support/random_batch.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
@@ -22,13 +24,31 @@ struct Outputs {
   std::vector<float> out, lse;
 };
 
-Outputs run(const Plan& plan, const PagedKV& kv, const void* q, int threads = 2) {
+// 16-byte aligned storage for a plan's workspace.
+struct Workspace {
+  std::vector<std::byte> storage;
+  std::span<std::byte> bytes;
+  explicit Workspace(std::size_t n) : storage(n + 16) {
+    auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(storage.data()) + 15) / 16 * 16);
+    bytes = {aligned, n};
+  }
+};
+
+// q [B, Hq, D] contiguous in kv's dtype; out fp32 and lse, contiguous and poisoned.
+AttentionIO contiguous_io(const Plan& plan, const void* q, Outputs& o, int batch = -1) {
   const PlanView p = plan.view();
-  const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
-  Outputs o{std::vector<float>(rows * p.head_dim, NAN), std::vector<float>(rows, NAN)};  // poisoned
-  std::vector<std::byte> ws(plan.workspace().bytes + 16);
-  auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 15) / 16 * 16);
-  run_cpu(plan, kv, {q, o.out.data(), o.lse.data()}, {aligned, plan.workspace().bytes}, {threads});
+  const int B = batch < 0 ? plan.num_requests() : batch, Hq = p.num_qo_heads, D = p.head_dim;
+  o.out.assign(std::size_t(B) * Hq * D, NAN);
+  o.lse.assign(std::size_t(B) * Hq, NAN);
+  return {QueryRows::contiguous(q, plan.dtype(), B, Hq, D), OutputRows::contiguous(o.out.data(), DType::f32, B, Hq, D),
+          LseRows::contiguous(o.lse.data(), B, Hq)};
+}
+
+Outputs run(const Plan& plan, const PagedKV& kv, const void* q, int threads = 2) {
+  Outputs o;
+  const AttentionIO io = contiguous_io(plan, q, o);
+  Workspace ws(plan.workspace().bytes);
+  run_cpu(plan, kv, io, ws.bytes, {threads});
   return o;
 }
 
@@ -64,12 +84,13 @@ void check_case(const EngineCase& c, std::uint64_t seed, int tile_rows = 64) {
   opt.num_blocks = 1 + int(seed % 37);
   opt.max_tile_rows = tile_rows;
   opt.chunk_align = 1 + int(seed % 16);
-  expect_matches(run(make_plan(forest, c.heads, cost, opt), b.kv(), b.q.data()), ref, spec.describe() + " shared");
-  expect_matches(run(make_plan(flatten(forest), c.heads, cost, opt), b.kv(), b.q.data()), ref,
+  expect_matches(run(make_plan(forest, c.heads, c.dtype, cost, opt), b.kv(), b.q.data()), ref,
+                 spec.describe() + " shared");
+  expect_matches(run(make_plan(flatten(forest), c.heads, c.dtype, cost, opt), b.kv(), b.q.data()), ref,
                  spec.describe() + " flat");
   opt.split = SplitPolicy::fixed;
   opt.fixed_splits = 3;
-  expect_matches(run(make_plan(forest, c.heads, cost, opt), b.kv(), b.q.data(), 1), ref,
+  expect_matches(run(make_plan(forest, c.heads, c.dtype, cost, opt), b.kv(), b.q.data(), 1), ref,
                  spec.describe() + " fixed 3");
 }
 
@@ -117,7 +138,7 @@ TEST(CpuEngine, LayoutsGiveTheSameResult) {
   const RooflineCostModel cost(RooflineParams::h200(), spec.heads, spec.dtype);
   PlannerOptions opt;
   opt.num_blocks = 8;
-  const Plan plan = make_plan(forest, spec.heads, cost, opt);
+  const Plan plan = make_plan(forest, spec.heads, spec.dtype, cost, opt);
   const Outputs nhd = run(plan, b.kv(), b.q.data());
   // Re-lay the same pool as HND and as interleaved [pages, 2, page, Hkv, D].
   const PagedKV src = b.kv();
@@ -155,7 +176,7 @@ TEST(CpuEngine, EmptyNodesContributeNothing) {
   PlannerOptions opt;
   opt.num_blocks = 5;
   const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
-  expect_matches(run(make_plan(g, spec.heads, cost, opt), b.kv(), b.q.data()), ref, "empty root");
+  expect_matches(run(make_plan(g, spec.heads, spec.dtype, cost, opt), b.kv(), b.q.data()), ref, "empty root");
 }
 
 TEST(CpuEngine, RejectsMismatchedInputs) {
@@ -164,16 +185,239 @@ TEST(CpuEngine, RejectsMismatchedInputs) {
   const RooflineCostModel cost(RooflineParams::h200(), spec.heads, spec.dtype);
   PlannerOptions opt;
   opt.num_blocks = 4;
-  const Plan plan = make_plan(derive_forest(b.table()), spec.heads, cost, opt);
-  std::vector<float> out(1 << 16), lse(1 << 12);
-  alignas(16) static std::byte ws[1 << 20];
+  const Plan plan = make_plan(derive_forest(b.table()), spec.heads, spec.dtype, cost, opt);
+  Outputs o;
+  const AttentionIO io = contiguous_io(plan, b.q.data(), o);
+  Workspace ws(plan.workspace().bytes);
+  auto expect_error = [&](const PagedKV& kv, const AttentionIO& i, std::span<std::byte> w, const std::string& needle) {
+    EXPECT_TRUE(test::throws_with([&] { run_cpu(plan, kv, i, w); }, needle)) << needle;
+  };
   PagedKV kv = b.kv();
   kv.head_dim = 128;
-  EXPECT_THROW(run_cpu(plan, kv, {b.q.data(), out.data(), lse.data()}, ws), Error);
+  expect_error(kv, io, ws.bytes, "kv.head_dim 128 but the plan was made for 64");
   kv = b.kv();
   kv.num_pages = 2;  // the plan reads pages beyond this pool
-  EXPECT_THROW(run_cpu(plan, kv, {b.q.data(), out.data(), lse.data()}, ws), Error);
-  EXPECT_THROW(run_cpu(plan, b.kv(), {b.q.data(), out.data(), lse.data()}, {ws, 8}), Error);
+  expect_error(kv, io, ws.bytes, "outside the KV pool of 2 pages");
+  kv = b.kv();
+  kv.dtype = DType::f16;  // the plan keeps the dtype it was made for
+  expect_error(kv, io, ws.bytes, "kv.dtype fp16 but the plan was made for bf16");
+  expect_error(b.kv(), io, {ws.bytes.data(), 8}, "bytes the plan needs");
+
+  AttentionIO bad = io;
+  bad.q.dtype = DType::f16;
+  expect_error(b.kv(), bad, ws.bytes, "q.dtype fp16 but the plan was made for bf16");
+  bad = io;
+  bad.out.dtype = DType::f16;
+  expect_error(b.kv(), bad, ws.bytes, "out.dtype fp16");
+  bad = io;
+  bad.q.batch = bad.out.batch = plan.num_requests() + 1;
+  expect_error(b.kv(), bad, ws.bytes, "out.batch 6 but the plan was made for a batch of 5");
+  bad = io;
+  bad.q.batch -= 1;
+  expect_error(b.kv(), bad, ws.bytes, "q.batch 4 differs from out.batch 5");
+  bad = io;
+  bad.q.heads = 4;
+  expect_error(b.kv(), bad, ws.bytes, "q.heads 4 but the plan was made for 8 qo heads");
+  bad = io;
+  bad.out.dim = 128;
+  expect_error(b.kv(), bad, ws.bytes, "out.dim 128 but the plan was made for head_dim 64");
+  bad = io;
+  bad.out.stride_head = 32;  // rows of 64 dims 32 apart overlap
+  expect_error(b.kv(), bad, ws.bytes, "out rows overlap");
+  bad = io;
+  bad.lse.heads = 2;
+  expect_error(b.kv(), bad, ws.bytes, "lse is 5 x 2, expected 5 x 8");
+  bad = io;
+  bad.q.data = nullptr;
+  expect_error(b.kv(), bad, ws.bytes, "q must not be null");
+}
+
+// q as transformers passes it (a view of (1, Hq, B, D): heads outermost), out
+// with padded rows in the KV dtype and in fp32, lse strided and in base 2.
+TEST(CpuEngine, StridedQueryOutputAndLse) {
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    test::RandomBatchSpec spec = test::engine_spec(71, {32, 8, 128}, dtype, 16, 5, 6, 0.2, 4);
+    const test::RandomBatch b = test::make_random_batch(spec);
+    const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
+    const RooflineCostModel cost(RooflineParams::h200(), spec.heads, dtype);
+    PlannerOptions opt;
+    opt.num_blocks = 7;
+    const Plan plan = make_plan(derive_forest(b.table()), spec.heads, dtype, cost, opt);
+    const int B = plan.num_requests(), Hq = 32, D = 128;
+    // q re-laid out heads-major: element (b, h, d) at h·B·D + b·D + d
+    const std::size_t elem = dtype_size(dtype);
+    std::vector<std::byte> q(b.q.size());
+    for (int r = 0; r < B; ++r)
+      for (int h = 0; h < Hq; ++h)
+        std::memcpy(&q[(std::size_t(h) * B + r) * D * elem], &b.q[(std::size_t(r) * Hq + h) * D * elem], D * elem);
+    const QueryRows q_rows{q.data(), dtype, B, Hq, D, D, std::int64_t(B) * D};
+    for (const DType out_dtype : {dtype, DType::f32}) {
+      const std::int64_t row_stride = D + 8, batch_stride = Hq * row_stride + 24;  // padding stays untouched
+      std::vector<std::byte> out(std::size_t(B) * batch_stride * dtype_size(out_dtype), std::byte{0x7f});
+      std::vector<float> lse(std::size_t(B) * Hq * 2, NAN);
+      const AttentionIO io{q_rows, {out.data(), out_dtype, B, Hq, D, batch_stride, row_stride},
+                           {lse.data(), B, Hq, 1, B}, LseBase::two};  // lse (b, h) at h·B + b
+      Workspace ws(plan.workspace().bytes);
+      run_cpu(plan, b.kv(), io, ws.bytes);
+      std::vector<float> dense(std::size_t(B) * Hq * D), dense_lse(std::size_t(B) * Hq);
+      for (int r = 0; r < B; ++r)
+        for (int h = 0; h < Hq; ++h) {
+          const std::byte* row = &out[(r * batch_stride + h * row_stride) * dtype_size(out_dtype)];
+          for (int d = 0; d < D; ++d)
+            dense[(std::size_t(r) * Hq + h) * D + d] = dispatch_dtype(out_dtype, [&](auto tag) {
+              return to_float(reinterpret_cast<const decltype(tag)*>(row)[d]);
+            });
+          dense_lse[std::size_t(r) * Hq + h] = lse[std::size_t(h) * B + r] / kLog2E;
+          EXPECT_EQ(row[D * dtype_size(out_dtype)], std::byte{0x7f}) << "padding after row " << r << ", " << h;
+        }
+      const double tol = out_dtype == DType::f32 ? kCpuTolerance : tolerance(out_dtype);
+      const ErrorStats e = compare(dense.data(), ref.out);
+      EXPECT_TRUE(e.within(tol)) << to_string(dtype) << " out " << to_string(out_dtype) << ": " << e.describe();
+      const ErrorStats l = compare(dense_lse.data(), ref.lse);
+      EXPECT_TRUE(l.within(kCpuTolerance)) << to_string(dtype) << " lse: " << l.describe();
+    }
+  }
+}
+
+// Plans of different batches packed at one capacity share one layout (what a
+// CUDA graph needs to replay any of them), cover the capacity's rows (those
+// past a batch come out as the empty state), and stay within its slots.
+TEST(CpuEngine, PlansAtOneCapacityShareTheirLayout) {
+  const HeadConfig heads{16, 4, 64};
+  PlannerOptions opt;
+  opt.num_blocks = 6;
+  const RooflineCostModel cost(RooflineParams::h200(), heads, DType::bf16);
+  constexpr int kMaxRequests = 12;
+  constexpr std::int64_t kMaxPages = 400;
+  opt.capacity = PlanCapacity::for_batches(kMaxRequests, kMaxPages, heads, opt.max_tile_rows, opt.num_blocks, 3000);
+  std::size_t layout_bytes = 0;
+  std::ptrdiff_t partials_offset = -1;
+  for (std::uint64_t seed = 81; seed <= 86; ++seed) {
+    test::RandomBatchSpec spec = test::engine_spec(seed, heads, DType::bf16, 8, 5, 3 + int(seed % 9), 0.3, 6);
+    const test::RandomBatch b = test::make_random_batch(spec);
+    ASSERT_LE(std::int64_t(b.indices.size()), kMaxPages);
+    const Plan plan = make_plan(derive_forest(b.table()), heads, DType::bf16, cost, opt);
+    ASSERT_TRUE(plan.has_capacity());
+    EXPECT_LE(plan.stats().num_slots, opt.capacity->slots) << spec.describe();
+    // one layout: the same byte size and array offsets for every batch
+    const PlanView v = plan.view(nullptr);
+    if (layout_bytes == 0) layout_bytes = plan.bytes().size(), partials_offset = reinterpret_cast<std::intptr_t>(v.partials);
+    EXPECT_EQ(plan.bytes().size(), layout_bytes) << spec.describe();
+    EXPECT_EQ(reinterpret_cast<std::intptr_t>(v.partials), partials_offset) << spec.describe();
+    EXPECT_EQ(plan.workspace().bytes, Plan::workspace_for(opt.capacity->slots, heads.head_dim).bytes);
+    EXPECT_EQ(v.num_requests, kMaxRequests);
+    // a run over all the capacity's rows: q rows past the batch are never read
+    std::vector<std::byte> q(std::size_t(kMaxRequests) * heads.num_qo_heads * heads.head_dim * 2, std::byte{0xff});
+    std::memcpy(q.data(), b.q.data(), b.q.size());
+    Outputs o;
+    const AttentionIO io = contiguous_io(plan, q.data(), o, kMaxRequests);
+    Workspace ws(plan.workspace().bytes);
+    run_cpu(plan, b.kv(), io, ws.bytes);
+    const ReferenceResult ref = reference_attention(b.table(), b.kv(), heads, b.q.data());
+    const std::size_t rows = std::size_t(plan.num_requests()) * heads.num_qo_heads;
+    Outputs real{{o.out.begin(), o.out.begin() + rows * heads.head_dim}, {o.lse.begin(), o.lse.begin() + rows}};
+    expect_matches(real, ref, spec.describe() + " at capacity");
+    for (std::size_t i = rows * heads.head_dim; i < o.out.size(); ++i) ASSERT_EQ(o.out[i], 0.f) << "padding row";
+    for (std::size_t i = rows; i < o.lse.size(); ++i) ASSERT_EQ(o.lse[i], -INFINITY) << "padding row";
+  }
+  // A batch past the capacity, and a workspace too small even unsplit, are refused.
+  test::RandomBatchSpec big = test::engine_spec(90, heads, DType::bf16, 8, 5, kMaxRequests + 1, 0.0, 2);
+  const test::RandomBatch b = test::make_random_batch(big);
+  EXPECT_TRUE(test::throws_with([&] { make_plan(derive_forest(b.table()), heads, DType::bf16, cost, opt); },
+                                "13 requests, more than its capacity of 12"));
+  PlannerOptions tight;
+  tight.num_blocks = 6;
+  tight.max_slots = 10;
+  EXPECT_TRUE(test::throws_with([&] { make_plan(derive_forest(b.table()), heads, DType::bf16, cost, tight); },
+                                "more than the 10 the workspace holds"));
+}
+
+// A workspace bounds the partial slots: the planner splits only as far as they fit.
+TEST(CpuEngine, PlannerKeepsWithinTheWorkspace) {
+  test::RandomBatchSpec spec = test::engine_spec(95, {32, 8, 128}, DType::bf16, 16, 3, 8, 0.0, 40);
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const Forest forest = derive_forest(b.table());
+  const RooflineCostModel cost(RooflineParams::h200(), spec.heads, spec.dtype);
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  const Plan free = make_plan(forest, spec.heads, spec.dtype, cost, opt);
+  const std::int64_t unsplit = min_slots(forest, spec.heads);
+  ASSERT_GT(free.stats().num_slots, 2 * unsplit) << "the test needs a plan that splits";
+  opt.max_slots = cpu_workspace_slots(Plan::workspace_for(2 * unsplit, 128).bytes, 128);
+  EXPECT_EQ(opt.max_slots, 2 * unsplit);
+  const Plan bounded = make_plan(forest, spec.heads, spec.dtype, cost, opt);
+  EXPECT_LE(bounded.stats().num_slots, opt.max_slots);
+  expect_matches(run(bounded, b.kv(), b.q.data()), reference_attention(b.table(), b.kv(), spec.heads, b.q.data()),
+                 "bounded by the workspace");
+}
+
+// merge_states_cpu against the merge in fp64, with empty states on either side and both.
+TEST(CpuEngine, MergeStatesMatchesFp64) {
+  constexpr int N = 5, H = 3, D = 40;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.f, 1.f), log_sum(-30.f, 30.f);
+  for (const DType dtype : {DType::f16, DType::bf16, DType::f32})
+    for (const LseBase base : {LseBase::e, LseBase::two}) {
+      const std::size_t elem = dtype_size(dtype);
+      std::vector<std::byte> a(N * H * D * elem), b(N * H * D * elem), out(N * H * D * elem);
+      std::vector<float> la(N * H), lb(N * H), lo(N * H);
+      dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        for (int i = 0; i < N * H * D; ++i) {
+          reinterpret_cast<T*>(a.data())[i] = from_float<T>(value(rng));
+          reinterpret_cast<T*>(b.data())[i] = from_float<T>(value(rng));
+        }
+      });
+      for (int i = 0; i < N * H; ++i) la[i] = log_sum(rng), lb[i] = log_sum(rng);
+      la[1] = -INFINITY;                        // row 1: a empty
+      lb[2] = -INFINITY;                        // row 2: b empty
+      la[3] = lb[3] = -INFINITY;                // row 3: both empty
+      const QueryRows ra = QueryRows::contiguous(a.data(), dtype, N, H, D), rb = QueryRows::contiguous(b.data(), dtype, N, H, D);
+      merge_states_cpu(ra, LseRows::contiguous(la.data(), N, H), rb, LseRows::contiguous(lb.data(), N, H),
+                       OutputRows::contiguous(out.data(), dtype, N, H, D), LseRows::contiguous(lo.data(), N, H), base);
+      const double ln_base = base == LseBase::two ? std::log(2.0) : 1.0;
+      for (int i = 0; i < N * H; ++i) {
+        const double x = la[i] * ln_base, y = lb[i] * ln_base, m = std::max(x, y);
+        const double lse = m == -INFINITY ? -INFINITY : m + std::log(std::exp(x - m) + std::exp(y - m));
+        if (m == -INFINITY) {
+          EXPECT_EQ(lo[i], -INFINITY) << "two empty states stay empty";
+        } else {
+          EXPECT_NEAR(lo[i], lse / ln_base, 1e-5 * (1 + std::abs(lse))) << i;
+        }
+        for (int d = 0; d < D; ++d) {
+          const double wa = m == -INFINITY ? 0 : std::exp(x - lse), wb = m == -INFINITY ? 0 : std::exp(y - lse);
+          auto at = [&](const std::vector<std::byte>& t) {
+            return dispatch_dtype(dtype, [&](auto tag) {
+              return double(to_float(reinterpret_cast<const decltype(tag)*>(t.data())[i * D + d]));
+            });
+          };
+          const double expect = wa * at(a) + wb * at(b);
+          EXPECT_NEAR(at(out), expect, dtype == DType::f32 ? 1e-6 : dtype == DType::f16 ? 2e-3 : 1e-2)
+              << to_string(dtype) << " row " << i << " dim " << d;
+        }
+      }
+    }
+}
+
+// copy_pages_cpu applies a forest manager's copies in order, chains included.
+TEST(CpuEngine, CopyPagesAppliesCopiesInOrder) {
+  constexpr int P = 6, S = 4, H = 2, D = 64;
+  std::vector<std::uint16_t> k(P * S * H * D), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::uint16_t(i), v[i] = std::uint16_t(i + 7);
+  const std::vector<std::uint16_t> k0 = k, v0 = v;
+  const PagedKV kv = PagedKV::hnd(k.data(), v.data(), DType::bf16, P, S, H, D);
+  const PageCopy copies[] = {{1, 2, 3}, {2, 4, 2}};  // page 4 receives page 1's first 2 tokens through page 2
+  copy_pages_cpu(kv, copies);
+  for (int t = 0; t < S; ++t)
+    for (int h = 0; h < H; ++h)
+      for (int d = 0; d < D; ++d) {
+        auto at = [&](int page) { return kv.offset(page, t, h) + d; };
+        EXPECT_EQ(k[at(2)], t < 3 ? k0[at(1)] : k0[at(2)]);
+        EXPECT_EQ(v[at(4)], t < 2 ? v0[at(1)] : v0[at(4)]);
+        EXPECT_EQ(k[at(1)], k0[at(1)]);
+      }
+  const PageCopy bad[] = {{0, 6, 1}};
+  EXPECT_TRUE(test::throws_with([&] { copy_pages_cpu(kv, bad); }, "copies[0] = {src 0, dst 6, num_tokens 1}"));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -124,16 +125,24 @@ Outputs collect(const DeviceBuffer& out, const DeviceBuffer& lse, DType dtype) {
   return o;
 }
 
+// q, out and lse [rows, Hq, D], contiguous on the device.
+AttentionIO device_io(const Plan& plan, const void* q, const DeviceBuffer& out, const DeviceBuffer& lse, int rows) {
+  const PlanView p = plan.view();
+  return {QueryRows::contiguous(q, plan.dtype(), rows, p.num_qo_heads, p.head_dim),
+          OutputRows::contiguous(out.data(), plan.dtype(), rows, p.num_qo_heads, p.head_dim),
+          LseRows::contiguous(reinterpret_cast<float*>(lse.data()), rows, p.num_qo_heads)};
+}
+
 // Upload, run once on poisoned outputs and workspace, synchronise, download.
 Outputs run_gpu(const Plan& plan, const DeviceBatch& b) {
   const PlanView p = plan.view();
-  const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
+  const std::size_t rows = std::size_t(plan.num_requests()) * p.num_qo_heads;
   DeviceBuffer ws(cuda_workspace_bytes(plan)), out(rows * p.head_dim * 2), lse(rows * sizeof(float));
   ws.poison();  // a partial read before it is written would poison the row
   out.poison();
   lse.poison();
   cuda_upload_plan(plan, ws.span(), nullptr);
-  run_cuda(plan, b.kv, {b.q->data(), out.data(), reinterpret_cast<float*>(lse.data())}, ws.span(), nullptr);
+  run_cuda(plan, b.kv, device_io(plan, b.q->data(), out, lse, plan.num_requests()), ws.span(), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   return collect(out, lse, b.kv.dtype);
 }
@@ -184,15 +193,15 @@ void check_case(const GpuCase& c, std::uint64_t seed) {
   const Forest forest = derive_forest(b.table());
   const RooflineCostModel cost = h200_cost(c.heads, c.dtype);
   PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
-  expect_matches(run_gpu(make_plan(forest, c.heads, cost, opt), d), ref, c.dtype, what + " shared");
-  expect_matches(run_gpu(make_plan(flatten(forest), c.heads, cost, opt), d), ref, c.dtype, what + " flat");
+  expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " shared");
+  expect_matches(run_gpu(make_plan(flatten(forest), c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " flat");
   opt.split = SplitPolicy::none;
-  expect_matches(run_gpu(make_plan(forest, c.heads, cost, opt), d), ref, c.dtype, what + " split none");
+  expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " split none");
   opt.split = SplitPolicy::fixed;
   opt.fixed_splits = 3;
   opt.num_blocks = 3;                        // blocks walk many tasks: shared memory reused across tasks
   opt.chunk_align = 1 + int(seed % 16);      // chunk boundaries inside tiles and pages
-  expect_matches(run_gpu(make_plan(forest, c.heads, cost, opt), d), ref, c.dtype, what + " fixed 3");
+  expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " fixed 3");
 }
 
 TEST(CudaEngine, MatchesReferenceAcrossHeadsDtypesPagesAndLayouts) {
@@ -218,7 +227,7 @@ TEST(CudaEngine, LayoutsGiveBitIdenticalResults) {
   for (const int page_size : {5, 16}) {
     test::RandomBatchSpec spec = spec_of({{32, 8, 128}, DType::bf16, page_size, Layout::nhd}, 31);
     const test::RandomBatch b = test::make_random_batch(spec);
-    const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, spec.dtype),
+    const Plan plan = make_plan(derive_forest(b.table()), spec.heads, spec.dtype, h200_cost(spec.heads, spec.dtype),
                                 cuda_planner_options(spec.heads, spec.dtype));
     const Outputs nhd = run_gpu(plan, upload(b, Layout::nhd));
     EXPECT_EQ(run_gpu(plan, upload(b, Layout::hnd)).bits, nhd.bits) << spec.describe();
@@ -278,7 +287,7 @@ TEST(CudaEngine, ManyPartialsPerRow) {
   for (const auto& [low, high] : {std::pair{9, 16}, std::pair{33, 1 << 20}}) {
     bool found = false;
     for (opt.fixed_splits = 1; opt.fixed_splits <= 64 && !found; ++opt.fixed_splits) {
-      const Plan plan = make_plan(forest, c.heads, h200_cost(c.heads, c.dtype), opt);
+      const Plan plan = make_plan(forest, c.heads, c.dtype, h200_cost(c.heads, c.dtype), opt);
       const PlanView p = plan.view();
       int most = 0;
       for (int r = 0; r < p.num_requests; ++r) most = std::max(most, p.num_partials(r));
@@ -304,7 +313,7 @@ TEST(CudaEngine, EmptyNodesContributeNothing) {
   for (int r = 0; r < g.num_requests(); ++r) g.reqs.push_back(r), g.request_node[r] += 1;
   ASSERT_NO_THROW(g.validate());
   const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
-  const Plan plan = make_plan(g, spec.heads, h200_cost(spec.heads, spec.dtype),
+  const Plan plan = make_plan(g, spec.heads, spec.dtype, h200_cost(spec.heads, spec.dtype),
                               cuda_planner_options(spec.heads, spec.dtype));
   expect_matches(run_gpu(plan, upload(b, Layout::nhd)), ref, spec.dtype, "empty root");
 }
@@ -314,14 +323,19 @@ TEST(CudaEngine, MatchesCpuEngineOnTheSamePlan) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     test::RandomBatchSpec spec = spec_of({{40, 8, 128}, dtype, 16, Layout::nhd, 8, 9, 0.3}, 51);
     const test::RandomBatch b = test::make_random_batch(spec);
-    const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, dtype),
+    const Plan plan = make_plan(derive_forest(b.table()), spec.heads, dtype, h200_cost(spec.heads, dtype),
                                 cuda_planner_options(spec.heads, dtype));
     const PlanView p = plan.view();
-    const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
+    const int B = plan.num_requests();
+    const std::size_t rows = std::size_t(B) * p.num_qo_heads;
     std::vector<float> cpu_out(rows * p.head_dim), cpu_lse(rows);
     std::vector<std::byte> ws(plan.workspace().bytes + 16);
     auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 15) / 16 * 16);
-    run_cpu(plan, b.kv(), {b.q.data(), cpu_out.data(), cpu_lse.data()}, {aligned, plan.workspace().bytes});
+    run_cpu(plan, b.kv(),
+            {QueryRows::contiguous(b.q.data(), dtype, B, p.num_qo_heads, p.head_dim),
+             OutputRows::contiguous(cpu_out.data(), DType::f32, B, p.num_qo_heads, p.head_dim),
+             LseRows::contiguous(cpu_lse.data(), B, p.num_qo_heads)},
+            {aligned, plan.workspace().bytes});
     const Outputs gpu = run_gpu(plan, upload(b, Layout::nhd));
     expect_close(gpu, std::vector<double>(cpu_out.begin(), cpu_out.end()),
                  std::vector<double>(cpu_lse.begin(), cpu_lse.end()), dtype, spec.describe() + " vs CPU engine");
@@ -332,14 +346,14 @@ TEST(CudaEngine, GraphReplayEqualsDirectRunBitForBit) {
   SKIP_WITHOUT_GPU();
   test::RandomBatchSpec spec = spec_of({{32, 8, 128}, DType::bf16, 16, Layout::nhd, 6, 8, 0.3}, 61);
   const test::RandomBatch b = test::make_random_batch(spec);
-  const Plan plan = make_plan(derive_forest(b.table()), spec.heads, h200_cost(spec.heads, spec.dtype),
+  const Plan plan = make_plan(derive_forest(b.table()), spec.heads, spec.dtype, h200_cost(spec.heads, spec.dtype),
                               cuda_planner_options(spec.heads, spec.dtype));
   ASSERT_GT(plan.stats().merged_requests, 0) << "the graph should hold both kernels";
   const DeviceBatch d = upload(b, Layout::nhd);
   const PlanView p = plan.view();
-  const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
+  const std::size_t rows = std::size_t(plan.num_requests()) * p.num_qo_heads;
   DeviceBuffer ws(cuda_workspace_bytes(plan)), out(rows * p.head_dim * 2), lse(rows * sizeof(float));
-  const CudaAttentionIO io{d.q->data(), out.data(), reinterpret_cast<float*>(lse.data())};
+  const AttentionIO io = device_io(plan, d.q->data(), out, lse, plan.num_requests());
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cuda_upload_plan(plan, ws.span(), stream);
@@ -396,11 +410,14 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   PlannerOptions opt;
   opt.num_blocks = 4;
   const Forest forest = derive_forest(b.table());
-  const Plan plan = make_plan(forest, spec.heads, cost, opt);
+  const Plan plan = make_plan(forest, spec.heads, spec.dtype, cost, opt);
   alignas(256) static std::byte fake[1 << 12];
   const std::span<std::byte> small{fake, 256};
   const PagedKV kv = PagedKV::nhd(fake, fake, spec.dtype, b.num_pages, spec.page_size, 8, 128);
-  const CudaAttentionIO io{fake, fake, reinterpret_cast<float*>(fake)};
+  const int B = plan.num_requests();
+  const AttentionIO io{QueryRows::contiguous(fake, spec.dtype, B, 32, 128),
+                       OutputRows::contiguous(fake, spec.dtype, B, 32, 128),
+                       LseRows::contiguous(reinterpret_cast<float*>(fake), B, 32)};
   auto expect_error = [](auto&& call, const std::string& needle) {
     try {
       call();
@@ -409,7 +426,7 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  auto run_with = [&](const Plan& p, PagedKV k, CudaAttentionIO i, std::span<std::byte> ws) {
+  auto run_with = [&](const Plan& p, PagedKV k, AttentionIO i, std::span<std::byte> ws) {
     return [&p, k, i, ws] { run_cuda(p, k, i, ws, nullptr); };
   };
   PagedKV bad = kv;
@@ -424,8 +441,18 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   bad = kv;
   bad.page_size = 8;
   expect_error(run_with(plan, bad, io, small), "kv.page_size 8");
-  expect_error(run_with(plan, kv, {fake, nullptr, nullptr}, small), "io.out must not be null");
-  expect_error(run_with(plan, kv, {fake + 8, fake, nullptr}, small), "io.q");
+  AttentionIO bad_io = io;
+  bad_io.out.data = nullptr;
+  expect_error(run_with(plan, kv, bad_io, small), "out must not be null");
+  bad_io = io;
+  bad_io.q.data = fake + 8;
+  expect_error(run_with(plan, kv, bad_io, small), "q 0x");
+  bad_io = io;
+  bad_io.out.dtype = DType::f32;  // the CUDA engine writes the KV dtype only
+  expect_error(run_with(plan, kv, bad_io, small), "out.dtype fp32 but the plan was made for bf16");
+  bad_io = io;
+  bad_io.q.stride_batch = 32 * 128 + 4;  // 8,200 bytes: not a multiple of 16
+  expect_error(run_with(plan, kv, bad_io, small), "q.stride_batch 4100 elements");
   bad = kv;
   bad.v = fake + 2;
   expect_error(run_with(plan, bad, io, small), "kv.v");
@@ -441,13 +468,181 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   crowd.num_requests = 30;
   crowd.fork_prob = 1.0;
   const test::RandomBatch cb = test::make_random_batch(crowd);
-  const Plan wide_plan = make_plan(derive_forest(cb.table()), spec.heads, cost, wide);
+  const Plan wide_plan = make_plan(derive_forest(cb.table()), spec.heads, spec.dtype, cost, wide);
   PagedKV ckv = kv;
   ckv.num_pages = cb.num_pages;
-  expect_error(run_with(wide_plan, ckv, io, small), "more than the kernel's 64");
+  AttentionIO crowd_io = io;
+  crowd_io.q.batch = crowd_io.out.batch = crowd_io.lse.batch = 30;
+  expect_error(run_with(wide_plan, ckv, crowd_io, small), "more than the kernel's 64");
   expect_error(run_with(plan, kv, io, small), "bytes the plan needs");
   expect_error([&] { cuda_upload_plan(plan, {fake + 16, cuda_workspace_bytes(plan)}, nullptr); }, "not 256-byte aligned");
   expect_error([&] { cuda_planner_options({32, 8, 96}, DType::bf16); }, "head_dim 96");
+}
+
+// The capacity that fits a workspace: its plans fit, and one more slot would not.
+TEST(CudaEngine, CapacityFillsTheWorkspace) {
+  const HeadConfig heads{32, 8, 128};
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  for (const std::size_t bytes : {std::size_t(1) << 20, std::size_t(128) << 20}) {
+    const PlanCapacity c = cuda_plan_capacity(bytes, 64, 20000, heads, opt);
+    EXPECT_LE(cuda_workspace_bytes(c, heads.head_dim), bytes);
+    const PlanCapacity more = PlanCapacity::for_batches(64, 20000, heads, opt.max_tile_rows, 264, c.slots + 1);
+    EXPECT_GT(cuda_workspace_bytes(more, heads.head_dim), bytes);
+  }
+  EXPECT_THROW(cuda_plan_capacity(4096, 64, 20000, heads, opt), Error);
+}
+
+// q heads-major (transformers' view of (1, Hq, B, D)), out with padded rows,
+// lse strided in base 2: the same numbers as the contiguous run.
+TEST(CudaEngine, StridedQueryOutputAndLse) {
+  SKIP_WITHOUT_GPU();
+  for (const HeadConfig heads : {HeadConfig{32, 8, 128}, HeadConfig{8, 2, 64}}) {
+    test::RandomBatchSpec spec = spec_of({heads, DType::bf16, 16, Layout::nhd, 6, 9, 0.3}, 73);
+    const test::RandomBatch b = test::make_random_batch(spec);
+    const Plan plan = make_plan(derive_forest(b.table()), heads, spec.dtype, h200_cost(heads, spec.dtype),
+                                cuda_planner_options(heads, spec.dtype));
+    const DeviceBatch d = upload(b, Layout::nhd);
+    const Outputs dense = run_gpu(plan, d);
+    const int B = plan.num_requests(), Hq = heads.num_qo_heads, D = heads.head_dim;
+    std::vector<std::uint16_t> qt(b.q.size() / 2);  // element (b, h, d) at (h·B + b)·D + d
+    const auto* q = reinterpret_cast<const std::uint16_t*>(b.q.data());
+    for (int r = 0; r < B; ++r)
+      for (int h = 0; h < Hq; ++h) std::memcpy(&qt[(h * B + r) * D], &q[(r * Hq + h) * D], D * 2);
+    const DeviceBuffer dq(qt.data(), qt.size() * 2);
+    const std::int64_t row = D + 8, batch = Hq * row + 16;  // out rows 16 bytes apart beyond D, batches padded
+    DeviceBuffer ws(cuda_workspace_bytes(plan)), out(std::size_t(B) * batch * 2), lse(std::size_t(B) * Hq * 4);
+    ws.poison();
+    out.poison();
+    lse.poison();
+    cuda_upload_plan(plan, ws.span(), nullptr);
+    const AttentionIO io{{dq.data(), spec.dtype, B, Hq, D, D, std::int64_t(B) * D},
+                         {out.data(), spec.dtype, B, Hq, D, batch, row},
+                         {reinterpret_cast<float*>(lse.data()), B, Hq, 1, B},
+                         LseBase::two};
+    run_cuda(plan, d.kv, io, ws.span(), nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<std::uint16_t> bits = out.download<std::uint16_t>();
+    const std::vector<float> l2 = lse.download<float>();
+    for (int r = 0; r < B; ++r)
+      for (int h = 0; h < Hq; ++h) {
+        const std::size_t dense_row = std::size_t(r) * Hq + h;
+        ASSERT_EQ(0, std::memcmp(&bits[r * batch + h * row], &dense.bits[dense_row * D], D * 2))
+            << spec.describe() << " row " << r << ", " << h;
+        EXPECT_EQ(bits[r * batch + h * row + D], 0xffff) << "padding after row " << r << ", " << h;
+        EXPECT_NEAR(l2[h * B + r], dense.lse[dense_row] * kLog2E, 1e-5 * (1 + std::abs(dense.lse[dense_row])));
+      }
+  }
+}
+
+// One graph captured with a plan at a capacity replays the exact result of
+// every later plan staged into its workspace: other trees, other batch sizes.
+TEST(CudaEngine, GraphReplaysEveryPlanAtOneCapacity) {
+  SKIP_WITHOUT_GPU();
+  const HeadConfig heads{32, 8, 128};
+  constexpr int kMaxRequests = 16;
+  // One pool for every batch: pages past a batch's own stay NaN-free but unread.
+  std::vector<test::RandomBatch> batches;
+  for (std::uint64_t seed = 101; seed <= 105; ++seed) {
+    test::RandomBatchSpec spec = spec_of({heads, DType::bf16, 16, Layout::nhd, 3 + int(seed % 4), 4 + int(seed % 12), 0.3}, seed);
+    batches.push_back(test::make_random_batch(spec));
+  }
+  std::int64_t max_entries = 0, max_pages = 0;
+  for (const auto& b : batches) max_entries = std::max<std::int64_t>(max_entries, b.indices.size()), max_pages = std::max(max_pages, b.num_pages);
+  PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
+  constexpr std::size_t kWorkspace = std::size_t(32) << 20;
+  opt.capacity = cuda_plan_capacity(kWorkspace, kMaxRequests, max_entries, heads, opt);
+  const RooflineCostModel cost = h200_cost(heads, DType::bf16);
+  // A device pool, q and out large enough for every batch, reloaded per batch
+  // outside the graph (the graph holds only their addresses).
+  const std::size_t kv_bytes = std::size_t(max_pages) * 16 * 8 * 128 * 2;
+  DeviceBuffer k(kv_bytes), v(kv_bytes), q(std::size_t(kMaxRequests) * 32 * 128 * 2);
+  DeviceBuffer out(std::size_t(kMaxRequests) * 32 * 128 * 2), lse(std::size_t(kMaxRequests) * 32 * 4), ws(kWorkspace);
+  const PagedKV kv = PagedKV::nhd(k.data(), v.data(), DType::bf16, max_pages, 16, 8, 128);
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CudaPlanStaging staging;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<Plan> plans;  // kept alive: the staging copies them asynchronously
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    const test::RandomBatch& b = batches[i];
+    plans.push_back(make_plan(derive_forest(b.table()), heads, DType::bf16, cost, opt));
+    const Plan& plan = plans.back();
+    CUDA_OK(cudaMemcpyAsync(k.data(), b.k.data(), b.k.size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(v.data(), b.v.data(), b.v.size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(q.data(), b.q.data(), b.q.size(), cudaMemcpyHostToDevice, stream));
+    out.poison(stream);
+    lse.poison(stream);
+    staging.upload(plan, ws.span(), stream);
+    if (i == 0) {  // captured once, with the first plan
+      const AttentionIO io = device_io(plan, q.data(), out, lse, kMaxRequests);
+      cudaGraph_t graph = nullptr;
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      run_cuda(plan, kv, io, ws.span(), stream);
+      CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      CUDA_OK(cudaGraphDestroy(graph));
+    }
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    Outputs o = collect(out, lse, DType::bf16);
+    const std::size_t rows = std::size_t(plan.num_requests()) * 32;
+    for (std::size_t x = rows * 128; x < o.out.size(); ++x) ASSERT_EQ(o.out[x], 0.f) << "padding row, batch " << i;
+    for (std::size_t x = rows; x < o.lse.size(); ++x) ASSERT_EQ(o.lse[x], -INFINITY) << "padding row, batch " << i;
+    o.out.resize(rows * 128);
+    o.lse.resize(rows);
+    expect_matches(o, reference_attention(b.table(), b.kv(), heads, b.q.data()), DType::bf16,
+                   b.spec.describe() + " replayed after re-planning");
+  }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+// cuda_merge_states and cuda_copy_pages give what their CPU twins give.
+TEST(CudaEngine, MergeStatesAndCopyPagesMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  constexpr int N = 7, H = 4, D = 128;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> value(-1.f, 1.f), log_sum(-20.f, 20.f);
+  std::vector<std::uint16_t> a(N * H * D), b(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float_to_bf16(value(rng)), b[i] = float_to_bf16(value(rng));
+  std::vector<float> la(N * H), lb(N * H);
+  for (int i = 0; i < N * H; ++i) la[i] = log_sum(rng), lb[i] = log_sum(rng);
+  la[0] = lb[0] = -INFINITY;
+  lb[5] = -INFINITY;
+  std::vector<std::uint16_t> cpu_out(a.size());
+  std::vector<float> cpu_lse(N * H);
+  auto rows = [&](const void* p) { return QueryRows::contiguous(p, DType::bf16, N, H, D); };
+  merge_states_cpu(rows(a.data()), LseRows::contiguous(la.data(), N, H), rows(b.data()),
+                   LseRows::contiguous(lb.data(), N, H), OutputRows::contiguous(cpu_out.data(), DType::bf16, N, H, D),
+                   LseRows::contiguous(cpu_lse.data(), N, H), LseBase::two);
+  const DeviceBuffer da(a.data(), a.size() * 2), db(b.data(), b.size() * 2), dla(la.data(), la.size() * 4),
+      dlb(lb.data(), lb.size() * 4), dout(a.size() * 2), dlse(la.size() * 4);
+  cuda_merge_states(rows(da.data()), LseRows::contiguous(reinterpret_cast<float*>(dla.data()), N, H), rows(db.data()),
+                    LseRows::contiguous(reinterpret_cast<float*>(dlb.data()), N, H),
+                    OutputRows::contiguous(dout.data(), DType::bf16, N, H, D),
+                    LseRows::contiguous(reinterpret_cast<float*>(dlse.data()), N, H), LseBase::two, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const std::vector<std::uint16_t> gpu_out = dout.download<std::uint16_t>();
+  const std::vector<float> gpu_lse = dlse.download<float>();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(bf16_to_float(gpu_out[i]), bf16_to_float(cpu_out[i]), 8e-3) << i;
+  for (int i = 0; i < N * H; ++i)
+    if (std::isinf(cpu_lse[i])) EXPECT_EQ(gpu_lse[i], cpu_lse[i]) << i;
+    else EXPECT_NEAR(gpu_lse[i], cpu_lse[i], 1e-5 * (1 + std::abs(cpu_lse[i]))) << i;
+
+  // A pool in HND with chained copies (page 4 receives page 1 through page 2), more than one launch's worth.
+  constexpr int P = 80, S = 16, Hk = 2;
+  std::vector<std::uint16_t> k(P * S * Hk * D), v(k.size());
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::uint16_t(i * 7), v[i] = std::uint16_t(i * 13 + 1);
+  std::vector<PageCopy> copies = {{1, 2, 16}, {2, 4, 9}};
+  for (int i = 10; i < 80; ++i) copies.push_back({i, (i * 7 + 3) % P, 1 + i % S});
+  const DeviceBuffer dk(k.data(), k.size() * 2), dv(v.data(), v.size() * 2);
+  cuda_copy_pages(PagedKV::hnd(dk.data(), dv.data(), DType::bf16, P, S, Hk, D), copies, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  copy_pages_cpu(PagedKV::hnd(k.data(), v.data(), DType::bf16, P, S, Hk, D), copies);
+  EXPECT_EQ(dk.download<std::uint16_t>(), k);
+  EXPECT_EQ(dv.download<std::uint16_t>(), v);
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ TEST(Planner, CoversEveryTokenOfEveryRowExactlyOnce) {
       opt.chunk_align = c.align;
       opt.split = c.split;
       opt.fixed_splits = c.fixed;
-      const Plan plan = make_plan(f, c.heads, roofline(c.heads), opt);
+      const Plan plan = make_plan(f, c.heads, DType::bf16, roofline(c.heads), opt);
       SCOPED_TRACE(testing::Message() << "seed " << seed << " heads " << c.heads.num_qo_heads << "/"
                                       << c.heads.num_kv_heads << " page " << c.page_size << " blocks " << c.blocks);
       test::expect_plan_covers_forest(plan, f);
@@ -103,7 +103,7 @@ TEST(Planner, AdaptiveSplitsRespectTheCap) {
     const Forest f = random_forest(seed, 16, heads, 10, 20);
     PlannerOptions opt;
     opt.num_blocks = 264;
-    const Plan plan = make_plan(f, heads, cost, opt);
+    const Plan plan = make_plan(f, heads, DType::bf16, cost, opt);
     const PlanView p = plan.view();
     const double cost_l = plan.stats().cost_l_us;
     for (int i = 0; i < f.num_nodes(); ++i) {
@@ -133,9 +133,9 @@ TEST(Planner, SplitsALongSharedPrefixAcrossBlocks) {
   for (int r = 0; r < 64; ++r) f.reqs.push_back(r), f.request_node.push_back(1 + r);
   PlannerOptions opt;
   opt.num_blocks = 264;
-  const Plan adaptive = make_plan(f, heads, roofline(heads), opt);
+  const Plan adaptive = make_plan(f, heads, DType::bf16, roofline(heads), opt);
   opt.split = SplitPolicy::none;
-  const Plan none = make_plan(f, heads, roofline(heads), opt);
+  const Plan none = make_plan(f, heads, DType::bf16, roofline(heads), opt);
   // 4 row tiles × 8 kv heads = 32 root units on 264 blocks: each must split several ways.
   EXPECT_GE(adaptive.view().node_splits[0], 4);
   EXPECT_LT(adaptive.stats().makespan_us, 0.5 * none.stats().makespan_us);
@@ -149,8 +149,8 @@ TEST(Planner, IsDeterministicAndViewsACopy) {
   const Forest f = random_forest(3, 16, heads);
   PlannerOptions opt;
   opt.num_blocks = 40;
-  const Plan a = make_plan(f, heads, roofline(heads), opt);
-  const Plan b = make_plan(f, heads, roofline(heads), opt);
+  const Plan a = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  const Plan b = make_plan(f, heads, DType::bf16, roofline(heads), opt);
   ASSERT_EQ(a.bytes().size(), b.bytes().size());
   EXPECT_EQ(0, std::memcmp(a.bytes().data(), b.bytes().data(), a.bytes().size()));
   // A plan read through a copy of its bytes (as a device would) is the same plan.
@@ -172,7 +172,7 @@ TEST(Planner, ExtentSummarisesTheArrays) {
     PlannerOptions opt;
     opt.num_blocks = 24;
     opt.max_tile_rows = 6;
-    const Plan plan = make_plan(f, heads, roofline(heads), opt);
+    const Plan plan = make_plan(f, heads, DType::bf16, roofline(heads), opt);
     const PlanView v = plan.view();
     const PlanExtent& e = plan.extent();
     int rows = 0, lo = 1 << 30, hi = 0;
@@ -202,7 +202,7 @@ TEST(Planner, ExtentSummarisesTheArrays) {
   PlannerOptions opt;
   opt.num_blocks = 8;
   opt.split = SplitPolicy::none;
-  const PlanExtent e = make_plan(single, heads, roofline(heads), opt).extent();
+  const PlanExtent e = make_plan(single, heads, DType::bf16, roofline(heads), opt).extent();
   EXPECT_EQ(e.min_partials, 1);
   EXPECT_EQ(e.max_partials, 1);
   EXPECT_FALSE(e.needs_merge);
@@ -219,8 +219,8 @@ TEST(Planner, FlatForestReadsEveryRequestsKv) {
   const Forest f = random_forest(4, 16, heads);
   PlannerOptions opt;
   opt.num_blocks = 16;
-  const Plan shared = make_plan(f, heads, roofline(heads), opt);
-  const Plan flat = make_plan(flatten(f), heads, roofline(heads), opt);
+  const Plan shared = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  const Plan flat = make_plan(flatten(f), heads, DType::bf16, roofline(heads), opt);
   EXPECT_EQ(flat.stats().kv_tokens_read, f.flat_tokens() * heads.num_kv_heads);
   EXPECT_LE(shared.stats().kv_tokens_read, flat.stats().kv_tokens_read);
 }
@@ -229,12 +229,12 @@ TEST(Planner, BadOptions) {
   const HeadConfig heads{8, 2, 64};
   const Forest f = random_forest(1, 16, heads);
   PlannerOptions opt;
-  EXPECT_THROW(make_plan(f, heads, roofline(heads), opt), Error);  // num_blocks 0
+  EXPECT_THROW(make_plan(f, heads, DType::bf16, roofline(heads), opt), Error);  // num_blocks 0
   opt.num_blocks = 4;
   opt.max_tile_rows = 0;
-  EXPECT_THROW(make_plan(f, heads, roofline(heads), opt), Error);
+  EXPECT_THROW(make_plan(f, heads, DType::bf16, roofline(heads), opt), Error);
   opt.max_tile_rows = 64;
-  EXPECT_THROW(make_plan(f, HeadConfig{30, 8, 64}, roofline(heads), opt), Error);
+  EXPECT_THROW(make_plan(f, HeadConfig{30, 8, 64}, DType::bf16, roofline(heads), opt), Error);
 }
 
 }  // namespace
@@ -253,9 +253,9 @@ TEST(Planner, AdaptiveSearchComesCloseToExhaustiveSearch) {
     const RooflineCostModel cost(RooflineParams::h200(), w.heads, w.dtype);
     PlannerOptions opt;
     opt.num_blocks = 264;
-    const PlanStats adaptive = make_plan(forest, w.heads, cost, opt).stats();
+    const PlanStats adaptive = make_plan(forest, w.heads, w.dtype, cost, opt).stats();
     opt.split = SplitPolicy::exhaustive;
-    const PlanStats best = make_plan(forest, w.heads, cost, opt).stats();
+    const PlanStats best = make_plan(forest, w.heads, w.dtype, cost, opt).stats();
     EXPECT_GE(best.makespan_us, best.lower_bound_us * (1 - 1e-9)) << name;
     EXPECT_LE(best.makespan_us, adaptive.makespan_us * (1 + 1e-9)) << name;
     EXPECT_LE(adaptive.makespan_us, 1.05 * best.makespan_us) << name << ": adaptive " << adaptive.makespan_us
@@ -270,7 +270,7 @@ TEST(Planner, ExhaustiveSearchRefusesHugeSpaces) {
   PlannerOptions opt;
   opt.num_blocks = 264;
   opt.split = SplitPolicy::exhaustive;
-  EXPECT_THROW(make_plan(forest, w.heads, cost, opt), Error);
+  EXPECT_THROW(make_plan(forest, w.heads, w.dtype, cost, opt), Error);
 }
 
 }  // namespace

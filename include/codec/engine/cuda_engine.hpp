@@ -10,17 +10,23 @@
 //   std::size_t bytes = cuda_workspace_bytes(plan);      // cudaMalloc that much
 //   cuda_upload_plan(plan, workspace, stream);           // one async copy
 // then for every layer (or once, inside a CUDA graph that is replayed):
-//   run_cuda(plan, kv, {q, out, lse}, workspace, stream);
+//   run_cuda(plan, kv, io, workspace, stream);
 // run_cuda allocates nothing and never synchronises the host, so it can be
 // captured in a CUDA graph; the plan uploaded into the workspace is reused.
+// Plans packed at one capacity (cuda_plan_capacity) share a workspace layout:
+// upload a new one (CudaPlanStaging) and replay the graph, no re-capture.
 //
 // This header needs no CUDA headers: CudaStream is cudaStream_t.
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "codec/core/dtype.hpp"
 #include "codec/core/heads.hpp"
+#include "codec/engine/attention_io.hpp"
+#include "codec/forest/forest_manager.hpp"
 #include "codec/forest/page_table.hpp"
 #include "codec/plan/plan.hpp"
 #include "codec/plan/planner.hpp"
@@ -30,15 +36,6 @@ struct CUstream_st;  // the CUDA runtime's stream type (cudaStream_t is CUstream
 namespace codec {
 
 using CudaStream = CUstream_st*;  // nullptr is the legacy default stream
-
-// Query rows on the device: q [B, Hq, D] and out [B, Hq, D] contiguous, in the
-// dtype of the KV cache (fp16 or bf16), 16-byte aligned; lse [B, Hq] fp32,
-// natural log, may be null. Rows are request · Hq + qo head.
-struct CudaAttentionIO {
-  const void* q = nullptr;
-  void* out = nullptr;
-  float* lse = nullptr;
-};
 
 // Rows one PAC task holds: 4 warps × one 16-row m16n8k16 tile each.
 inline constexpr int kCudaMaxTileRows = 64;
@@ -55,11 +52,18 @@ int cuda_device_count() noexcept;
 struct CudaDeviceInfo {
   int device = 0;         // the current device
   std::string name;
+  int compute_capability = 0;  // e.g. 90
   int sm_count = 0;
   int blocks_per_sm = 0;  // resident PAC blocks per SM for the head_dim and dtype asked for
 };
-// Throws codec::Error for an unsupported head_dim or dtype, or on a CUDA error.
+// Throws codec::Error for an unsupported head_dim or dtype, for a device this
+// build has no kernel image for (naming the device's architecture and the
+// build's, CODEC_CUDA_ARCHITECTURES), or on a CUDA error.
 CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype);
+
+// The CUDA architectures this library's kernels were built for, as CMake's
+// CMAKE_CUDA_ARCHITECTURES names them (e.g. "80-real,90a-real").
+const char* cuda_built_architectures();
 
 // Planner options for the current device: num_blocks = SMs × resident PAC
 // blocks per SM (e.g. 132 × 2 = 264 on an H200 at head_dim 128), so the plan's
@@ -73,12 +77,41 @@ PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype);
 // Device workspace of a plan: the packed plan (Plan::bytes(), padded to 256
 // bytes), then Plan::workspace() (fp32 partial o [slots, D], fp32 lse [slots]).
 std::size_t cuda_workspace_bytes(const Plan& plan);
+// The same for every plan packed at `capacity`.
+std::size_t cuda_workspace_bytes(const PlanCapacity& capacity, int head_dim);
+
+// The capacity with the most partial slots whose workspace fits `bytes`, for
+// batches of at most max_requests requests over at most max_page_entries
+// page-table entries, planned with `options` (its num_blocks and
+// max_tile_rows). Throws when not even one slot fits, naming the bytes the
+// fixed part alone takes.
+PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_t max_page_entries,
+                                const HeadConfig& heads, const PlannerOptions& options);
 
 // One cudaMemcpyAsync of plan.bytes() into the head of `workspace` (device
 // memory, 256-byte aligned as cudaMalloc returns, at least
-// cuda_workspace_bytes(plan) bytes). The host Plan must stay alive, unchanged,
-// until the copy has completed on `stream`. Call it outside graph capture.
+// cuda_workspace_bytes(plan) bytes). The copy is from pageable memory, so the
+// call waits for the stream's earlier work; the host Plan must stay alive,
+// unchanged, until the copy has completed. Call it outside graph capture.
 void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream);
+
+// Uploads successive plans without waiting for the GPU: each plan is copied
+// into pinned host memory and from there by an async copy on the stream, so
+// the host may plan the next step while the GPU runs this one. Two staging
+// buffers take turns; an upload waits only while the copy two uploads back is
+// still pending. Outside graph capture, one device per instance.
+class CudaPlanStaging {
+ public:
+  CudaPlanStaging();
+  ~CudaPlanStaging();
+  CudaPlanStaging(const CudaPlanStaging&) = delete;
+  CudaPlanStaging& operator=(const CudaPlanStaging&) = delete;
+  void upload(const Plan& plan, std::span<std::byte> workspace, CudaStream stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // What run_cuda launches: both kernels, or partial attention alone, which
 // leaves the rows PAC does not write (those with other than one partial)
@@ -88,12 +121,22 @@ enum class CudaStages { all, partial_attention };
 // Attention of every (request, qo head) row of the plan: PAC, then the merge
 // of rows with more than one partial. `plan` must be the one uploaded into
 // `workspace` (kernels read the device copy; the host Plan supplies sizes and
-// is validated against kv). kv holds device pointers; its dtype (fp16/bf16),
-// head_dim, num_kv_heads and page_size must match the plan; k, v, q, out and
-// the byte size of every stride must be 16-byte aligned (cp.async copies).
+// is validated against kv and io), or for a plan packed at a capacity any plan
+// at the same capacity. kv, q, out and lse are device pointers; kv's dtype
+// (fp16/bf16), head_dim, num_kv_heads and page_size, and q's and out's dtype
+// and shape must match the plan (AttentionIO); k, v, q, out and the byte size
+// of every KV, q and out stride must be 16-byte aligned (cp.async copies).
 // Validation is on the host and O(1): it reads the facts the Plan derived from
 // its arrays when it was built (Plan::extent), not the task and page lists.
-void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace,
+void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
               CudaStream stream, CudaStages stages = CudaStages::all);
+
+// merge_states_cpu (cpu_engine.hpp) on device tensors, on `stream`.
+void cuda_merge_states(const QueryRows& o_a, const LseRows& lse_a, const QueryRows& o_b, const LseRows& lse_b,
+                       const OutputRows& out, const LseRows& lse_out, LseBase base, CudaStream stream);
+
+// copy_pages_cpu (cpu_engine.hpp) on a device pool, on `stream`: the copies
+// travel in the launches' parameters, so nothing is allocated or waited for.
+void cuda_copy_pages(const PagedKV& kv, std::span<const PageCopy> copies, CudaStream stream);
 
 }  // namespace codec

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "codec/core/dtype.hpp"
 #include "codec/core/hd.hpp"
 #include "codec/core/heads.hpp"
 
@@ -48,7 +49,10 @@ struct PlanView {
   int num_tasks = 0;
   int num_blocks = 0;    // m: persistent workers; block b runs tasks[block_indptr[b] .. block_indptr[b+1]) in order
   int num_nodes = 0;
-  int num_requests = 0;  // B; output row of (request, qo head) is request · Hq + qo head
+  // Requests whose rows the merge writes: the plan's batch B, or its capacity
+  // for a plan packed at one, whose requests past B have no partials (their
+  // rows come out as the empty state). A run narrows it to its out.batch.
+  int num_requests = 0;
   int num_slots = 0;     // partial states in the workspace
   int group = 0;         // G = Hq / Hkv
   int num_qo_heads = 0;
@@ -110,6 +114,37 @@ struct PlanArrays {
   std::vector<PartialRef> partials;
 };
 
+// Sizes a plan's arrays may take. A plan packed at a capacity keeps every
+// array at an offset that depends on the capacity alone, and its workspace
+// holds `slots` partials whatever it uses: every plan packed at one capacity
+// fits one workspace layout, so a CUDA graph captured with one of them replays
+// any other uploaded in its place (re-planning without re-capture).
+struct PlanCapacity {
+  int requests = 0;  // rows a run may cover; a batch may be smaller
+  int blocks = 0;    // m: every plan at this capacity has exactly this many blocks
+  int nodes = 0;
+  std::int64_t node_pages = 0;
+  std::int64_t node_reqs = 0;
+  std::int64_t tasks = 0;
+  std::int64_t partials = 0;
+  std::int64_t slots = 0;
+
+  // The capacity for every batch of at most max_requests requests whose page
+  // tables hold at most max_page_entries entries, planned with max_tile_rows
+  // rows per task on `blocks` blocks, with `slots` partial slots. The other
+  // sizes are bounds that hold for any such batch:
+  //   nodes ≤ 2·max_requests − 1 (a compressed trie of that many paths) and
+  //     ≤ max_page_entries (every node of a derived forest has a page);
+  //   node_pages ≤ max_page_entries (a shared page is listed once);
+  //   node_reqs = Σ over requests of the nodes on its path ≤ max_page_entries;
+  //   partials = slots / Hq (every partial is one slot per qo head);
+  //   tasks ≤ slots / min(G, max_tile_rows / 2) (a row tile holds at least G
+  //     rows, or more than half a tile when a node has several).
+  static PlanCapacity for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
+                                  int max_tile_rows, int blocks, std::int64_t slots);
+  void validate() const;
+};
+
 // What every run checks, derived from the arrays once when the Plan is built,
 // so that a run's host-side validation costs O(1) rather than a pass over the
 // task and page lists per layer.
@@ -120,7 +155,9 @@ struct PlanExtent {
   std::int32_t min_page = 0;  // range of node_pages (max_page < min_page: no pages)
   std::int32_t max_page = -1;
   // Some request has other than one partial: its rows need the merge (with
-  // none, the merge writes the empty state).
+  // none, the merge writes the empty state). Always true for a plan packed at
+  // a capacity: a run captured in a graph with it must merge for any plan
+  // uploaded in its place.
   bool needs_merge = false;
 };
 
@@ -132,31 +169,49 @@ struct WorkspaceLayout {
   std::size_t bytes = 0;
 };
 
+// A plan records what it was made for (heads, dtype, page size, batch) and
+// every run checks the KV cache and buffers it gets against that.
 class Plan {
  public:
   Plan() = default;
-  Plan(const HeadConfig& heads, int page_size, const PlanArrays& arrays, const PlanStats& stats);
+  // Packs the arrays compactly, or at `capacity` when given (throws naming the
+  // first size that exceeds it).
+  Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays& arrays, const PlanStats& stats,
+       const PlanCapacity* capacity = nullptr);
 
   const HeadConfig& heads() const { return heads_; }
+  DType dtype() const { return dtype_; }
+  int page_size() const { return counts_.page_size; }
+  int num_requests() const { return stats_.num_requests; }  // the batch B it was planned for
   const PlanStats& stats() const { return stats_; }
   PlanStats& stats() { return stats_; }
   const PlanExtent& extent() const { return extent_; }
+  bool has_capacity() const { return has_capacity_; }
 
   // The packed arrays, to copy to a device as they are.
   std::span<const std::byte> bytes() const { return buffer_; }
   PlanView view() const { return view(buffer_.data()); }
   // The same view with its pointers into a copy of bytes() that starts at `base`.
   PlanView view(const void* base) const;
-  WorkspaceLayout workspace() const;
+  WorkspaceLayout workspace() const { return workspace_for(counts_.num_slots, heads_.head_dim); }
+
+  // Bytes of the packed arrays of a plan at `capacity` (bytes().size() of any such plan).
+  static std::size_t packed_bytes(const PlanCapacity& capacity);
+  // The partials' workspace for `slots` slots of head_dim floats.
+  static WorkspaceLayout workspace_for(std::int64_t slots, int head_dim);
 
  private:
+  // The packed arrays in PlanView order; offsets_ holds each one's byte offset.
+  enum Array { kTasks, kBlockIndptr, kNodePageBegin, kNodePages, kNodeReqBegin, kNodeReqs, kNodeSplits,
+               kNodeSlotBase, kPartialIndptr, kPartials, kNumArrays };
   HeadConfig heads_;
-  int page_size_ = 0;
+  DType dtype_ = DType::bf16;
+  bool has_capacity_ = false;
   PlanStats stats_;
   PlanExtent extent_;
   std::vector<std::byte> buffer_;
-  PlanView counts_;                       // sizes filled in, pointers null
-  std::array<std::size_t, 10> offsets_{};  // byte offset of each array, in PlanView order
+  PlanView counts_;                               // sizes filled in, pointers null
+  std::array<std::size_t, kNumArrays> offsets_{};
 };
 
 }  // namespace codec

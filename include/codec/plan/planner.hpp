@@ -1,6 +1,9 @@
 #pragma once
 // The planner (DESIGN §4): a pure host function from a prefix forest, a head
 // configuration and a cost model to a Plan.
+#include <cstdint>
+#include <optional>
+
 #include "codec/cost/cost_model.hpp"
 #include "codec/forest/forest.hpp"
 #include "codec/plan/plan.hpp"
@@ -24,10 +27,23 @@ struct PlannerOptions {
   int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
   SplitPolicy split = SplitPolicy::adaptive;
   int fixed_splits = 1;      // b_k for SplitPolicy::fixed
+  // Most partial slots the plan may use (0: no limit), as a workspace of a
+  // given size holds (cuda_plan_capacity, cpu_workspace_slots): the search
+  // keeps to split vectors within it, and a forest that needs more even
+  // unsplit is an error naming both counts.
+  std::int64_t max_slots = 0;
+  // Packs the plan at this capacity (PlanCapacity): its slots and tasks bound
+  // the search as max_slots does, and a forest beyond its other sizes is an error.
+  std::optional<PlanCapacity> capacity;
   void validate() const;
 };
 
-Plan make_plan(const Forest& forest, const HeadConfig& heads, const CostModel& cost,
+// Partial slots of the forest's unsplit plan: the fewest any plan of it uses
+// (one per qo head of each request on each node with tokens).
+std::int64_t min_slots(const Forest& forest, const HeadConfig& heads);
+
+// `dtype` is that of the KV cache and queries the plan will run on; a run checks it.
+Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
                const PlannerOptions& options);
 
 }  // namespace codec

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_check.hpp"
-#include "codec/engine/run_checks.hpp"
+#include "engine/run_checks.hpp"
 #include "kernel_traits.cuh"
 #include "merge.cuh"
 #include "pac.cuh"
@@ -48,9 +50,7 @@ decltype(auto) dispatch_config(int head_dim, DType dtype, F&& f) {
   CODEC_FAIL("CUDA engine: dtype ", to_string(dtype), " is not supported (fp16 or bf16)");
 }
 
-std::size_t plan_region_bytes(const Plan& plan) {
-  return (plan.bytes().size() + kPlanAlign - 1) / kPlanAlign * kPlanAlign;
-}
+std::size_t plan_region_bytes(std::size_t plan_bytes) { return (plan_bytes + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
 
 bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
@@ -63,22 +63,23 @@ void check_workspace(const Plan& plan, std::span<std::byte> workspace, const cha
               " bytes the plan needs (cuda_workspace_bytes)");
 }
 
-void validate_run(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace) {
+void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cuda");
   CODEC_CHECK(kv.dtype == DType::f16 || kv.dtype == DType::bf16, "run_cuda: kv.dtype ", to_string(kv.dtype),
               " is not supported on CUDA (fp16 or bf16)");
-  CODEC_CHECK(io.q != nullptr, "run_cuda: io.q must not be null");
-  CODEC_CHECK(io.out != nullptr, "run_cuda: io.out must not be null");
+  check_io(plan, io, /*out_f32=*/false, "run_cuda");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
-  const std::pair<const void*, const char*> pointers[] = {{kv.k, "kv.k"}, {kv.v, "kv.v"}, {io.q, "io.q"},
-                                                          {io.out, "io.out"}};
+  const std::pair<const void*, const char*> pointers[] = {{kv.k, "kv.k"}, {kv.v, "kv.v"}, {io.q.data, "q"},
+                                                          {io.out.data, "out"}};
   for (const auto& [ptr, name] : pointers)
     CODEC_CHECK(aligned(ptr, 16), "run_cuda: ", name, " ", ptr, " is not 16-byte aligned");
-  CODEC_CHECK(aligned(io.lse, alignof(float)), "run_cuda: io.lse ", static_cast<const void*>(io.lse),
+  CODEC_CHECK(aligned(io.lse.data, alignof(float)), "run_cuda: lse ", static_cast<const void*>(io.lse.data),
               " is not 4-byte aligned");
   const std::int64_t elem = std::int64_t(dtype_size(kv.dtype));
   const std::pair<std::int64_t, const char*> strides[] = {
-      {kv.stride_page, "kv.stride_page"}, {kv.stride_token, "kv.stride_token"}, {kv.stride_head, "kv.stride_head"}};
+      {kv.stride_page, "kv.stride_page"},   {kv.stride_token, "kv.stride_token"}, {kv.stride_head, "kv.stride_head"},
+      {io.q.stride_batch, "q.stride_batch"}, {io.q.stride_head, "q.stride_head"},
+      {io.out.stride_batch, "out.stride_batch"}, {io.out.stride_head, "out.stride_head"}};
   for (const auto& [stride, name] : strides)
     CODEC_CHECK(stride * elem % 16 == 0, "run_cuda: ", name, " ", stride, " elements (", stride * elem,
                 " bytes) is not a multiple of 16 bytes");
@@ -99,17 +100,29 @@ int cuda_device_count() noexcept {
   return count;
 }
 
+const char* cuda_built_architectures() { return CODEC_CUDA_ARCHITECTURES; }
+
 CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
   CudaDeviceInfo info;
-  // dispatch first: an unsupported configuration is reported as such, GPU or not
-  info.blocks_per_sm = dispatch_config(heads.head_dim, dtype, [](auto dim, auto type) {
-    return cuda::pac_blocks_per_sm<decltype(dim)::value, typename decltype(type)::type>();
+  // an unsupported configuration is reported as such, GPU or not
+  const auto has_image = dispatch_config(heads.head_dim, dtype, [](auto dim, auto type) {
+    return &cuda::pac_has_image<decltype(dim)::value, typename decltype(type)::type>;
   });
   CODEC_CUDA_CHECK(cudaGetDevice(&info.device));
   cudaDeviceProp prop{};
   CODEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, info.device));
   info.name = prop.name;
+  info.compute_capability = 10 * prop.major + prop.minor;
   info.sm_count = prop.multiProcessorCount;
+  // Without a kernel image for the device a launch would fail deep inside a
+  // run; say so here, where plans are made.
+  CODEC_CHECK(has_image(), "CUDA device ", info.device, " (", info.name, ") is sm_", info.compute_capability,
+              ", but this CoDec build has kernels for CUDA architectures ", cuda_built_architectures(),
+              " only: rebuild with -DCMAKE_CUDA_ARCHITECTURES=", info.compute_capability,
+              info.compute_capability == 90 ? "a" : "", "-real");
+  info.blocks_per_sm = dispatch_config(heads.head_dim, dtype, [](auto dim, auto type) {
+    return cuda::pac_blocks_per_sm<decltype(dim)::value, typename decltype(type)::type>();
+  });
   CODEC_CHECK(info.blocks_per_sm >= 1, "PAC kernel for head_dim ", heads.head_dim, " ", to_string(dtype),
               " cannot be resident on ", info.name);
   return info;
@@ -124,35 +137,106 @@ PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype) {
   return options;
 }
 
-std::size_t cuda_workspace_bytes(const Plan& plan) { return plan_region_bytes(plan) + plan.workspace().bytes; }
+std::size_t cuda_workspace_bytes(const Plan& plan) { return plan_region_bytes(plan.bytes().size()) + plan.workspace().bytes; }
+
+std::size_t cuda_workspace_bytes(const PlanCapacity& capacity, int head_dim) {
+  return plan_region_bytes(Plan::packed_bytes(capacity)) + Plan::workspace_for(capacity.slots, head_dim).bytes;
+}
+
+PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_t max_page_entries,
+                                const HeadConfig& heads, const PlannerOptions& options) {
+  options.validate();
+  auto capacity = [&](std::int64_t slots) {
+    return PlanCapacity::for_batches(max_requests, max_page_entries, heads, options.max_tile_rows, options.num_blocks,
+                                     slots);
+  };
+  const std::size_t fixed = cuda_workspace_bytes(capacity(0), heads.head_dim);
+  CODEC_CHECK(fixed < bytes, "workspace of ", bytes, " bytes is too small: the plan arrays for ", max_requests,
+              " requests and ", max_page_entries, " page-table entries alone take ", fixed, " bytes");
+  // The bytes grow with the slots: bisect for the most that fit (at most 2^31 − 1).
+  std::int64_t lo = 0, hi = std::min<std::int64_t>(std::int64_t(bytes / (4 * (heads.head_dim + 1))) + 1,
+                                                   std::numeric_limits<std::int32_t>::max());
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (cuda_workspace_bytes(capacity(mid), heads.head_dim) <= bytes ? lo : hi) = mid;
+  }
+  return capacity(lo);
+}
 
 void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream) {
   check_workspace(plan, workspace, "cuda_upload_plan");
   const std::span<const std::byte> bytes = plan.bytes();
-  if (!bytes.empty())
-    CODEC_CUDA_CHECK(
-        cudaMemcpyAsync(workspace.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+  CODEC_CUDA_CHECK(cudaMemcpyAsync(workspace.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
 }
 
-void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, std::span<std::byte> workspace,
+struct CudaPlanStaging::Impl {
+  struct Buffer {
+    void* host = nullptr;  // pinned
+    std::size_t bytes = 0;
+    cudaEvent_t copied = nullptr;  // recorded after the copy out of it
+  };
+  Buffer buffers[2];
+  int next = 0;
+  int device = -1;
+
+  ~Impl() {
+    for (Buffer& b : buffers) {
+      if (b.copied) cudaEventDestroy(b.copied);
+      if (b.host) cudaFreeHost(b.host);
+    }
+  }
+};
+
+CudaPlanStaging::CudaPlanStaging() : impl_(std::make_unique<Impl>()) {}
+CudaPlanStaging::~CudaPlanStaging() = default;
+
+void CudaPlanStaging::upload(const Plan& plan, std::span<std::byte> workspace, CudaStream stream) {
+  check_workspace(plan, workspace, "CudaPlanStaging::upload");
+  Impl& s = *impl_;
+  int device = 0;
+  CODEC_CUDA_CHECK(cudaGetDevice(&device));
+  CODEC_CHECK(s.device < 0 || s.device == device, "CudaPlanStaging::upload: called on device ", device,
+              " after device ", s.device, " (one staging per device)");
+  s.device = device;
+  Impl::Buffer& b = s.buffers[s.next];
+  s.next ^= 1;
+  const std::span<const std::byte> bytes = plan.bytes();
+  if (b.copied) CODEC_CUDA_CHECK(cudaEventSynchronize(b.copied));  // its previous copy has left it
+  if (b.bytes < bytes.size()) {
+    if (b.host) CODEC_CUDA_CHECK(cudaFreeHost(b.host));
+    b.host = nullptr;
+    b.bytes = 0;
+    CODEC_CUDA_CHECK(cudaMallocHost(&b.host, bytes.size()));
+    b.bytes = bytes.size();
+  }
+  if (!b.copied) CODEC_CUDA_CHECK(cudaEventCreateWithFlags(&b.copied, cudaEventDisableTiming));
+  std::memcpy(b.host, bytes.data(), bytes.size());
+  CODEC_CUDA_CHECK(cudaMemcpyAsync(workspace.data(), b.host, bytes.size(), cudaMemcpyHostToDevice, stream));
+  CODEC_CUDA_CHECK(cudaEventRecord(b.copied, stream));
+}
+
+void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
               CudaStream stream, CudaStages stages) {
   validate_run(plan, kv, io, workspace);
-  const PlanView device = plan.view(workspace.data());
+  PlanView device = plan.view(workspace.data());
+  device.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
   const WorkspaceLayout layout = plan.workspace();
-  std::byte* partials = workspace.data() + plan_region_bytes(plan);
+  std::byte* partials = workspace.data() + plan_region_bytes(plan.bytes().size());
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
-  // The merge is needed unless every row was written by its single PAC task.
+  // The merge is needed unless every row was written by its single PAC task
+  // (always, for a plan at a capacity: PlanExtent::needs_merge).
   const bool merge = plan.extent().needs_merge && stages == CudaStages::all;
   // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;
   if (merge) {
-    int device = 0, major = 0;
-    CODEC_CUDA_CHECK(cudaGetDevice(&device));
-    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    int dev = 0, major = 0;
+    CODEC_CUDA_CHECK(cudaGetDevice(&dev));
+    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     programmatic = major >= 9;
   }
+  const float lse_scale = codec::lse_scale(io.lse_base);
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
@@ -164,9 +248,13 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
                             .stride_page = kv.stride_page,
                             .stride_token = kv.stride_token,
                             .stride_head = kv.stride_head,
-                            .q = io.q,
-                            .out = io.out,
-                            .lse = io.lse,
+                            .q = io.q.data,
+                            .q_rows = io.q.strides(),
+                            .out = io.out.data,
+                            .out_rows = io.out.strides(),
+                            .lse = io.lse.data,
+                            .lse_rows = io.lse.strides(),
+                            .lse_scale = lse_scale,
                             .part_o = part_o,
                             .part_lse = part_lse,
                             .sm_scale = plan.heads().scale()},
@@ -175,8 +263,11 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const CudaAttentionIO& io, st
       cuda::launch_merge<D, T>({.plan = device,
                                 .part_o = part_o,
                                 .part_lse = part_lse,
-                                .out = io.out,
-                                .lse = io.lse,
+                                .out = io.out.data,
+                                .out_rows = io.out.strides(),
+                                .lse = io.lse.data,
+                                .lse_rows = io.lse.strides(),
+                                .lse_scale = lse_scale,
                                 .warps_per_row = cuda::merge_warps_per_row<D>(plan.extent().max_partials)},
                                programmatic, stream);
   });

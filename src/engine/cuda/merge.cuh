@@ -20,8 +20,9 @@
 
 #include "codec/core/error.hpp"
 #include "codec/core/state.hpp"
-#include "codec/plan/plan.hpp"
+#include "codec/engine/attention_io.hpp"
 #include "codec/engine/cuda_check.hpp"
+#include "codec/plan/plan.hpp"
 #include "kernel_traits.cuh"
 
 namespace codec::cuda {
@@ -30,8 +31,11 @@ struct MergeParams {
   PlanView plan;          // views the plan copy at the head of the workspace
   const float* part_o;    // [slots, D] fp32 normalised partial outputs
   const float* part_lse;  // [slots] fp32 natural log
-  void* out;              // [B, Hq, D], KV dtype
-  float* lse;             // [B, Hq] natural log, or null
+  void* out;              // row (request, qo head) at out_rows.at(request, head), KV dtype
+  RowStrides out_rows;
+  float* lse;             // lse of (request, qo head) at lse_rows.at(request, head), or null
+  RowStrides lse_rows;
+  float lse_scale;        // 1 (natural log) or log2(e) (base 2)
   int warps_per_row = 1;  // 1, 2 or 4 (merge_warps_per_row)
 };
 
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   const float inv_l = w.l > 0.f ? 1.f / w.l : 0.f;
   const float lse = w.l > 0.f ? w.m + logf(w.l) : kNegInf;
   // the row in the KV dtype, kVec / 2 packed pairs per lane and access
-  T* out = static_cast<T*>(p.out) + std::int64_t(row) * D;
+  T* out = static_cast<T*>(p.out) + p.out_rows.at(req, head);
 #pragma unroll
   for (int a = 0; a < Tr::kAccesses; ++a) {
     std::uint32_t packed[Tr::kVec / 2];
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
     else
       *reinterpret_cast<std::uint32_t*>(at) = packed[0];
   }
-  if (lane == 0 && p.lse != nullptr) p.lse[row] = lse;
+  if (lane == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req, head)] = lse * p.lse_scale;
 }
 
 // ---------------------------------------------------------------- host launcher

@@ -36,8 +36,9 @@
 #include <type_traits>
 
 #include "codec/core/state.hpp"
-#include "codec/plan/plan.hpp"
+#include "codec/engine/attention_io.hpp"
 #include "codec/engine/cuda_check.hpp"
+#include "codec/plan/plan.hpp"
 #include "kernel_traits.cuh"
 #include "wgmma.cuh"
 
@@ -50,9 +51,13 @@ struct PacParams {
   std::int64_t stride_page;    // strides in elements; each a multiple of 16 bytes
   std::int64_t stride_token;
   std::int64_t stride_head;
-  const void* q;               // [B, Hq, D], KV dtype
-  void* out;                   // [B, Hq, D], KV dtype: rows whose request has a single partial
-  float* lse;                  // [B, Hq] natural log, or null
+  const void* q;               // row (request, qo head) at q_rows.at(request, head), D elements, KV dtype
+  RowStrides q_rows;           //   (each row start 16-byte aligned)
+  void* out;                   // likewise, KV dtype: rows whose request has a single partial
+  RowStrides out_rows;
+  float* lse;                  // lse of (request, qo head) at lse_rows.at(request, head), or null
+  RowStrides lse_rows;
+  float lse_scale;             // 1 (natural log) or log2(e) (base 2)
   float* part_o;               // [slots, D] fp32 normalised partial outputs
   float* part_lse;             // [slots] fp32 natural log
   float sm_scale;
@@ -531,7 +536,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     for (int i = tid; i < q_rows * Tr::kChunks; i += Tr::kThreads) {
       const int r = i / Tr::kChunks, cq = i % Tr::kChunks, v = task.row_begin + r;
       const T* src = q;
-      if (r < rows) src += (std::int64_t(reqs[v / G]) * plan.num_qo_heads + task.kv_head * G + v % G) * D + 8 * cq;
+      if (r < rows) src += p.q_rows.at(reqs[v / G], task.kv_head * G + v % G) + 8 * cq;
       cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, cq), src, r < rows);
     }
   }
@@ -620,11 +625,10 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     }
     const int v = task.row_begin + r;
     if (ssingle[r]) {
-      const int req = reqs[v / G];
-      const std::int64_t row = std::int64_t(req) * plan.num_qo_heads + task.kv_head * G + v % G;
+      const int req = reqs[v / G], head = task.kv_head * G + v % G;
       const uint2 packed = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
-      *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
-      if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
+      *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + p.out_rows.at(req, head) + d) = packed;
+      if (d == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req, head)] = lse * p.lse_scale;
     } else {
       const std::int64_t slot = task.slot0 + v;
       *reinterpret_cast<float4*>(p.part_o + slot * D + d) = acc;
@@ -689,6 +693,19 @@ void set_pac_smem_limit() {
   if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
 }
 
+// Whether this build holds a kernel image the current device can run.
+template <int D, typename T>
+bool pac_has_image() {
+  cudaFuncAttributes attributes{};
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T>);
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+    cudaGetLastError();  // an answer, not a failure: clear it
+    return false;
+  }
+  CODEC_CUDA_CHECK(err);
+  return true;
+}
+
 // Resident PAC blocks per SM on the current device (registers and shared memory).
 template <int D, typename T>
 int pac_blocks_per_sm() {
@@ -702,7 +719,6 @@ int pac_blocks_per_sm() {
 // One block per plan block.
 template <int D, typename T>
 void launch_pac(const PacParams& params, cudaStream_t stream) {
-  if (params.plan.num_tasks == 0) return;
   using Tr = PacTraits<D, T>;
   set_pac_smem_limit<D, T>();
   pac_kernel<D, T><<<params.plan.num_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
