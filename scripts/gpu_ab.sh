@@ -8,6 +8,10 @@
 #   mkdir -p abtmp && git show REV:src/engine/cuda/pac.cuh > abtmp/pac.cuh
 #   CODEC_AB_ROUNDS=2 bash scripts/gpu_ab.sh "$OUT" src/engine/cuda/pac.cuh -- \
 #     "--workload batch:64" "--workload long --model gemma2-9b"
+# With CODEC_AB_OLD_TREE=abtmp/old.tar the old build is that whole tree
+# instead (a change across the API), made beforehand with e.g.
+#   git archive -o abtmp/old.tar REV CMakeLists.txt cmake include src tests bench data
+# and no FILE is named.
 # The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
 #   ### old|new rROUND ARGS | the bench row (workload, times in ms, ...)
 set -uo pipefail
@@ -18,7 +22,9 @@ out=$1; shift
 files=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do files+=("$1"); shift; done
 [ $# -gt 0 ] && shift
-[ ${#files[@]} -gt 0 ] && [ $# -gt 0 ] || usage
+[ $# -gt 0 ] || usage
+[ ${#files[@]} -gt 0 ] || [ -n "${CODEC_AB_OLD_TREE:-}" ] || usage
+[ -z "${CODEC_AB_OLD_TREE:-}" ] || [ -f "$CODEC_AB_OLD_TREE" ] || { echo "!! $CODEC_AB_OLD_TREE missing" >&2; exit 1; }
 for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "!! $f: no such file in the working tree" >&2; exit 1; }
   [ -f "abtmp/$(basename "$f")" ] || { echo "!! abtmp/$(basename "$f") missing: old and new would be one build" >&2; exit 1; }
@@ -27,8 +33,13 @@ rounds=${CODEC_AB_ROUNDS:-1}
 old=/tmp/codec_ab_old
 mkdir -p "$out"
 {
-  rm -rf "$old" && mkdir -p "$old" && tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$old"
-  for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
+  rm -rf "$old" && mkdir -p "$old"
+  if [ -n "${CODEC_AB_OLD_TREE:-}" ]; then
+    tar -xf "$CODEC_AB_OLD_TREE" -C "$old"
+  else
+    tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$old"
+    for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
+  fi
   (cd "$old" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
      cmake --build build -j 8 --target codec_tool > "$out/build_old.log" 2>&1 || echo "!! old build failed") &
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&

@@ -4,15 +4,19 @@
 # test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
 # to the folder given as $1 (default: results/gpu-local).
 #   bash scripts/gpu_run.sh "$OUT"
-# Set CODEC_GPU_STEPS to a subset of "build test sanitize profile bench roofline ablation ncu peers" to run
-# fewer steps; the default is all but roofline (the roofline-vs-table comparison of results/h200/run5) and
-# peers (FlashInfer, cuDNN and flex_attention side by side: FlashInfer needs the wheels
+# Set CODEC_GPU_STEPS to a subset of "build test python arch sanitize profile bench roofline ablation ncu
+# peers pybench" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
+# results/h200/run5), peers (FlashInfer, cuDNN and flex_attention side by side: FlashInfer needs the wheels
 # scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
-# workloads and peer families).
+# workloads and peer families) and pybench (bench/python_api.py: host time of plan and run through the
+# Python API beside FlashInfer's, and its kernel time against codec bench's).
+#   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
+#           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there)
+#   arch:   a build for sm_80 only must refuse this GPU with a clear error, not fail a launch
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu-local}
-steps=${CODEC_GPU_STEPS:-build test sanitize profile bench ablation ncu}
+steps=${CODEC_GPU_STEPS:-build test python arch sanitize profile bench ablation ncu}
 mkdir -p "$out"
 status=0
 step() { [[ " $steps " == *" $1 "* ]]; }
@@ -43,10 +47,41 @@ if step test; then
   run build_sm90 cmake --build build-sm90 -j "$(nproc)" --target test_engine_cuda
   run test_sm90_generic ./build-sm90/tests/test_engine_cuda
 fi
+# Only FlashInfer needs wheels (the python, peers and pybench steps); without them the rest still runs.
+install_wheels() {
+  [ -d build-gpu/site ] && return 0
+  if compgen -G ".whl/*.whl" > /dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target build-gpu/site \
+      .whl/*.whl > "$out/wheels_install.log" 2>&1 || { echo "!! wheel install failed"; status=1; }
+  fi
+}
+export PYTHONPATH="$PWD/build-gpu/pysite:$PWD/build-gpu/site${PYTHONPATH:+:$PYTHONPATH}"
+export FLASHINFER_WORKSPACE_BASE="$PWD/build-gpu/fi-jit" FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS="$(nproc)"
+export PYTHONUNBUFFERED=1
+if step python; then
+  install_wheels
+  # Offline, with the machine's scikit-build-core and nanobind, for this GPU only (a faster build).
+  run pip_install python3 -m pip install --no-build-isolation --no-deps --upgrade --target build-gpu/pysite \
+    -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=build-gpu/python .
+  run pytest python3 -m pytest -rs -q -p no:cacheprovider tests/python
+fi
+if step arch; then
+  run configure_sm80 cmake -S . -B build-sm80 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=80-real \
+    -DCODEC_BUILD_TESTS=OFF -DCODEC_BUILD_BENCH=OFF
+  run build_sm80 cmake --build build-sm80 -j "$(nproc)" --target codec_tool
+  echo "== arch: a build without sm_90 kernels on this GPU"
+  ./build-sm80/codec bench --backend cuda --workload depth:2 > "$out/arch.log" 2>&1
+  code=$?
+  cat "$out/arch.log"
+  if [ $code -ne 2 ] || ! grep -q "but this CoDec build has kernels for CUDA architectures 80-real only" "$out/arch.log"; then
+    echo "!! arch: expected exit 2 and the architecture error, got exit $code"; status=1
+  fi
+fi
 if step sanitize; then
   san="compute-sanitizer --error-exitcode 1"
   t=./build-gpu/tests/test_engine_cuda
-  run memcheck $san --tool memcheck $t --gtest_filter='CudaEngine.EdgeCases:CudaEngine.ManyPartialsPerRow'
+  run memcheck $san --tool memcheck $t \
+    --gtest_filter='CudaEngine.EdgeCases:CudaEngine.ManyPartialsPerRow:CudaEngine.StridedQueryOutputAndLse:CudaEngine.GraphReplaysEveryPlanAtOneCapacity:CudaEngine.MergeStatesAndCopyPagesMatchTheCpu'
   run racecheck $san --tool racecheck $t --gtest_filter=CudaEngine.LayoutsGiveBitIdenticalResults
   run synccheck $san --tool synccheck $t --gtest_filter=CudaEngine.EmptyNodesContributeNothing
   run initcheck $san --tool initcheck $t --gtest_filter=CudaEngine.EdgeCases
@@ -87,18 +122,14 @@ if step ncu; then
   python3 scripts/ncu_summary.py "$out" | tee "$out/ncu_summary.txt"
 fi
 if step peers; then
-  # Offline machine: FlashInfer comes from the wheels in .whl/ (scripts/fetch_peer_wheels.sh); its JIT
-  # output is kept in the build folder, so a warm machine compiles each kernel once.
-  # Only FlashInfer needs wheels; without them the torch-only peers (cuDNN, flex_attention) still run.
-  if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target build-gpu/site \
-      .whl/*.whl > "$out/peers_install.log" 2>&1 || { echo "!! peers: wheel install failed"; status=1; }
-  fi
-  export PYTHONPATH="$PWD/build-gpu/site${PYTHONPATH:+:$PYTHONPATH}" FLASHINFER_WORKSPACE_BASE="$PWD/build-gpu/fi-jit"
-  export FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS="$(nproc)" PYTHONUNBUFFERED=1
+  install_wheels
   mkdir -p "$out/peers"
   run peers/peers python3 bench/peers.py --codec build-gpu/codec --out "$out/peers" \
     ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"} ${CODEC_PEERS:+--peers "$CODEC_PEERS"}
+fi
+if step pybench; then
+  install_wheels
+  run python_api python3 bench/python_api.py --codec build-gpu/codec --out "$out"
 fi
 echo "== gpu_run status $status"
 exit $status

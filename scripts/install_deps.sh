@@ -8,6 +8,7 @@ packages=(
   libbenchmark-dev       # Google Benchmark: planner speed
   nlohmann-json3-dev     # JSON: workload files, cost tables, --json output
   libcli11-dev           # CLI11: the codec command line
+  python3-dev python3-venv  # the Python package: headers for its extension, a venv for its tests
 )
 missing=()
 for p in "${packages[@]}"; do

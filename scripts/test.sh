@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the release build, then the same suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer. Fails on the first failure.
+# Builds and runs every test: the C++ suite in the release build, then under
+# AddressSanitizer + UndefinedBehaviorSanitizer; the C++ package (install, a
+# consumer project); the Python package (`pip install .` into a virtual
+# environment, then pytest). Fails on the first failure. GPU tests report
+# themselves skipped without a GPU; torch tests without torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -12,3 +15,14 @@ for preset in release asan; do
   echo "== $preset: tests"
   ctest --preset "$preset" -j "$jobs"
 done
+echo "== C++ package: library-only configure, install, consumer project"
+bash tests/package/check_package.sh build
+echo "== Python package: pip install . and pytest"
+venv=build/venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+"$venv/bin/python" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "pytest>=7"
+# No build isolation: the build tools above, and the build folder
+# (build/python-*) kept between runs.
+"$venv/bin/python" -m pip install -q --no-build-isolation .
+"$venv/bin/python" -m pytest -rs -q -p no:cacheprovider tests/python

@@ -29,7 +29,6 @@ bool disjoint(std::initializer_list<std::pair<std::int64_t, std::int64_t>> dims)
 
 void check_plan_and_kv(const Plan& plan, const PagedKV& kv, const char* engine) {
   CODEC_CHECK(!plan.bytes().empty(), engine, ": the plan is empty (default-constructed); make one with make_plan");
-  kv.validate();
   const HeadConfig& h = plan.heads();
   CODEC_CHECK(kv.dtype == plan.dtype(), engine, ": kv.dtype ", to_string(kv.dtype), " but the plan was made for ",
               to_string(plan.dtype()));
@@ -39,6 +38,7 @@ void check_plan_and_kv(const Plan& plan, const PagedKV& kv, const char* engine) 
               h.head_dim);
   CODEC_CHECK(kv.page_size == plan.page_size(), engine, ": kv.page_size ", kv.page_size,
               " but the plan was made for ", plan.page_size());
+  kv.validate();  // after the comparisons with the plan, whose messages say more
   const PlanExtent& e = plan.extent();
   if (e.max_page >= e.min_page)
     CODEC_CHECK(e.min_page >= 0 && e.max_page < kv.num_pages, engine, ": plan pages span [", e.min_page, ", ",

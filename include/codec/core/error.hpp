@@ -12,13 +12,19 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A CUDA call or launch failed: the input was fine, the device or driver was not.
+class CudaError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
-template <typename... Args>
+template <typename E = Error, typename... Args>
 [[noreturn]] void fail(const char* file, int line, const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   os << " [" << file << ":" << line << "]";
-  throw Error(os.str());
+  throw E(os.str());
 }
 }  // namespace detail
 

@@ -1,5 +1,5 @@
 #pragma once
-// Every CUDA call and kernel launch is checked: a failure throws codec::Error
+// Every CUDA call and kernel launch is checked: a failure throws codec::CudaError
 // with the call, the CUDA error string, file and line. Debug builds (no NDEBUG)
 // also synchronise after each launch so a fault names the kernel that caused
 // it, except while the stream is being captured into a graph (a synchronise
@@ -12,8 +12,8 @@
   do {                                                                                                      \
     const cudaError_t codec_err_ = (call);                                                                  \
     if (codec_err_ != cudaSuccess)                                                                          \
-      CODEC_FAIL("CUDA error in ", #call, ": ", cudaGetErrorName(codec_err_), " (", cudaGetErrorString(codec_err_), \
-                 ")");                                                                                      \
+      ::codec::detail::fail<::codec::CudaError>(__FILE__, __LINE__, "CUDA error in ", #call, ": ",              \
+                                                cudaGetErrorName(codec_err_), " (", cudaGetErrorString(codec_err_), ")"); \
   } while (0)
 
 namespace codec::cuda {
@@ -30,8 +30,8 @@ inline void check_launch(const char* kernel, cudaStream_t stream, const char* fi
   (void)stream;
 #endif
   if (err != cudaSuccess)
-    detail::fail(file, line, "CUDA error in launch of ", kernel, ": ", cudaGetErrorName(err), " (",
-                 cudaGetErrorString(err), ")");
+    detail::fail<CudaError>(file, line, "CUDA error in launch of ", kernel, ": ", cudaGetErrorName(err), " (",
+                            cudaGetErrorString(err), ")");
 }
 
 }  // namespace codec::cuda

@@ -1,0 +1,165 @@
+"""Test support: seeded random batches over a paged KV cache (forests of
+shared pages, forks, odd lengths), every cache form the wrapper takes, and a
+float64 reference computed from the page tables alone."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Tuple
+
+import numpy as np
+
+# relative L2 tolerances of the outputs (BENCHMARKS.md for fp16/bf16 on the GPU);
+# the CPU engine accumulates in fp32, far inside these
+TOLERANCE = {"float16": 3e-3, "bfloat16": 1e-2, "float32": 1e-5}
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (round to nearest even), as uint16."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16_bits(b: np.ndarray) -> np.ndarray:
+    return (np.asarray(b).astype(np.uint32) << 16).view(np.float32)
+
+
+def store(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x (float32) in numpy storage of `dtype`: float16, float32, or bfloat16 as uint16 bits."""
+    if dtype == "bfloat16":
+        return to_bf16_bits(x)
+    return x.astype(dtype)
+
+
+def widen(x: np.ndarray, dtype: str) -> np.ndarray:
+    return from_bf16_bits(x).astype(np.float64) if dtype == "bfloat16" else np.asarray(x, dtype=np.float64)
+
+
+@dataclass
+class Batch:
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    num_pages: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    last_page_len: np.ndarray
+    k: np.ndarray  # (pages, page_size, Hkv, D) float32, values as stored (rounded to the dtype)
+    v: np.ndarray
+    q: np.ndarray  # (B, Hq, D) float32, rounded likewise
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.last_page_len.size)
+
+
+def random_batch(seed: int, num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
+                 dtype: str = "float32", nodes: int = 5, requests: int = 6, max_node_pages: int = 4,
+                 fork_prob: float = 0.2) -> Batch:
+    """A forest of `nodes` shared nodes of whole pages; each request takes a
+    root-to-node path plus a private tail of any length (a partial last
+    page); some requests are exact forks (they share the partial page too)."""
+    rng = np.random.default_rng(seed)
+    next_page = 0
+    parent, node_pages = [], []
+    for i in range(nodes):
+        parent.append(-1 if i == 0 or rng.random() < 0.2 else int(rng.integers(0, i)))
+        n = int(rng.integers(0, max_node_pages + 1))
+        node_pages.append(list(range(next_page, next_page + n)))
+        next_page += n
+    req_pages: List[List[int]] = []
+    req_last: List[int] = []
+    for r in range(requests):
+        if r > 0 and rng.random() < fork_prob:
+            src = int(rng.integers(0, r))
+            req_pages.append(list(req_pages[src]))
+            req_last.append(req_last[src])
+            continue
+        path, i = [], int(rng.integers(0, nodes))
+        while i >= 0:
+            path.append(i)
+            i = parent[i]
+        pages = [p for i in reversed(path) for p in node_pages[i]]
+        tail = int(rng.integers(0, 3 * page_size + 6))
+        if not pages:
+            tail = max(tail, 1)
+        last = page_size
+        for t in range(0, tail, page_size):
+            pages.append(next_page)
+            next_page += 1
+            last = min(page_size, tail - t)
+        req_pages.append(pages)
+        req_last.append(last)
+    order = rng.permutation(requests)  # requests in any order
+    indptr = np.zeros(requests + 1, np.int32)
+    indptr[1:] = np.cumsum([len(req_pages[r]) for r in order])
+    indices = np.array([p for r in order for p in req_pages[r]], np.int32)
+    last_page_len = np.array([req_last[r] for r in order], np.int32)
+    num_pages = next_page + 3  # unused pages stay in the pool
+
+    def rounded(shape, scale=1.0):
+        x = (rng.uniform(-1, 1, size=shape) * scale).astype(np.float32)
+        return widen(store(x, dtype), dtype).astype(np.float32)
+
+    k = rounded((num_pages, page_size, num_kv_heads, head_dim))
+    v = rounded((num_pages, page_size, num_kv_heads, head_dim))
+    q = rounded((requests, num_qo_heads, head_dim), 3.0)
+    return Batch(num_qo_heads, num_kv_heads, head_dim, page_size, num_pages, indptr, indices, last_page_len, k, v, q)
+
+
+def reference(b: Batch, sm_scale: float = None) -> Tuple[np.ndarray, np.ndarray]:
+    """float64 attention of each request alone, from the page tables; lse natural log."""
+    scale = 1.0 / math.sqrt(b.head_dim) if sm_scale is None else sm_scale
+    group = b.num_qo_heads // b.num_kv_heads
+    out = np.zeros((b.batch_size, b.num_qo_heads, b.head_dim))
+    lse = np.zeros((b.batch_size, b.num_qo_heads))
+    for r in range(b.batch_size):
+        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
+        n = (len(pages) - 1) * b.page_size + int(b.last_page_len[r])
+        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        for h in range(b.num_qo_heads):
+            s = keys[:, h // group] @ b.q[r, h].astype(np.float64) * scale
+            m = s.max()
+            p = np.exp(s - m)
+            out[r, h] = p @ values[:, h // group] / p.sum()
+            lse[r, h] = m + math.log(p.sum())
+    return out, lse
+
+
+def rel_l2(x: np.ndarray, ref: np.ndarray) -> float:
+    x = np.asarray(x, dtype=np.float64)
+    assert not np.isnan(x).any(), "NaN in the output"
+    return float(np.linalg.norm(x - ref) / np.linalg.norm(ref))
+
+
+# ------------------------------------------------------------------ cache forms
+
+CACHE_FORMS = ("interleaved", "tuple", "vllm", "strided")
+
+
+def cache_of(b: Batch, dtype: str, layout: str, form: str):
+    """The batch's KV in one of the forms run() takes, as numpy arrays in `dtype` storage:
+    interleaved: FlashInfer's (pages, 2, page, Hkv, D) / (pages, 2, Hkv, page, D);
+    tuple: (k_cache, v_cache), each (pages, page, Hkv, D) / (pages, Hkv, page, D);
+    vllm: one (2, pages, ...) array passed as (kv[0], kv[1]);
+    strided: k and v views into a larger buffer: padded pages, heads and dims."""
+    k, v = b.k, b.v
+    if layout == "HND":
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    k, v = store(np.ascontiguousarray(k), dtype), store(np.ascontiguousarray(v), dtype)
+    if form == "interleaved":
+        return np.ascontiguousarray(np.stack([k, v], axis=1))
+    if form == "tuple":
+        return (k, v)
+    if form == "vllm":
+        kv = np.ascontiguousarray(np.stack([k, v], axis=0))
+        return (kv[0], kv[1])
+    assert form == "strided"
+    p, a, c, d = k.shape
+    big = np.zeros((2, p + 1, a + 1, c + 2, d + 8), dtype=k.dtype)
+    big[0, 1:, :a, 1:c + 1, :d] = k
+    big[1, 1:, :a, 1:c + 1, :d] = v
+    return (big[0, 1:, :a, 1:c + 1, :d], big[1, 1:, :a, 1:c + 1, :d])
