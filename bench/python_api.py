@@ -7,7 +7,8 @@ host: the host time of `plan` and of `run` (µs, median) at B = 64, 256 and
   and FlashInfer's BatchDecodeWithPagedKVCacheWrapper (tensor-core and
   CUDA-core kernels), both called the way an engine calls them: page tables as
   CPU int32 tensors, `run` on tensors already on the GPU with `out` passed,
-  calls enqueued back to back (each timed alone; the GPU runs behind). The
+  calls enqueued back to back (each timed alone; the GPU runs behind), and
+  again with the GPU drained before each call (`run_idle`). The
   kernel time of each (CUDA-graph replays after a 256 MB L2 flush, as
   bench/peers.py times) sits beside it.
 cli: the kernel time of `codec bench` against the same plan and data run
@@ -48,9 +49,12 @@ def sysprompt_tables(batch, seed=0):
             torch.from_numpy(tails.astype(np.int32)), shared + batch)
 
 
-def median_us(fn, reps):
+def median_us(fn, reps, idle=False):
+    """Median host time of one call; idle: the GPU drained before each call."""
     times = []
     for _ in range(reps):
+        if idle:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e6)
@@ -75,6 +79,7 @@ def host_rows(batches, reps, timer):
         run()
         torch.cuda.synchronize()
         row["codec_run_us"] = median_us(run, reps)
+        row["codec_run_idle_us"] = median_us(run, reps, idle=True)
         torch.cuda.synchronize()
         row["codec_kernel_ms"], _ = timer(run)
         ref = out.clone()
@@ -94,6 +99,7 @@ def host_rows(batches, reps, timer):
             frun()
             torch.cuda.synchronize()
             row[f"fi_{variant}_run_us"] = median_us(frun, reps)
+            row[f"fi_{variant}_run_idle_us"] = median_us(frun, reps, idle=True)
             torch.cuda.synchronize()
             row[f"fi_{variant}_kernel_ms"], _ = timer(frun)
             row[f"fi_{variant}_rel_l2_vs_codec"] = rel_l2(out, ref)
@@ -136,7 +142,7 @@ def main():
     p.add_argument("--codec", default="build-gpu/codec")
     p.add_argument("--batches", default="64,256,1024")
     p.add_argument("--workloads", default="batch:64,long,depth:2")
-    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--reps", type=int, default=200)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     timer = Timer(30)
@@ -150,15 +156,14 @@ def main():
         pass
     with open(os.path.join(a.out, "python_api.json"), "w") as f:
         json.dump(result, f, indent=2)
-    print(f"{'B':>6} {'codec plan us':>14} {'codec run us':>13} {'codec kernel ms':>16} "
-          f"{'fi tc plan':>11} {'fi tc run':>10} {'fi tc ms':>9} {'fi cc plan':>11} {'fi cc run':>10} {'fi cc ms':>9}")
+    print("host us: plan, run (GPU busy), run (GPU idle); kernel ms")
+    print(f"{'B':>6} | {'codec':^30} | {'flashinfer tc':^30} | {'flashinfer cc':^30}")
     for r in result["host"]:
-        def g(k, fmt):
-            return format(r[k], fmt) if k in r else "-"
-        print(f"{r['batch']:>6} {g('codec_plan_us', '14.1f')} {g('codec_run_us', '13.1f')} "
-              f"{g('codec_kernel_ms', '16.4f')} {g('fi_tc_plan_us', '11.1f')} {g('fi_tc_run_us', '10.1f')} "
-              f"{g('fi_tc_kernel_ms', '9.4f')} {g('fi_cc_plan_us', '11.1f')} {g('fi_cc_run_us', '10.1f')} "
-              f"{g('fi_cc_kernel_ms', '9.4f')}")
+        cells = []
+        for pre in ("codec", "fi_tc", "fi_cc"):
+            keys = (f"{pre}_plan_us", f"{pre}_run_us", f"{pre}_run_idle_us", f"{pre}_kernel_ms")
+            cells.append(" ".join(format(r[k], ".4f" if k.endswith("ms") else ".1f") if k in r else "-" for k in keys))
+        print(f"{r['batch']:>6} | " + " | ".join(f"{c:^30}" for c in cells))
     for r in result["cli"]:
         print(f"{r['workload']:>12}: codec bench {r['cli_codec_ms']:.4f} ms, Python API {r['python_codec_ms']:.4f} ms "
               f"({r['python_over_cli']:.3f}x), output rel_l2 {r['rel_l2_vs_cli_output']:.2e}")

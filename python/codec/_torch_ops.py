@@ -13,13 +13,39 @@ from . import _codec
 from .decode import wrapper_for
 
 
+# The raw current stream, as torch's own generated code reads it:
+# torch.cuda.current_stream() builds a Stream object per call.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(t: torch.Tensor) -> int:
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+    if not t.is_cuda:
+        return 0
+    if _raw_stream is not None:
+        return _raw_stream(t.get_device())
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+# DLPack (code, bits) of the dtypes a tensor may have here; others are refused by name.
+_DLPACK = {torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.float32: (2, 32), torch.float64: (2, 64),
+           torch.uint8: (1, 8), torch.int8: (0, 8), torch.int16: (0, 16), torch.uint16: (1, 16),
+           torch.int32: (0, 32), torch.int64: (0, 64)}
+
+
+def _fields(t: Optional[torch.Tensor]):
+    """What codec._codec.run_fields reads of a tensor: torch's __dlpack__, a
+    Python method, costs microseconds per tensor on a path run per layer."""
+    if t is None:
+        return None
+    code, bits = _DLPACK.get(t.dtype, (255, 0))
+    return (t.data_ptr(), code, bits, t.shape, t.stride(), t.get_device())
 
 
 def _decode_impl(q: torch.Tensor, k: torch.Tensor, v: Optional[torch.Tensor], workspace: torch.Tensor,
                  out: torch.Tensor, lse: Optional[torch.Tensor], handle: int, hnd: bool, lse_base2: bool) -> None:
-    wrapper_for(handle)._run(q, k, v, workspace, out, lse, lse_base2, _stream(q))
+    w = wrapper_for(handle)
+    _codec.run_fields(w._plan, _fields(q), _fields(k), _fields(v), hnd, _fields(out), _fields(lse), _fields(workspace),
+                      lse_base2, _stream(q), w._num_threads)
 
 
 # The workspace is written too (the partial results), so it is declared mutated.

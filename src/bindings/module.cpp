@@ -41,8 +41,8 @@ namespace codec::bindings {
 
 namespace {
 
-using In = nb::ndarray<nb::ro>;  // any dtype, shape, device; read only
-using Out = nb::ndarray<>;       // written
+using Array = nb::ndarray<nb::ro>;  // any dtype, shape, device: an input
+using Writable = nb::ndarray<>;     // an output: read-only arrays are refused
 using HostInts = nb::ndarray<const std::int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;  // page tables
 
 constexpr int kDlCpu = 1, kDlCuda = 2, kDlCudaHost = 3;  // DLPack device types
@@ -59,15 +59,71 @@ struct Engine {
   std::string name() const { return cuda ? "cuda:" + std::to_string(device) : "cpu"; }
 };
 
-std::string where(const In& a) {
+// A tensor as the binding reads it: from an ndarray (DLPack or the buffer
+// protocol: numpy, CuPy, torch, JAX) or from a torch tensor's fields, which
+// torch.Tensor.__dlpack__, a Python method, would take microseconds to export.
+struct Tensor {
+  static constexpr int kMaxDims = 6;
+  void* data_ = nullptr;
+  nb::dlpack::dtype dtype_{};
+  int ndim_ = 0;
+  std::int64_t shape_[kMaxDims] = {};
+  std::int64_t strides_[kMaxDims] = {};
+  int device_type_ = kDlCpu;
+  int device_id_ = 0;
+
+  void* data() const { return data_; }
+  nb::dlpack::dtype dtype() const { return dtype_; }
+  std::size_t ndim() const { return std::size_t(ndim_); }
+  std::size_t shape(std::size_t i) const { return std::size_t(shape_[i]); }
+  std::int64_t stride(std::size_t i) const { return strides_[i]; }
+  std::size_t itemsize() const { return (std::size_t(dtype_.bits) + 7) / 8; }
+  int device_type() const { return device_type_; }
+  int device_id() const { return device_id_; }
+};
+
+template <typename A>
+Tensor tensor_of(const A& a, const char* name) {
+  CODEC_CHECK(a.ndim() <= std::size_t(Tensor::kMaxDims), name, " has ", a.ndim(), " dimensions, more than any argument takes");
+  Tensor t;
+  t.data_ = const_cast<void*>(a.data());
+  t.dtype_ = a.dtype();
+  t.ndim_ = int(a.ndim());
+  for (std::size_t i = 0; i < a.ndim(); ++i) t.shape_[i] = std::int64_t(a.shape(i)), t.strides_[i] = a.stride(i);
+  t.device_type_ = a.device_type();
+  t.device_id_ = a.device_id();
+  return t;
+}
+
+// (data_ptr, dtype code, dtype bits, shape, strides, device index or -1 for
+// the CPU), as python/codec/_torch_ops.py reads them off a torch tensor.
+Tensor tensor_of_fields(nb::handle fields, const char* name) {
+  const nb::tuple f = nb::borrow<nb::tuple>(fields);
+  CODEC_CHECK(nb::len(f) == 6, name, ": expected (data_ptr, code, bits, shape, strides, device)");
+  Tensor t;
+  t.data_ = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(f[0]));
+  t.dtype_ = {nb::cast<std::uint8_t>(f[1]), nb::cast<std::uint8_t>(f[2]), 1};
+  const nb::handle shape = f[3], strides = f[4];
+  t.ndim_ = int(nb::len(shape));
+  CODEC_CHECK(t.ndim_ <= Tensor::kMaxDims, name, " has ", t.ndim_, " dimensions, more than any argument takes");
+  for (int i = 0; i < t.ndim_; ++i) {
+    t.shape_[i] = nb::cast<std::int64_t>(shape[i]);
+    t.strides_[i] = nb::cast<std::int64_t>(strides[i]);
+  }
+  const int device = nb::cast<int>(f[5]);
+  t.device_type_ = device < 0 ? kDlCpu : kDlCuda;
+  t.device_id_ = device < 0 ? 0 : device;
+  return t;
+}
+
+std::string where(const Tensor& a) {
   return a.device_type() == kDlCuda ? "cuda:" + std::to_string(a.device_id()) : "cpu";
 }
 
-template <typename A>
-void check_device(const A& a, const Engine& e, const char* name) {
+void check_device(const Tensor& a, const Engine& e, const char* name) {
   const bool on_cpu = a.device_type() == kDlCpu || a.device_type() == kDlCudaHost;
   const bool ok = e.cuda ? a.device_type() == kDlCuda && a.device_id() == e.device : on_cpu;
-  CODEC_CHECK(ok, name, " is on ", where(In(a)), ", but the plan runs on ", e.name());
+  CODEC_CHECK(ok, name, " is on ", where(a), ", but the plan runs on ", e.name());
 }
 
 #if CODEC_HAS_CUDA
@@ -118,8 +174,7 @@ std::string dtype_name(DType d) {
 
 // The dtype of a tensor, expected to be `expected`. numpy has no bfloat16:
 // bf16 data may come as uint16 or int16 arrays of its bits.
-template <typename A>
-DType dtype_of(const A& a, DType expected, const char* name) {
+DType dtype_of(const Tensor& a, DType expected, const char* name) {
   const nb::dlpack::dtype t = a.dtype();
   const auto code = nb::dlpack::dtype_code(t.code);
   std::optional<DType> d;
@@ -138,21 +193,19 @@ DType dtype_of(const A& a, DType expected, const char* name) {
 
 // ------------------------------------------------------------------ tensors
 
-template <typename A>
-void check_ndim(const A& a, std::size_t ndim, const char* name, const char* shape) {
+void check_ndim(const Tensor& a, std::size_t ndim, const char* name, const char* shape) {
   CODEC_CHECK(a.ndim() == ndim, name, " has ", a.ndim(), " dimensions; expected ", ndim, " ", shape);
 }
 
-template <typename A>
-std::string shape_of(const A& a) {
+std::string shape_of(const Tensor& a) {
   std::string s = "(";
   for (std::size_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
   return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
 // A [batch, heads, dim] tensor with unit stride along dim.
-template <typename Rows, typename A>
-Rows rows_of(const A& a, DType dtype, const char* name) {
+template <typename Rows>
+Rows rows_of(const Tensor& a, DType dtype, const char* name) {
   check_ndim(a, 3, name, "(batch, num_qo_heads, head_dim)");
   CODEC_CHECK(a.shape(2) <= 1 || a.stride(2) == 1, name, " must be contiguous in its last dimension (stride ",
               a.stride(2), ")");
@@ -160,9 +213,9 @@ Rows rows_of(const A& a, DType dtype, const char* name) {
           int(a.shape(2)), a.stride(0), a.stride(1)};
 }
 
-LseRows lse_of(const std::optional<Out>& a, const char* name) {
+LseRows lse_of(const std::optional<Tensor>& a, const char* name) {
   if (!a) return {};
-  check_ndim(*a, 2, name, "(batch, num_qo_heads)");
+  check_ndim(*a, 2, name, "(batch, num_heads)");
   if (a->dtype() != nb::dtype<float>()) type_error(std::string(name) + " has dtype " + dlpack_name(a->dtype()) + "; expected float32");
   return {static_cast<float*>(a->data()), int(a->shape(0)), int(a->shape(1)), a->stride(0), a->stride(1)};
 }
@@ -170,7 +223,7 @@ LseRows lse_of(const std::optional<Out>& a, const char* name) {
 // A paged KV cache: FlashInfer's single tensor (pages, 2, page, Hkv, D) for
 // NHD or (pages, 2, Hkv, page, D) for HND when v is absent; else k and v,
 // (pages, page, Hkv, D) or (pages, Hkv, page, D), with equal strides.
-PagedKV paged_kv(const In& k, const std::optional<In>& v, bool hnd, DType dtype) {
+PagedKV paged_kv(const Tensor& k, const std::optional<Tensor>& v, bool hnd, DType dtype) {
   const std::size_t elem = dtype_size(dtype);
   const int page_dim = hnd ? 2 : 1, head_dim = hnd ? 1 : 2;  // within (pages, [2,] ..., D)
   PagedKV kv;
@@ -214,7 +267,7 @@ PagedKV paged_kv(const In& k, const std::optional<In>& v, bool hnd, DType dtype)
 }
 
 // The workspace as an aligned span: its start rounded up to `align` bytes.
-std::span<std::byte> workspace_of(const Out& w, std::size_t align) {
+std::span<std::byte> workspace_of(const Tensor& w, std::size_t align) {
   CODEC_CHECK(w.ndim() == 1 && (w.shape(0) <= 1 || w.stride(0) == 1), "workspace_buffer must be a contiguous 1-D buffer, not ",
               shape_of(w));
   const std::size_t bytes = w.shape(0) * w.itemsize();
@@ -352,7 +405,8 @@ class Planner {
   }
 
   // Writes the plan into the workspace on `stream` (CUDA); the CPU engine reads the host plan.
-  void upload(const PyPlan& p, Out& workspace, std::uintptr_t stream) {
+  void upload(const PyPlan& p, const Writable& workspace_array, std::uintptr_t stream) {
+    const Tensor workspace = tensor_of(workspace_array, "workspace_buffer");
     if (!engine_.cuda) return;
 #if CODEC_HAS_CUDA
     check_device(workspace, engine_, "workspace_buffer");
@@ -392,8 +446,9 @@ class Planner {
 
 // ------------------------------------------------------------------ run
 
-void run(const PyPlan& p, const In& q, const In& k, const std::optional<In>& v, bool hnd, Out& out,
-         const std::optional<Out>& lse, Out& workspace, bool lse_base2, std::uintptr_t stream, int num_threads) {
+void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<Tensor>& v, bool hnd, const Tensor& out,
+         const std::optional<Tensor>& lse, const Tensor& workspace, bool lse_base2, std::uintptr_t stream,
+         int num_threads) {
   const Plan& plan = p.plan;
   const Engine& e = p.engine;
   check_device(q, e, "q");
@@ -428,14 +483,41 @@ void run(const PyPlan& p, const In& q, const In& k, const std::optional<In>& v, 
   }
 }
 
-Engine engine_of(const In& a) {
+template <typename T, typename F>
+std::optional<Tensor> optional_of(const std::optional<T>& a, const char* name, F&& convert) {
+  return a ? std::optional<Tensor>(convert(*a, name)) : std::nullopt;
+}
+
+// run on ndarrays (every framework, through DLPack or the buffer protocol).
+void run_arrays(const PyPlan& p, const Array& q, const Array& k, const std::optional<Array>& v, bool hnd,
+                const Writable& out, const std::optional<Writable>& lse, const Writable& workspace, bool lse_base2,
+                std::uintptr_t stream, int num_threads) {
+  const char* k_name = v ? "k_cache" : "paged_kv_cache";
+  run(p, tensor_of(q, "q"), tensor_of(k, k_name), optional_of(v, "v_cache", tensor_of<Array>), hnd,
+      tensor_of(out, "out"), optional_of(lse, "lse", tensor_of<Writable>), tensor_of(workspace, "workspace_buffer"),
+      lse_base2, stream, num_threads);
+}
+
+// run on torch tensors' fields (tensor_of_fields).
+void run_fields(const PyPlan& p, nb::handle q, nb::handle k, const std::optional<nb::handle>& v, bool hnd,
+                nb::handle out, const std::optional<nb::handle>& lse, nb::handle workspace, bool lse_base2,
+                std::uintptr_t stream, int num_threads) {
+  const char* k_name = v ? "k_cache" : "paged_kv_cache";
+  run(p, tensor_of_fields(q, "q"), tensor_of_fields(k, k_name), optional_of(v, "v_cache", tensor_of_fields), hnd,
+      tensor_of_fields(out, "out"), optional_of(lse, "lse", tensor_of_fields),
+      tensor_of_fields(workspace, "workspace_buffer"), lse_base2, stream, num_threads);
+}
+
+Engine engine_of(const Tensor& a) {
   CODEC_CHECK(a.device_type() == kDlCpu || a.device_type() == kDlCudaHost || a.device_type() == kDlCuda,
               "tensors must be on the CPU or a CUDA device, not DLPack device type ", a.device_type());
   return {a.device_type() == kDlCuda, a.device_type() == kDlCuda ? a.device_id() : 0};
 }
 
-void merge_state(const In& o_a, const In& lse_a, const In& o_b, const In& lse_b, Out& out, Out& lse_out,
-                 bool base2, std::uintptr_t stream) {
+void merge_state(const Array& v_a, const Array& s_a, const Array& v_b, const Array& s_b, const Writable& v_out,
+                 const Writable& s_out, bool base2, std::uintptr_t stream) {
+  const Tensor o_a = tensor_of(v_a, "v_a"), lse_a = tensor_of(s_a, "s_a"), o_b = tensor_of(v_b, "v_b"),
+               lse_b = tensor_of(s_b, "s_b"), out = tensor_of(v_out, "out"), lse_out = tensor_of(s_out, "lse_out");
   const Engine e = engine_of(o_a);
   check_device(lse_a, e, "lse_a");
   check_device(o_b, e, "v_b");
@@ -446,13 +528,7 @@ void merge_state(const In& o_a, const In& lse_a, const In& o_b, const In& lse_b,
   const QueryRows a = rows_of<QueryRows>(o_a, d, "v_a");
   const QueryRows b = rows_of<QueryRows>(o_b, dtype_of(o_b, d, "v_b"), "v_b");
   const OutputRows o = rows_of<OutputRows>(out, dtype_of(out, d, "out"), "out");
-  auto lse = [](const In& x, const char* name) {
-    check_ndim(x, 2, name, "(batch, num_heads)");
-    if (x.dtype() != nb::dtype<float>()) type_error(std::string(name) + " has dtype " + dlpack_name(x.dtype()) + "; expected float32");
-    return LseRows{const_cast<float*>(static_cast<const float*>(x.data())), int(x.shape(0)), int(x.shape(1)),
-                   x.stride(0), x.stride(1)};
-  };
-  const LseRows la = lse(lse_a, "s_a"), lb = lse(lse_b, "s_b"), lo = lse_of(lse_out, "lse_out");
+  const LseRows la = lse_of(lse_a, "s_a"), lb = lse_of(lse_b, "s_b"), lo = lse_of(lse_out, "lse_out");
   const LseBase base = base2 ? LseBase::two : LseBase::e;
   if (e.cuda) {
 #if CODEC_HAS_CUDA
@@ -466,7 +542,10 @@ void merge_state(const In& o_a, const In& lse_a, const In& o_b, const In& lse_b,
   }
 }
 
-void copy_pages(const In& k, const std::optional<In>& v, bool hnd, const HostInts& flat_copies, std::uintptr_t stream) {
+void copy_pages(const Array& k_array, const std::optional<Array>& v_array, bool hnd, const HostInts& flat_copies,
+                std::uintptr_t stream) {
+  const Tensor k = tensor_of(k_array, v_array ? "k_cache" : "paged_kv_cache");
+  const std::optional<Tensor> v = optional_of(v_array, "v_cache", tensor_of<Array>);
   const Engine e = engine_of(k);
   if (v) check_device(*v, e, "v_cache");
   CODEC_CHECK(flat_copies.size() % 3 == 0, "copies must be (n, 3) int32 rows (src, dst, num_tokens)");
@@ -599,9 +678,12 @@ NB_MODULE(_codec, m) {
       .def_prop_ro("device_name", &Planner::device_name)
       .def("__repr__", [](const Planner& p) { return "<codec._codec.Planner " + p.describe() + ">"; });
 
-  m.def("run", &run, nb::arg("plan"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"),
+  m.def("run", &run_arrays, nb::arg("plan"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("workspace"), nb::arg("lse_base2"), nb::arg("stream"),
         nb::arg("num_threads"));
+  m.def("run_fields", &run_fields, nb::arg("plan"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(),
+        nb::arg("hnd"), nb::arg("out"), nb::arg("lse").none(), nb::arg("workspace"), nb::arg("lse_base2"),
+        nb::arg("stream"), nb::arg("num_threads"));
   m.def("merge_state", &merge_state, nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b"), nb::arg("s_b"), nb::arg("out"),
         nb::arg("lse_out"), nb::arg("base2"), nb::arg("stream"));
   m.def("copy_pages", &copy_pages, nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"), nb::arg("copies"),

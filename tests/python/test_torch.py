@@ -169,11 +169,13 @@ def test_opcheck(device):
     w = wrapper(b, dtype, device)
     q = as_torch(store(b.q, dtype), dtype, device)
     k, v = torch_cache(b, dtype, "NHD", "tuple", device)
-    out = torch.empty_like(q)
-    lse = torch.empty(q.shape[:2], device=device)
+    out = torch.zeros_like(q)
+    lse = torch.zeros(q.shape[:2], device=device)
     torch.library.opcheck(torch.ops.codec.batch_prefix_decode.default,
                           (q, k, v, w._workspace, out, lse, w._handle, False, False))
-    torch.library.opcheck(torch.ops.codec.merge_state.default, (out, lse, out, lse, False))
+    v_a, v_b = torch.randn_like(out), torch.randn_like(out)  # finite inputs: NaN never compares equal
+    s_a, s_b = torch.randn_like(lse), torch.randn_like(lse)
+    torch.library.opcheck(torch.ops.codec.merge_state.default, (v_a, s_a, v_b, s_b, False))
 
 
 @needs_cuda
