@@ -3,7 +3,7 @@
 // qo head) row. Row (b, h) merges the partials of the plan's reduction schedule,
 // partials[partial_indptr[b] ..] (every chunk of every node on b's path, root
 // first), weighting each partial's o by exp(lse − merged lse) (state.hpp), then
-// writes out (KV dtype) and lse (fp32, natural log). Requests with a single
+// writes out (KV dtype) and lse (fp32, natural log or base 2). Requests with a single
 // partial were written by PAC and are skipped; empty partials weigh 0, and a
 // row with no partial at all would come out as the empty state (o = 0, lse =
 // −inf), never NaN.
