@@ -1,0 +1,111 @@
+"""The transformers backend (codec.integrations.transformers): the page
+tables it derives from the engine's read slots (numpy only, runs on CI), and
+`paged|codec` against the engine's own `paged|sdpa` on a tiny random Qwen3 in
+transformers' continuous batching (where torch and transformers are
+installed: on the CPU engine in fp32, and on the GPU in bf16)."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from codec.integrations.paging import page_starts, page_tables_from_slots
+
+
+def engine_slots(block_tables, seq_lens, block_size):
+    """The read slots transformers' FullAttentionCacheAllocator lists: token t of a
+    request at block_table[t // block_size] · block_size + t % block_size."""
+    return np.concatenate([np.asarray(table)[np.arange(n) // block_size] * block_size + np.arange(n) % block_size
+                           for table, n in zip(block_tables, seq_lens)])
+
+
+def load_backend():
+    spec = importlib.util.find_spec("torch")
+    if spec is None:
+        pytest.skip("torch is not installed: the integration tests run where it is")
+    return pytest.importorskip("codec.integrations.transformers")
+
+
+@pytest.mark.parametrize("block_size", [4, 16, 256])
+def test_page_tables_from_the_engines_read_slots(block_size):
+    rng = np.random.default_rng(block_size)
+    free = list(rng.permutation(400))
+    shared = [free.pop() for _ in range(3)]  # three full blocks every request shares
+    tables, lens = [], []
+    for _ in range(9):
+        n = 3 * block_size + int(rng.integers(1, 3 * block_size))
+        own = [free.pop() for _ in range((n + block_size - 1) // block_size - 3)]
+        tables.append(shared + own)
+        lens.append(n)
+    slots = engine_slots(tables, lens, block_size)
+    cu = np.concatenate([[0], np.cumsum(lens)])
+    requests = np.array([0, 2, 3, 8])  # a subset: the decode rows of a mixed step
+    starts = slots[page_starts(cu, block_size, requests)]
+    indptr, indices, last = page_tables_from_slots(starts, np.diff(cu)[requests], block_size)
+    for i, r in enumerate(requests):
+        np.testing.assert_array_equal(indices[indptr[i]:indptr[i + 1]], tables[r])
+        assert (indptr[i + 1] - indptr[i] - 1) * block_size + last[i] == lens[r]
+        assert 1 <= last[i] <= block_size
+    with pytest.raises(ValueError, match="not at the start of a cache block"):
+        page_tables_from_slots(starts + 1, np.diff(cu)[requests], block_size)
+
+
+def tiny_qwen3(device, dtype):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
+        pytest.skip("this transformers has no continuous batching")
+    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+                                   max_position_embeddings=4096)
+    torch.manual_seed(0)
+    return transformers.Qwen3ForCausalLM(cfg).to(device=device, dtype=dtype).eval()
+
+
+def generate(model, impl, inputs, device):
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    model.set_attn_implementation(impl)
+    gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=1024, return_logprobs=True,
+                                  use_cuda_graph=False)
+    out = model.generate_batch(inputs=inputs, generation_config=gen, continuous_batching_config=cb)
+    errors = [o.error for o in out.values() if o.error]
+    assert not errors, errors  # generate_batch only logs exceptions
+    return {k: (list(o.generated_tokens), np.array(o.logprobs)) for k, o in out.items()}
+
+
+def shared_prompts(seed):
+    rng = np.random.default_rng(seed)
+    doc = [int(x) for x in rng.integers(1, 999, 70)]  # 4 full blocks of 16 shared, then a partial one
+    return [doc + [int(x) for x in rng.integers(1, 999, int(rng.integers(2, 40)))] for _ in range(6)] + \
+        [[int(x) for x in rng.integers(1, 999, 33)]]  # and one request sharing nothing
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, monkeypatch):
+    torch = pytest.importorskip("torch")
+    ctf = load_backend()
+    import codec
+    if device == "cuda" and not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device")
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    model = tiny_qwen3(device, dtype)
+    if device == "cpu":  # the engine sizes its cache from GPU memory; give the CPU a budget
+        import transformers.generation.continuous_batching.cache as cb_cache
+        monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    name = ctf.register()
+    inputs = shared_prompts(1)
+    ref = generate(model, "paged|sdpa", inputs, device)
+    got = generate(model, name, inputs, device)
+    assert ref.keys() == got.keys()
+    if device == "cpu":  # fp32 on both: the same tokens and logprobs to rounding
+        for k in ref:
+            assert got[k][0] == ref[k][0], k
+            np.testing.assert_allclose(got[k][1], ref[k][1], atol=1e-4)
+    else:  # bf16: the first decode step's logprob within 2e-2 relative, and greedy tokens as the reference's
+        first_ref = np.array([ref[k][1][1] for k in ref])
+        first_got = np.array([got[k][1][1] for k in ref])
+        assert np.linalg.norm(first_got - first_ref) / np.linalg.norm(first_ref) <= 2e-2
+        same = np.mean([got[k][0] == ref[k][0] for k in ref])
+        assert same >= 0.85, f"only {same:.0%} of the requests generated the reference's tokens"
