@@ -38,100 +38,130 @@ WORKSPACE_BYTES = 256 << 20
 
 
 class _Step:
-    """One engine step's attention setup, made at its first layer and used by every layer."""
+    """One engine step's rows, read at its first layer: which requests decode
+    (one query token) and which run prefill chunks."""
 
-    def __init__(self, cache: Any, wrapper: BatchPrefixDecodeWrapper, module: Any, q: torch.Tensor,
-                 cu_seq_lens_q: torch.Tensor, cu_seq_lens_k: torch.Tensor, read_slots: torch.Tensor,
-                 scaling: float) -> None:
+    def __init__(self, query: torch.Tensor, cu_seq_lens_q: torch.Tensor, cu_seq_lens_k: torch.Tensor) -> None:
         # The step's lengths on the host: two small copies (the engine made them from host lists).
-        cu_q = cu_seq_lens_q.to("cpu").numpy().astype(np.int64)
-        cu_k = cu_seq_lens_k.to("cpu").numpy().astype(np.int64)
-        q_lens = np.diff(cu_q)
+        self.cu_q = cu_seq_lens_q.to("cpu").numpy().astype(np.int64)
+        self.cu_k = cu_seq_lens_k.to("cpu").numpy().astype(np.int64)
+        q_lens = np.diff(self.cu_q)
         self.decode = np.flatnonzero(q_lens == 1)
-        self.prefill = [(int(cu_q[r]), int(cu_q[r + 1]), int(cu_k[r]), int(cu_k[r + 1]))
+        self.prefill = [(int(self.cu_q[r]), int(self.cu_q[r + 1]), int(self.cu_k[r]), int(self.cu_k[r + 1]))
                         for r in np.flatnonzero(q_lens > 1)]
-        self.all_decode = self.decode.size == q_lens.size and self.decode.size == q.shape[2]
-        self.decode_rows = None if self.all_decode else torch.from_numpy(cu_q[self.decode]).to(q.device)
-        if self.decode.size:
-            bs = cache.block_size
-            positions = torch.from_numpy(page_starts(cu_k, bs, self.decode)).to(read_slots.device)
-            starts = read_slots[positions].to("cpu").numpy()  # one small gather, not the whole context
-            indptr, indices, last = page_tables_from_slots(starts, cu_k[self.decode + 1] - cu_k[self.decode], bs)
-            wrapper.plan(indptr, indices, last, q.shape[1], cache.num_key_value_heads, cache.head_dim, bs,
-                         q_data_type=q.dtype, sm_scale=scaling, num_pages=cache.num_blocks + 2)
+        self.all_decode = self.decode.size == q_lens.size and self.decode.size == query.shape[2]
+        self.decode_rows = None if self.all_decode else torch.from_numpy(self.cu_q[self.decode]).to(query.device)
 
 
-class _CacheState:
-    """What the backend keeps per engine cache: the wrapper (and its workspace) and the current step."""
-
-    def __init__(self, cache: Any, workspace_bytes: int) -> None:
-        if getattr(cache, "num_sliding_attention_groups", 0):
-            raise ValueError(f"{NAME}: models with sliding-window layers are not supported")
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=cache.device)
-        self.wrapper = BatchPrefixDecodeWrapper(workspace)
-        self.step: Optional[_Step] = None
+_PREFILL_SCORE_BYTES = 1 << 30  # scores a masked prefill sub-chunk may materialise
 
 
-_STATES: "weakref.WeakKeyDictionary[Any, _CacheState]" = weakref.WeakKeyDictionary()
+def _causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of a prefill chunk's rows q (Hq, Lq, D), the last Lq of the
+    request's Lk tokens, over keys and values (Hkv, Lk, D), causally. Without
+    a past the fused causal kernel runs; with one the rows go in sub-chunks
+    whose masked scores stay under _PREFILL_SCORE_BYTES (the engine leaves
+    little memory beside its cache)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    lq, lk = q.shape[1], keys.shape[1]
+    if lq == lk:
+        return sdpa(q, keys, values, is_causal=True, scale=scale, enable_gqa=True)
+    rows = max(1, _PREFILL_SCORE_BYTES // (4 * q.shape[0] * lk))
+    parts = []
+    for r0 in range(0, lq, rows):
+        r1 = min(lq, r0 + rows)
+        visible = torch.arange(lk, device=q.device)[None, :] <= (lk - lq + torch.arange(r0, r1, device=q.device))[:, None]
+        parts.append(sdpa(q[:, r0:r1], keys, values, attn_mask=visible, scale=scale, enable_gqa=True))
+    return torch.cat(parts, dim=1)
 
 
-def codec_paged_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
-                                  value: torch.Tensor, attention_mask: Any, scaling: Optional[float] = None,
-                                  cache: Any = None, cu_seq_lens_q: torch.Tensor = None,
-                                  cu_seq_lens_k: Any = None, read_index: Any = None, write_index: Any = None,
-                                  **kwargs: Any) -> Tuple[torch.Tensor, None]:
-    """The ``paged|codec`` attention: query (1, Hq, T, D), key and value (1,
-    Hkv, T, D) of the step's T new tokens; returns (T, Hq, D)."""
-    if cache is None:
-        raise ValueError(f"`{NAME}` needs the paged cache of continuous batching; use `sdpa` for a plain forward")
-    if isinstance(cu_seq_lens_k, dict):
-        cu_seq_lens_k = cu_seq_lens_k["full_attention"]
-    state = _STATES.get(cache)
-    if state is None:
-        state = _STATES[cache] = _CacheState(cache, WORKSPACE_BYTES)
-    group, layer_in_group = cache.layer_index_to_group_indices[module.layer_idx]
-    k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
-    # The new tokens' KV into the cache (the engine's slots for them)
-    slots = write_index[group]
-    k_cache.index_copy_(0, slots, key[0].transpose(0, 1))
-    v_cache.index_copy_(0, slots, value[0].transpose(0, 1))
-    scale = module.scaling if scaling is None else scaling
-    if module.layer_idx == 0 or state.step is None:
-        state.step = _Step(cache, state.wrapper, module, query, cu_seq_lens_q, cu_seq_lens_k, read_index[group],
-                           scale)
-    step = state.step
-    total = query.shape[2]
-    out = torch.empty((total, query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
-    q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
-    if step.decode.size:
-        pages = (k_cache.view(-1, cache.block_size, cache.num_key_value_heads, cache.head_dim),
-                 v_cache.view(-1, cache.block_size, cache.num_key_value_heads, cache.head_dim))
-        if step.all_decode:
-            state.wrapper.run(q, pages, out=out)
-        else:
-            out[step.decode_rows] = state.wrapper.run(q[step.decode_rows], pages)
-    read_slots = read_index[group] if read_index else None
-    for q0, q1, k0, k1 in step.prefill:  # prefill chunks: causal attention over the request's own KV
-        if read_slots is None or read_slots.numel() == 0:  # no cache read in this step: the new tokens are all
-            keys, values = key[0, :, q0:q1], value[0, :, q0:q1]
-        else:
-            keys = k_cache[read_slots[k0:k1]].transpose(0, 1)  # (Hkv, Lk, D)
-            values = v_cache[read_slots[k0:k1]].transpose(0, 1)
-        lq, lk = q1 - q0, k1 - k0
-        causal = torch.ones((lq, lk), dtype=torch.bool, device=query.device).tril(lk - lq)
-        rows = torch.nn.functional.scaled_dot_product_attention(
-            query[0, :, q0:q1], keys, values, attn_mask=causal, scale=scale, enable_gqa=True)
-        out[q0:q1] = rows.transpose(0, 1)
-    return out, None
+class PagedAttention:
+    """The attention function that ``register`` gives transformers: CoDec for
+    the decode rows of every step, a causal SDPA for prefill chunks. ``plan``
+    and ``decode`` are the decode path's two halves (a subclass may replace
+    them, as bench/e2e_decode.py's no-op floor does)."""
+
+    workspace_bytes = WORKSPACE_BYTES
+
+    def __init__(self) -> None:
+        self._wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
+        self._steps: "weakref.WeakKeyDictionary[Any, _Step]" = weakref.WeakKeyDictionary()
+
+    def wrapper(self, cache: Any) -> BatchPrefixDecodeWrapper:
+        """The wrapper (and workspace) of an engine cache, made at its first use."""
+        w = self._wrappers.get(cache)
+        if w is None:
+            if getattr(cache, "num_sliding_attention_groups", 0):
+                raise ValueError(f"{NAME}: models with sliding-window layers are not supported")
+            workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=cache.device)
+            w = self._wrappers[cache] = BatchPrefixDecodeWrapper(workspace)
+        return w
+
+    def plan(self, cache: Any, step: _Step, read_slots: torch.Tensor, query: torch.Tensor, scale: float) -> None:
+        """Plans the step's decode requests once, for every layer: their page
+        tables from the slots of their pages' first tokens, one small gather."""
+        bs = cache.block_size
+        positions = torch.from_numpy(page_starts(step.cu_k, bs, step.decode)).to(read_slots.device)
+        starts = read_slots[positions].to("cpu").numpy()
+        seq_lens = step.cu_k[step.decode + 1] - step.cu_k[step.decode]
+        indptr, indices, last = page_tables_from_slots(starts, seq_lens, bs)
+        self.wrapper(cache).plan(indptr, indices, last, query.shape[1], cache.num_key_value_heads, cache.head_dim,
+                                 bs, q_data_type=query.dtype, sm_scale=scale, num_pages=cache.num_blocks + 2)
+
+    def decode(self, cache: Any, q: torch.Tensor, pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
+        """Attention of the planned decode rows q (n, Hq, D) into out (n, Hq, D)."""
+        self.wrapper(cache).run(q, pages, out=out)
+
+    def __call__(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attention_mask: Any, scaling: Optional[float] = None, cache: Any = None,
+                 cu_seq_lens_q: torch.Tensor = None, cu_seq_lens_k: Any = None, read_index: Any = None,
+                 write_index: Any = None, **kwargs: Any) -> Tuple[torch.Tensor, None]:
+        """query (1, Hq, T, D), key and value (1, Hkv, T, D) of the step's T new tokens; returns (T, Hq, D)."""
+        if cache is None:
+            raise ValueError(f"`{NAME}` needs the paged cache of continuous batching; use `sdpa` for a plain forward")
+        if isinstance(cu_seq_lens_k, dict):
+            cu_seq_lens_k = cu_seq_lens_k["full_attention"]
+        group, layer_in_group = cache.layer_index_to_group_indices[module.layer_idx]
+        k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
+        # The new tokens' KV into the cache, at the engine's slots for them
+        k_cache.index_copy_(0, write_index[group], key[0].transpose(0, 1))
+        v_cache.index_copy_(0, write_index[group], value[0].transpose(0, 1))
+        scale = module.scaling if scaling is None else scaling
+        read_slots = read_index[group] if read_index else None
+        step = self._steps.get(cache)
+        if module.layer_idx == 0 or step is None:  # a new step: its rows, and the plan every layer shares
+            step = self._steps[cache] = _Step(query, cu_seq_lens_q, cu_seq_lens_k)
+            if step.decode.size:
+                self.plan(cache, step, read_slots, query, scale)
+        out = torch.empty((query.shape[2], query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
+        q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
+        if step.decode.size:
+            shape = (-1, cache.block_size, cache.num_key_value_heads, cache.head_dim)
+            pages = (k_cache.view(shape), v_cache.view(shape))
+            if step.all_decode:
+                self.decode(cache, q, pages, out)
+            else:
+                rows = torch.empty((step.decode.size,) + tuple(q.shape[1:]), dtype=q.dtype, device=q.device)
+                self.decode(cache, q[step.decode_rows], pages, rows)
+                out[step.decode_rows] = rows
+        for q0, q1, k0, k1 in step.prefill:  # prefill chunks: causal attention over the request's own KV
+            if read_slots is None or read_slots.numel() == 0:  # no cache read this step: the new tokens are all
+                keys, values = key[0, :, q0:q1], value[0, :, q0:q1]
+            else:
+                keys = k_cache[read_slots[k0:k1]].transpose(0, 1)  # (Hkv, Lk, D)
+                values = v_cache[read_slots[k0:k1]].transpose(0, 1)
+            out[q0:q1] = _causal_attention(query[0, :, q0:q1], keys, values, scale).transpose(0, 1)
+        return out, None
 
 
-def register(name: str = NAME) -> str:
-    """Registers the CoDec attention with transformers under ``name`` (keep
-    "flash" out of it) and returns the name for ``model.set_attn_implementation``."""
+def register(name: str = NAME, attention: Optional[PagedAttention] = None) -> str:
+    """Registers the CoDec attention (``attention``, a ``PagedAttention`` by
+    default) with transformers under ``name`` (keep "flash" out of it) and
+    returns the name for ``model.set_attn_implementation``."""
     if "flash" in name:
         raise ValueError(f"{name!r}: a name containing 'flash' turns on the engine's flash-only paths")
     if not name.startswith("paged|"):
         raise ValueError(f"{name!r}: continuous batching runs 'paged|...' implementations only")
     from transformers import AttentionInterface
-    AttentionInterface.register(name, codec_paged_attention_forward)
+    AttentionInterface.register(name, attention if attention is not None else PagedAttention())
     return name
