@@ -1,25 +1,55 @@
 // codec: run CoDec on built-in or JSON workloads, compare it with the flat
 // baseline and the fp64 reference, and show plan statistics.
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "codec/core/error.hpp"
 #include "commands.hpp"
 
 namespace {
 
+// A number in [lo, hi] (lo excluded when lo_open). CLI11's own PositiveNumber
+// names its range up to DBL_MAX, 309 digits; this names the real bounds.
+CLI::Validator in_range(double lo, double hi, bool lo_open = false) {
+  const auto show = [](double x) {
+    std::ostringstream os;
+    os << std::setprecision(12) << x;
+    return os.str();
+  };
+  const std::string range = (lo_open ? "> " : ">= ") + show(lo) + " and <= " + show(hi);
+  return CLI::Validator(
+      [=](std::string& value) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(value.c_str(), &end);
+        const bool ok = end != value.c_str() && *end == '\0' && std::isfinite(x) && (lo_open ? x > lo : x >= lo) &&
+                        x <= hi;
+        if (ok) return {};
+        return "must be a number " + range + ", not '" + (value.size() > 40 ? value.substr(0, 40) + "..." : value) +
+               "'";
+      },
+      "NUMBER " + range);
+}
+
 void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
   cmd->add_option("--workload,-w", w.workload, "Built-in workload (e.g. batch:64, seq:512), a JSON file, 'all', or a comma-separated list of these")
       ->capture_default_str();
   cmd->add_option("--model", w.model, "Model shape from BENCHMARKS.md (qwen3-4b, llama3.2-1b, ...)");
   cmd->add_option("--dtype", w.dtype, "KV and query dtype: bf16, fp16 or fp32");
-  cmd->add_option("--page-size", w.page_size, "Tokens per KV page")->check(CLI::PositiveNumber);
+  cmd->add_option("--page-size", w.page_size, "Tokens per KV page")->check(in_range(1, 1 << 20));
   cmd->add_option("--scale", w.scale, "Multiply every node's token count (default: 1 on a GPU, 1/16 on the CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(0, 1e6, true));
   cmd->add_option("--cost-table", w.cost_table,
                   "Cost table file measured by 'codec profile', or 'roofline' (default: the table measured on "
                   "this GPU under data/cost_tables if there is one, else the roofline)");
-  cmd->add_option("--blocks", w.blocks, "Planner blocks m (default: the backend's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--blocks", w.blocks, "Planner blocks m (default: the backend's)")->check(in_range(1, 1 << 20));
+  cmd->add_option("--max-memory", w.max_memory_gb,
+                  "Host memory in GB a workload may take (page tables, and for bench its KV pool); refused beyond")
+      ->check(in_range(0, 1e6, true))
+      ->capture_default_str();
   cmd->add_option("--split", w.split, "CoDec plan's KV splitting: adaptive, none, fixed:K, exhaustive")
       ->capture_default_str();
   cmd->add_flag("--json", w.json, "Print JSON instead of a table");
@@ -39,9 +69,9 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--backend", bench.backend, "auto (the GPU when there is one), cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  bench_cmd->add_option("--threads", bench.threads, "CPU threads (default: all)")->check(CLI::NonNegativeNumber);
+  bench_cmd->add_option("--threads", bench.threads, "CPU threads (default: all)")->check(in_range(0, 4096));
   bench_cmd->add_option("--reps", bench.reps, "Timed repetitions, median reported (default: 30 on a GPU, 5 on the CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1e6));
   bench_cmd->add_option("--dump", bench.dump, "Write inputs and outputs as .npy files into this folder");
   bench_cmd->add_option("--save", bench.save, "Also write the result rows as JSON to this file");
 
@@ -59,16 +89,19 @@ int main(int argc, char** argv) {
   profile_cmd->add_option("--model", profile_w.model, "Model shape (default qwen3-4b)");
   profile_cmd->add_option("--dtype", profile_w.dtype, "bf16 or fp16 (default bf16)");
   profile_cmd->add_option("--page-size", profile_w.page_size, "Tokens per KV page (default 16)")
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1 << 20));
   profile_cmd->add_option("--out", profile_out, "Table file (default: data/cost_tables/<device>_d<D>_<dtype>.json)");
-  profile_cmd->add_option("--reps", profile_reps, "Timed repetitions per grid point")->check(CLI::PositiveNumber);
+  profile_cmd->add_option("--reps", profile_reps, "Timed repetitions per grid point")->check(in_range(1, 1e6));
 
+  bool verbose = false;
+  app.add_flag("--verbose", verbose, "Errors name the source location that raised them (for developers)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  if (verbose) codec::set_error_locations(true);
   try {
     if (*bench_cmd) return codec::tools::run_bench(bench_w, bench);
     if (*profile_cmd) {

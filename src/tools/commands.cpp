@@ -154,7 +154,7 @@ std::vector<std::string> expand_workloads(const std::string& spec) {
   }
 }
 
-Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale) {
+Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale, bool with_batch) {
   Workload w = resolve_workload(spec);
   if (!args.model.empty()) w.model = args.model, w.heads = model_heads(args.model);
   if (!args.dtype.empty()) w.dtype = parse_dtype(args.dtype);
@@ -162,6 +162,12 @@ Workload load_workload(const std::string& spec, const WorkloadArgs& args, double
   const double scale = args.scale > 0 ? args.scale : default_scale;
   if (scale != 1.0) w = w.scaled(scale);
   w.validate();
+  const Workload::Footprint f = w.footprint();
+  const double need = f.tables_bytes + (with_batch ? f.batch_bytes : 0), limit = args.max_memory_gb * 1e9;
+  CODEC_CHECK(need <= limit, "workload '", w.name, "' needs about ", fixed(need / 1e9, 1), " GB of host memory (",
+              fixed(f.tables_bytes / 1e9, 1), " GB of token ids and page tables",
+              with_batch ? ", " + fixed(f.batch_bytes / 1e9, 1) + " GB of K, V and queries" : std::string(),
+              " at page size ", w.page_size, "), more than --max-memory ", args.max_memory_gb, " GB");
   return w;
 }
 
@@ -254,6 +260,20 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     apply_split(splits.back(), check);  // reject a bad policy before any work
     at = comma + 1;
   }
+  // Where results go is checked before any work: a run must not end by finding it cannot save them.
+  if (!bench.dump.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(bench.dump, ec);
+    const std::string probe = bench.dump + "/.codec_probe";
+    CODEC_CHECK(!ec && std::ofstream(probe).good(), "--dump: cannot write into folder '", bench.dump, "'",
+                ec ? " (" + ec.message() + ")" : std::string());
+    std::filesystem::remove(probe, ec);
+  }
+  if (!bench.save.empty())
+    CODEC_CHECK(std::ofstream(bench.save).good(), "--save: cannot write '", bench.save, "'");
+  // Every workload is resolved and sized before the first one runs.
+  std::vector<Workload> workloads;
+  for (const std::string& spec : specs) workloads.push_back(load_workload(spec, args, default_scale, /*with_batch=*/true));
   nlohmann::json rows = nlohmann::json::array();
   bool all_pass = true;
   if (!args.json) {
@@ -265,7 +285,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                 "err_codec", "err_flat", "check");
   }
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    const Workload w = load_workload(specs[i], args, default_scale);
+    const Workload& w = workloads[i];
     const double scale = args.scale > 0 ? args.scale : default_scale;
     auto progress = [&](const char* what) {
       std::fprintf(stderr, "[%zu/%zu] %s: %s\n", i + 1, specs.size(), specs[i].c_str(), what);
@@ -377,7 +397,7 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
     std::printf("%-14s %5s %6s %6s %7s %6s %6s %11s %11s %8s %9s %8s\n", "workload", "reqs", "nodes", "units",
                 "tasks", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "derive_ms", "plan_ms");
   for (const std::string& spec : specs) {
-    const Workload w = load_workload(spec, args, 1.0);
+    const Workload w = load_workload(spec, args, 1.0, /*with_batch=*/false);
     const WorkloadTables tables = workload_page_tables(w);
     const auto t0 = std::chrono::steady_clock::now();
     const Forest forest = derive_forest(tables.view());

@@ -18,6 +18,7 @@ struct WorkloadArgs {
   std::string cost_table;             // measured cost table instead of the roofline
   int blocks = 0;                     // planner blocks m; 0 picks the backend's default
   std::string split = "adaptive";     // CoDec plan's splitting: adaptive, none, fixed:K, exhaustive
+  double max_memory_gb = 16;          // host memory a workload may take (Workload::footprint), refused beyond
   bool json = false;
 };
 
@@ -32,8 +33,10 @@ struct BenchArgs {
 // Workload specs named by --workload: a comma-separated list, in which "all"
 // expands to every built-in sweep point.
 std::vector<std::string> expand_workloads(const std::string& spec);
-// Resolves a spec and applies the overrides and the scale.
-Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale);
+// Resolves a spec, applies the overrides and the scale, and refuses a
+// workload whose host memory (its page tables, and with_batch its K/V pool
+// and queries) would exceed args.max_memory_gb, before allocating any of it.
+Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale, bool with_batch);
 // Sets options.split (and fixed_splits) from "adaptive", "none", "fixed:K" or "exhaustive".
 void apply_split(const std::string& split, PlannerOptions& options);
 // How `bench` and `plan` plan for a target ("cpu"; "h200", a plan for the H200

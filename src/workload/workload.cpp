@@ -63,6 +63,33 @@ std::int64_t Workload::unique_tokens() const {
   return total;
 }
 
+Workload::Footprint Workload::footprint() const {
+  // Doubles: a bound of 2e9 tokens must not overflow while it is computed.
+  double request_tokens_sum = 0, request_pages = 0;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const double tokens = double(request_tokens(int(r)));
+    request_tokens_sum += tokens;
+    request_pages += std::ceil(tokens / page_size);
+  }
+  // Pages with KV: each node's, plus a copied partial page per request where branches part.
+  double kv_pages = double(requests.size());
+  std::vector<char> used(nodes.size(), 0);
+  for (std::int32_t leaf : requests)
+    for (std::int32_t i = leaf; i >= 0 && !used[std::size_t(i)]; i = nodes[std::size_t(i)].parent)
+      used[std::size_t(i)] = 1;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    if (used[i]) kv_pages += std::ceil(double(nodes[i].tokens) / page_size);
+  constexpr double kManagerBytesPerPage = 96;  // a forest-manager page node, its hash entry and free-list slot
+  Footprint f;
+  f.tables_bytes = 2 * 4 * request_tokens_sum      // token ids: the inserted path, the manager's copy
+                   + 3 * 4 * request_pages         // page lists, and the dense renumbering
+                   + kManagerBytesPerPage * kv_pages;
+  const double rows = double(requests.size()) * heads.num_qo_heads * heads.head_dim;
+  f.batch_bytes = 2 * kv_pages * page_size * heads.num_kv_heads * heads.head_dim * double(dtype_size(dtype))
+                  + rows * (double(dtype_size(dtype)) + 8 + 3 * 4);  // q, the fp64 reference, outputs
+  return f;
+}
+
 Workload Workload::scaled(double factor) const {
   CODEC_CHECK(std::isfinite(factor) && factor > 0, "scale factor ", factor, " must be finite and > 0");
   Workload out = *this;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -111,11 +112,46 @@ TEST(CodecCli, BadArgumentsExitWith2AndNameTheValue) {
   for (const Case& c : {Case{"plan --workload nosuch:3", "nosuch"},
                         Case{"plan --workload depth:2,,seq:128", "empty entry"},
                         Case{"bench --backend cpu --workload depth:2 --split fixed:0", "fixed:0"},
-                        Case{"plan --workload depth:2 --page-size 0", "page-size"}}) {
+                        Case{"plan --workload depth:2 --page-size 0", "page-size"},
+                        Case{"bench --workload depth:2 --page-size -5", "must be a number >= 1 and <= 1048576, not '-5'"},
+                        Case{"bench --workload depth:2 --scale 0", "--scale: must be a number > 0"},
+                        Case{"bench --workload depth:2 --blocks -1e300", "not '-1e300'"}}) {
     const Result r = run_codec(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.named), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("179769313486"), std::string::npos) << "DBL_MAX in the message: " << r.output;
+    EXPECT_EQ(r.output.find(".cpp:"), std::string::npos) << "a source location in a user's message: " << r.output;
   }
+}
+
+// Inputs that would take more host memory than allowed, or outputs that
+// cannot be written, are refused before any work (exit 2, in milliseconds).
+TEST(CodecCli, RefusesOversizedWorkloadsAndUnwritableOutputsBeforeWork) {
+  const auto dir = scratch("bounded");
+  std::filesystem::create_directories(dir);
+  const auto big = dir / "big.json";
+  std::ofstream(big) << R"({"name": "big", "nodes": [{"id": "a", "parent": null, "tokens": 2000000000}],
+                           "requests": [{"node": "a"}]})";
+  struct Case {
+    std::string args, named;
+  };
+  for (const Case& c : {Case{"plan --workload " + big.string(), "needs about 29.5 GB of host memory"},
+                        Case{"plan --workload " + big.string() + " --max-memory 4", "more than --max-memory 4 GB"},
+                        Case{"bench --backend cpu --workload depth:2 --page-size 1000000", "GB of K, V and queries"},
+                        Case{"bench --backend cpu --workload depth:2 --dump /proc/codec_x", "--dump: cannot write"},
+                        Case{"bench --backend cpu --workload depth:2 --save " + (dir / "no/such.json").string(),
+                             "--save: cannot write"}}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Result r = run_codec(c.args);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.named), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_LT(seconds, 5.0) << c.args << ": refused only after work";
+  }
+  // --verbose gives developers the source location.
+  const Result v = run_codec("--verbose plan --workload nosuch:3");
+  EXPECT_EQ(v.code, 2);
+  EXPECT_NE(v.output.find(".cpp:"), std::string::npos) << v.output;
 }
 
 }  // namespace

@@ -18,12 +18,19 @@ class CudaError : public Error {
   using Error::Error;
 };
 
+// Whether messages end with the source location that threw ("[file:line]"):
+// for developers, not for users. On in debug builds (no NDEBUG), off in
+// release ones unless the environment sets CODEC_ERROR_LOCATIONS=1 or a tool
+// calls set_error_locations(true) (the codec CLI's --verbose).
+bool error_locations();
+void set_error_locations(bool on);
+
 namespace detail {
 template <typename E = Error, typename... Args>
 [[noreturn]] void fail(const char* file, int line, const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
-  os << " [" << file << ":" << line << "]";
+  if (error_locations()) os << " [" << file << ":" << line << "]";
   throw E(os.str());
 }
 }  // namespace detail

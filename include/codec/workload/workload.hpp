@@ -38,6 +38,15 @@ struct Workload {
   std::int64_t unique_tokens() const;
   // Multiplies every node's token count by factor (a non-empty node keeps ≥ 1 token).
   Workload scaled(double factor) const;
+  // Host memory, in bytes, that building its page tables takes (token ids,
+  // page lists, the forest manager's pages; `workload_page_tables`), and what
+  // `materialize` takes besides (the K and V pools, queries, the fp64
+  // reference's output): upper bounds, computed without allocating.
+  struct Footprint {
+    double tables_bytes = 0;
+    double batch_bytes = 0;
+  };
+  Footprint footprint() const;
 };
 
 // "seq:512", "batch:64", "depth:4", "ratio:0.2", "shape:3", "shape:DT", "long",
