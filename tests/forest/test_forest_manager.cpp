@@ -668,11 +668,13 @@ TEST(ForestManager, ForestCompressesChainsIntoMaximalRuns) {
   EXPECT_TRUE(m.forest().nodes.empty());
 }
 
+// 4 page sizes × 2 seeds × 12,500 = 100,000 random operations, every state checked.
 TEST(ForestManager, RandomOpsKeepInvariantsKvContentAndLeakNothing) {
+  constexpr int kOpsPerRun = 12500;
   for (const int ps : kPageSizes) {
     for (const std::uint32_t seed : {1u, 2u}) {
       RandomDriver d(ps, 24 + 48 / ps, seed, 16);
-      for (int op = 0; op < 3000; ++op) {
+      for (int op = 0; op < kOpsPerRun; ++op) {
         d.step();
         SCOPED_TRACE("page_size " + std::to_string(ps) + " seed " + std::to_string(seed) + " op " +
                      std::to_string(op) + ": " + d.last_op);
