@@ -4,7 +4,7 @@
 # test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
 # to the folder given as $1 (default: results/gpu-local).
 #   bash scripts/gpu_run.sh "$OUT"
-# Set CODEC_GPU_STEPS to a subset of "build test python arch sanitize profile bench roofline ablation ncu
+# Set CODEC_GPU_STEPS to a subset of "build test python arch fuzz sanitize profile bench roofline ablation ncu
 # peers pybench" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
 # results/h200/run5), peers (FlashInfer, cuDNN and flex_attention side by side: FlashInfer needs the wheels
 # scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
@@ -13,10 +13,11 @@
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
 #           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there)
 #   arch:   a build for sm_80 only must refuse this GPU with a clear error, not fail a launch
+#   fuzz:   codec fuzz --backend cuda, 1,000 random cases against the fp64 reference
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-results/gpu-local}
-steps=${CODEC_GPU_STEPS:-build test python arch sanitize profile bench ablation ncu}
+steps=${CODEC_GPU_STEPS:-build test python arch fuzz sanitize profile bench ablation ncu}
 mkdir -p "$out"
 status=0
 step() { [[ " $steps " == *" $1 "* ]]; }
@@ -76,6 +77,9 @@ if step arch; then
   if [ $code -ne 2 ] || ! grep -q "but this CoDec build has kernels for CUDA architectures 80-real only" "$out/arch.log"; then
     echo "!! arch: expected exit 2 and the architecture error, got exit $code"; status=1
   fi
+fi
+if step fuzz; then
+  run fuzz ./build-gpu/codec fuzz --backend cuda --count 1000 --seed 1 --failures "$out/fuzz-failures"
 fi
 if step sanitize; then
   san="compute-sanitizer --error-exitcode 1"

@@ -93,6 +93,17 @@ int main(int argc, char** argv) {
   profile_cmd->add_option("--out", profile_out, "Table file (default: data/cost_tables/<device>_d<D>_<dtype>.json)");
   profile_cmd->add_option("--reps", profile_reps, "Timed repetitions per grid point")->check(in_range(1, 1e6));
 
+  codec::tools::FuzzArgs fuzz;
+  CLI::App* fuzz_cmd =
+      app.add_subcommand("fuzz", "Random forests against the fp64 reference, and bad inputs that must be refused");
+  fuzz_cmd->add_option("--count", fuzz.count, "Cases to run")->check(in_range(1, 1e9))->capture_default_str();
+  fuzz_cmd->add_option("--seed", fuzz.seed, "Seed: case i of a seed is always the same case")->capture_default_str();
+  fuzz_cmd->add_option("--backend", fuzz.backend, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  fuzz_cmd->add_option("--case", fuzz.case_index, "Replay this one case")->check(in_range(0, 1e9));
+  fuzz_cmd->add_option("--failures", fuzz.failures, "Folder for failing cases' workload files")->capture_default_str();
+
   bool verbose = false;
   app.add_flag("--verbose", verbose, "Errors name the source location that raised them (for developers)");
   try {
@@ -104,6 +115,7 @@ int main(int argc, char** argv) {
   if (verbose) codec::set_error_locations(true);
   try {
     if (*bench_cmd) return codec::tools::run_bench(bench_w, bench);
+    if (*fuzz_cmd) return codec::tools::run_fuzz(fuzz);
     if (*profile_cmd) {
 #if CODEC_HAS_CUDA
       return codec::tools::run_profile(profile_w, profile_out, profile_reps);

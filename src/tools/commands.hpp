@@ -1,5 +1,6 @@
 #pragma once
 // The codec command-line tool: shared options and the subcommands.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,17 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps);
 // Where a measured table for this device and head configuration is kept.
 std::string default_cost_table_path(const std::string& device, const HeadConfig& heads, DType dtype);
 int run_plan(const WorkloadArgs& args, const std::string& target);
+
+struct FuzzArgs {
+  int count = 100;
+  std::uint64_t seed = 1;
+  std::string backend = "cpu";        // cpu or cuda
+  int case_index = -1;                // ≥ 0: replay this one case
+  std::string failures = "fuzz-failures";  // where failing cases' workloads are written
+};
+// Random forests against the fp64 reference, and random bad inputs that must
+// be refused; prints each failure with its replay command, then "N passed, M
+// failed"; exit code 1 if any failed.
+int run_fuzz(const FuzzArgs& args);
 
 }  // namespace codec::tools

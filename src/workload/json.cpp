@@ -212,6 +212,32 @@ Workload parse_workload_json(const std::string& text, const std::string& source)
   return w;
 }
 
+std::string workload_to_json(const Workload& w) {
+  // The model by name when the name gives exactly these heads, else the heads themselves.
+  bool named = false;
+  for (const char* const* n = model_names(); *n && !named; ++n) {
+    if (w.model != *n) continue;
+    const HeadConfig h = model_heads(w.model);
+    named = h.num_qo_heads == w.heads.num_qo_heads && h.num_kv_heads == w.heads.num_kv_heads &&
+            h.head_dim == w.heads.head_dim && h.sm_scale == w.heads.sm_scale;
+  }
+  json model = w.model;
+  if (!named) {
+    model = {{"num_qo_heads", w.heads.num_qo_heads}, {"num_kv_heads", w.heads.num_kv_heads},
+             {"head_dim", w.heads.head_dim}};
+    if (w.heads.sm_scale > 0) model["sm_scale"] = w.heads.sm_scale;
+  }
+  json nodes = json::array(), requests = json::array();
+  for (const WorkloadNode& n : w.nodes)
+    nodes.push_back({{"id", n.id}, {"parent", n.parent < 0 ? json(nullptr) : json(w.nodes[std::size_t(n.parent)].id)},
+                     {"tokens", n.tokens}});
+  for (const std::int32_t r : w.requests) requests.push_back({{"node", w.nodes[std::size_t(r)].id}});
+  const json root = {{"name", w.name},           {"seed", w.seed},  {"model", model},
+                     {"page_size", w.page_size}, {"dtype", std::string(to_string(w.dtype))},
+                     {"nodes", nodes},           {"requests", requests}};
+  return root.dump(1) + "\n";
+}
+
 Workload load_workload_file(const std::string& path) {
   CODEC_CHECK(!std::filesystem::is_directory(path), "cannot read workload file '", path, "': it is a directory");
   std::ifstream file(path, std::ios::binary);

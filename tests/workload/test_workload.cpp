@@ -551,5 +551,36 @@ TEST(Materialize, RejectsInvalidWorkloads) {
   EXPECT_TRUE(throws_with([&] { materialize(w); }, "page_size 0 must be >= 1"));
 }
 
+
+TEST(WorkloadJson, WritingAndReadingBackGivesTheSameWorkload) {
+  Workload w = builtin_workload("depth:3");
+  w.nodes[2].tokens = 0;  // a 0-token node
+  w.requests.push_back(w.requests.front());  // a duplicated request
+  w.requests.push_back(1);                   // one at an internal node
+  for (const HeadConfig heads : {model_heads("qwen3-4b"), HeadConfig{21, 3, 256, 0.25f}}) {
+    w.heads = heads;
+    w.model = heads.num_qo_heads == 21 ? "custom" : "qwen3-4b";
+    w.page_size = 7;
+    w.dtype = DType::f16;
+    w.seed = 12345678901ull;
+    const Workload back = parse_workload_json(workload_to_json(w), "round trip");
+    EXPECT_EQ(back.name, w.name);
+    EXPECT_EQ(back.seed, w.seed);
+    EXPECT_EQ(back.heads.num_qo_heads, w.heads.num_qo_heads);
+    EXPECT_EQ(back.heads.num_kv_heads, w.heads.num_kv_heads);
+    EXPECT_EQ(back.heads.head_dim, w.heads.head_dim);
+    EXPECT_EQ(back.heads.sm_scale, w.heads.sm_scale);
+    EXPECT_EQ(back.page_size, w.page_size);
+    EXPECT_EQ(back.dtype, w.dtype);
+    ASSERT_EQ(back.nodes.size(), w.nodes.size());
+    for (std::size_t i = 0; i < w.nodes.size(); ++i) {
+      EXPECT_EQ(back.nodes[i].id, w.nodes[i].id);
+      EXPECT_EQ(back.nodes[i].parent, w.nodes[i].parent);
+      EXPECT_EQ(back.nodes[i].tokens, w.nodes[i].tokens);
+    }
+    EXPECT_EQ(back.requests, w.requests);
+  }
+}
+
 }  // namespace
 }  // namespace codec

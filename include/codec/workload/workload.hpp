@@ -56,6 +56,8 @@ std::vector<std::string> builtin_workload_names();  // every sweep point, in tab
 bool is_builtin_workload(const std::string& spec);
 
 Workload parse_workload_json(const std::string& text, const std::string& source);
+// The JSON a workload file holds; parse_workload_json of it gives the workload back.
+std::string workload_to_json(const Workload& workload);
 Workload load_workload_file(const std::string& path);
 // A built-in name or a path to a JSON file.
 Workload resolve_workload(const std::string& spec);
