@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Peers side by side with CoDec on the same KV data (BENCHMARKS.md, "Peers").
+"""Peers side by side with CoDec on the same KV data (docs/BENCHMARKS.md, "Peers").
 
 For each workload, `codec bench --backend cuda --dump` times CoDec and the flat
 baseline and writes the batch it ran: Q, the paged K/V pool, the per-request

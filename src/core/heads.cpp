@@ -25,7 +25,7 @@ struct NamedModel {
   HeadConfig heads;
 };
 
-// The model shapes of BENCHMARKS.md, and gemma2-9b, whose head_dim 256 the
+// The model shapes of docs/BENCHMARKS.md, and gemma2-9b, whose head_dim 256 the
 // kernels support and `codec profile` measures a cost table for.
 constexpr NamedModel kModels[] = {
     {"qwen3-4b", {32, 8, 128, 0.f}},   {"llama3.2-1b", {32, 8, 64, 0.f}},

@@ -17,8 +17,8 @@ namespace codec {
 
 RooflineParams RooflineParams::h200() {
   RooflineParams p;
-  p.bandwidth_gbps = 4200;    // device copy, BENCHMARKS.md
-  p.peak_tflops = 790;        // cuBLAS bf16 GEMM, BENCHMARKS.md
+  p.bandwidth_gbps = 4200;    // device copy, docs/BENCHMARKS.md
+  p.peak_tflops = 790;        // cuBLAS bf16 GEMM, docs/BENCHMARKS.md
   p.concurrent_blocks = 264;  // 132 SMs × 2 resident blocks
   // A task pays about two dependent HBM round trips (~0.6-0.8 us each) that its
   // KV stream cannot hide: reading its descriptor and query rows before the
@@ -263,7 +263,7 @@ double TableCostModel::cost_us(int rows, long kv_len) const {
   CODEC_CHECK(kv_len >= 0, "cost model: kv_len ", kv_len, " must be >= 0");
   // Rows outside the grid clamp: below, fewer rows than measured still pay the
   // smallest measured task; above, the grid is expected to reach one query
-  // tile, and the planner splits larger tasks into tiles (DESIGN §4).
+  // tile, and the planner splits larger tasks into tiles (docs/DESIGN.md §4).
   const std::vector<int>& r = table_.rows;
   if (rows <= r.front()) return row_cost(table_, 0, kv_len);
   if (rows >= r.back()) return row_cost(table_, r.size() - 1, kv_len);

@@ -37,7 +37,7 @@ CLI::Validator in_range(double lo, double hi, bool lo_open = false) {
 void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
   cmd->add_option("--workload,-w", w.workload, "Built-in workload (e.g. batch:64, seq:512), a JSON file, 'all', or a comma-separated list of these")
       ->capture_default_str();
-  cmd->add_option("--model", w.model, "Model shape from BENCHMARKS.md (qwen3-4b, llama3.2-1b, ...)");
+  cmd->add_option("--model", w.model, "Model shape from docs/BENCHMARKS.md (qwen3-4b, llama3.2-1b, ...)");
   cmd->add_option("--dtype", w.dtype, "KV and query dtype: bf16, fp16 or fp32");
   cmd->add_option("--page-size", w.page_size, "Tokens per KV page")->check(in_range(1, 1 << 20));
   cmd->add_option("--scale", w.scale, "Multiply every node's token count (default: 1 on a GPU, 1/16 on the CPU)")

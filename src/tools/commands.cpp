@@ -28,8 +28,8 @@ namespace codec::tools {
 namespace {
 
 constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads finish in seconds
-constexpr double kH200Bandwidth = 4.2e12;  // B/s, device copy (BENCHMARKS.md)
-constexpr double kH200Flops = 790e12;      // FLOP/s, cuBLAS bf16 GEMM (BENCHMARKS.md)
+constexpr double kH200Bandwidth = 4.2e12;  // B/s, device copy (docs/BENCHMARKS.md)
+constexpr double kH200Flops = 790e12;      // FLOP/s, cuBLAS bf16 GEMM (docs/BENCHMARKS.md)
 constexpr int kH200Sms = 132;
 
 #if CODEC_HAS_CUDA

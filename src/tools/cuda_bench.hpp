@@ -24,7 +24,7 @@ class CudaBench {
 
   // Uploads the plan, checks one poisoned run against the reference, then
   // times `reps` replays of a CUDA graph of run_cuda, each after flushing L2,
-  // with CUDA events around the attention alone (BENCHMARKS.md protocol).
+  // with CUDA events around the attention alone (docs/BENCHMARKS.md protocol).
   // The checked run sits in an NVTX range named `label`, for ncu. The same
   // replays of the partial attention alone give the merge's share of the time,
   // and `reps` direct calls the host time of one run_cuda call.

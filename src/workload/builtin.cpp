@@ -1,4 +1,4 @@
-// The scenarios of BENCHMARKS.md ("Workloads"), at full size: tests scale them
+// The scenarios of docs/BENCHMARKS.md ("Workloads"), at full size: tests scale them
 // down with Workload::scaled.
 #include <charconv>
 #include <cmath>
@@ -101,7 +101,7 @@ struct Sweep {
   std::vector<const char*> points;
 };
 
-// BENCHMARKS.md's table, in its order.
+// docs/BENCHMARKS.md's table, in its order.
 const std::vector<Sweep>& sweeps() {
   static const std::vector<Sweep> table = {
       {"seq", "512", {"128", "256", "512", "1024", "2048"}},

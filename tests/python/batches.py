@@ -10,7 +10,7 @@ from typing import List, Tuple
 
 import numpy as np
 
-# relative L2 tolerances of the outputs (BENCHMARKS.md for fp16/bf16 on the GPU);
+# relative L2 tolerances of the outputs (docs/BENCHMARKS.md for fp16/bf16 on the GPU);
 # the CPU engine accumulates in fp32, far inside these
 TOLERANCE = {"float16": 3e-3, "bfloat16": 1e-2, "float32": 1e-5}
 

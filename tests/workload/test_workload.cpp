@@ -65,7 +65,7 @@ TEST(Builtin, EveryNameParsesAndValidates) {
     EXPECT_EQ(w.page_size, 16);
     EXPECT_EQ(w.seed, 1u);
   }
-  EXPECT_EQ(next, heads.size()) << "sweeps out of BENCHMARKS.md order";
+  EXPECT_EQ(next, heads.size()) << "sweeps out of docs/BENCHMARKS.md order";
 }
 
 TEST(Builtin, Seq) {

@@ -16,7 +16,7 @@ struct HeadConfig {
   void validate() const;  // throws codec::Error naming the offending field
 };
 
-// Model shapes of BENCHMARKS.md by name ("qwen3-4b", "llama3.2-1b", ...).
+// Model shapes of docs/BENCHMARKS.md by name ("qwen3-4b", "llama3.2-1b", ...).
 HeadConfig model_heads(const std::string& name);
 const char* const* model_names();  // null-terminated list
 

@@ -1,5 +1,5 @@
 #pragma once
-// The partial-state contract (DESIGN §2), shared by the CPU engine and the CUDA
+// The partial-state contract (docs/DESIGN.md §2), shared by the CPU engine and the CUDA
 // kernels. A partial state of one query row over a set of keys is
 //   o   = Σ_j exp(s_j − m) v_j / l     (normalised output, fp32)
 //   lse = m + ln(l)                     (natural log, fp32)

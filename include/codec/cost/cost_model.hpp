@@ -27,7 +27,7 @@ struct RooflineParams {
   double peak_tflops = 790;        // matrix TFLOP/s, all blocks together
   int concurrent_blocks = 264;     // m: blocks sharing bandwidth and compute
   double task_overhead_us = 1.0;   // fixed cost of a task: scheduling, prologue, epilogue
-  static RooflineParams h200();    // measured ceilings of BENCHMARKS.md, 132 SMs × 2 blocks
+  static RooflineParams h200();    // measured ceilings of docs/BENCHMARKS.md, 132 SMs × 2 blocks
   static RooflineParams cpu(int threads);  // a few-core host running the CPU engine
 };
 

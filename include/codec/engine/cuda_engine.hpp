@@ -1,5 +1,5 @@
 #pragma once
-// CUDA engine: runs a Plan on a GPU (DESIGN §4-§5). Two kernels, launched on
+// CUDA engine: runs a Plan on a GPU (docs/DESIGN.md §4-§5). Two kernels, launched on
 // one stream: partial attention (PAC), persistent over the plan's blocks, then
 // the merge of each row's partial states (POR). On sm_90 the merge is a
 // programmatic dependent launch of PAC (it starts during PAC's last tasks and

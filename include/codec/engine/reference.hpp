@@ -29,7 +29,7 @@ struct ErrorStats {
 };
 ErrorStats compare(const float* out, const std::vector<double>& ref);
 
-// Relative L2 tolerance of BENCHMARKS.md for outputs computed from `dtype` inputs.
+// Relative L2 tolerance of docs/BENCHMARKS.md for outputs computed from `dtype` inputs.
 double tolerance(DType dtype);
 
 }  // namespace codec

@@ -1,5 +1,5 @@
 #pragma once
-// The planner (DESIGN §4): a pure host function from a prefix forest, a head
+// The planner (docs/DESIGN.md §4): a pure host function from a prefix forest, a head
 // configuration and a cost model to a Plan.
 #include <cstdint>
 #include <optional>

@@ -1,6 +1,6 @@
 #pragma once
 // Workloads: a tree (or forest) of nodes with token counts, and requests that
-// each name the node ending their path. Built-in scenarios of BENCHMARKS.md and
+// each name the node ending their path. Built-in scenarios of docs/BENCHMARKS.md and
 // JSON files of the same shape; materialised into a real paged KV cache through
 // the forest manager, so shared tokens are physically shared pages.
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// Merge of partial states (POR, DESIGN §5): one to four warps per (request,
+// Merge of partial states (POR, docs/DESIGN.md §5): one to four warps per (request,
 // qo head) row. Row (b, h) merges the partials of the plan's reduction schedule,
 // partials[partial_indptr[b] ..] (every chunk of every node on b's path, root
 // first), weighting each partial's o by exp(lse − merged lse) (state.hpp), then

@@ -1,5 +1,5 @@
 #pragma once
-// Partial attention (PAC, DESIGN §5), persistent: block b runs the plan's
+// Partial attention (PAC, docs/DESIGN.md §5), persistent: block b runs the plan's
 // tasks tasks[block_indptr[b] .. block_indptr[b+1]) in order. A task is
 // (node chunk [kv_begin, kv_end), kv head, rows [row_begin, row_end) of the
 // node's row list); row v is (request node_reqs[node_req_begin[node] + v / G],
