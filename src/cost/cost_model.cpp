@@ -16,10 +16,7 @@ namespace codec {
 // Roofline
 
 RooflineParams RooflineParams::h200() {
-  RooflineParams p;
-  p.bandwidth_gbps = 4200;    // device copy, docs/BENCHMARKS.md
-  p.peak_tflops = 790;        // cuBLAS bf16 GEMM, docs/BENCHMARKS.md
-  p.concurrent_blocks = 264;  // 132 SMs × 2 resident blocks
+  RooflineParams p;  // the H200's ceilings and block count by default
   // A task pays about two dependent HBM round trips (~0.6-0.8 us each) that its
   // KV stream cannot hide: reading its descriptor and query rows before the
   // first KV load issues, and storing its partial state at the end.

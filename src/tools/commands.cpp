@@ -28,9 +28,8 @@ namespace codec::tools {
 namespace {
 
 constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads finish in seconds
-constexpr double kH200Bandwidth = 4.2e12;  // B/s, device copy (docs/BENCHMARKS.md)
-constexpr double kH200Flops = 790e12;      // FLOP/s, cuBLAS bf16 GEMM (docs/BENCHMARKS.md)
-constexpr int kH200Sms = 132;
+constexpr double kH200Bandwidth = h200::kBandwidthGBps * 1e9;  // B/s
+constexpr double kH200Flops = h200::kPeakTflops * 1e12;         // FLOP/s
 
 #if CODEC_HAS_CUDA
 constexpr bool kCudaBuilt = true;
@@ -216,7 +215,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   } else {
     s.roofline = RooflineParams::h200();
     // Without a GPU to ask: the H200's 132 SMs × the PAC blocks each holds.
-    s.options.num_blocks = kH200Sms * cuda_pac_min_blocks_per_sm(w.heads.head_dim);
+    s.options.num_blocks = h200::kSms * cuda_pac_min_blocks_per_sm(w.heads.head_dim);
     s.options.max_tile_rows = kCudaMaxTileRows;
     s.device = "NVIDIA H200";
 #if CODEC_HAS_CUDA

@@ -19,15 +19,26 @@ class CostModel {
   virtual std::string describe() const = 0;
 };
 
+// The H200's ceilings, measured once on the machine (docs/BENCHMARKS.md): a
+// device-to-device copy counting bytes read and written, and a cuBLAS bf16
+// GEMM; and its SM count. Every H200 figure of the library and its tools is
+// one of these.
+namespace h200 {
+inline constexpr double kBandwidthGBps = 4200;
+inline constexpr double kPeakTflops = 790;
+inline constexpr int kSms = 132;
+inline constexpr int kBlocksPerSm = 2;  // resident PAC blocks at head_dim ≥ 128 (cuda_pac_min_blocks_per_sm)
+}  // namespace h200
+
 // Analytic roofline: max(bytes / (bandwidth / m), flops / (peak / m)) + overhead,
 // where m blocks share the device and a task moves its KV chunk, its query rows
 // and its partial outputs.
 struct RooflineParams {
-  double bandwidth_gbps = 4200;    // device memory GB/s, all blocks together
-  double peak_tflops = 790;        // matrix TFLOP/s, all blocks together
-  int concurrent_blocks = 264;     // m: blocks sharing bandwidth and compute
+  double bandwidth_gbps = h200::kBandwidthGBps;  // device memory GB/s, all blocks together
+  double peak_tflops = h200::kPeakTflops;        // matrix TFLOP/s, all blocks together
+  int concurrent_blocks = h200::kSms * h200::kBlocksPerSm;  // m: blocks sharing bandwidth and compute
   double task_overhead_us = 1.0;   // fixed cost of a task: scheduling, prologue, epilogue
-  static RooflineParams h200();    // measured ceilings of docs/BENCHMARKS.md, 132 SMs × 2 blocks
+  static RooflineParams h200();    // the H200's ceilings (namespace h200), 132 SMs × 2 blocks
   static RooflineParams cpu(int threads);  // a few-core host running the CPU engine
 };
 

@@ -45,6 +45,7 @@ inline constexpr int kCudaMaxTileRows = 64;
 // blocks share an SM; 255 otherwise). cuda_device_info asks the device for the
 // real count; plans made without a GPU (codec plan --target h200) use this.
 constexpr int cuda_pac_min_blocks_per_sm(int head_dim) { return head_dim == 64 ? 4 : 2; }
+static_assert(cuda_pac_min_blocks_per_sm(128) == h200::kBlocksPerSm, "the H200 roofline's block count is the kernel's");
 
 // Number of CUDA devices; 0 when there is none or no usable driver. Never throws.
 int cuda_device_count() noexcept;
