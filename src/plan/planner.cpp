@@ -33,7 +33,7 @@ std::int64_t min_slots(const Forest& forest, const HeadConfig& heads) {
 
 namespace {
 
-constexpr double kCapFactor = 8;           // see step 3 of make_plan
+constexpr double kCapFactor = 8;           // see Planning::choose_splits
 constexpr std::size_t kPolishClasses = 4;  // classes the final pattern search may change
 constexpr double kExactPlaces = 128;       // blocks per head slice up to which the packing bound is exact
 
@@ -286,88 +286,88 @@ Footprint footprint(const std::vector<NodeClass>& classes, const std::vector<int
   return f;
 }
 
-}  // namespace
-
-Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
-               const PlannerOptions& opt) {
-  const auto start = std::chrono::steady_clock::now();
-  heads.validate();
-  opt.validate();
-  forest.validate();
-  const int G = heads.group(), kv_heads = heads.num_kv_heads, m = opt.num_blocks, align = opt.chunk_align;
-  const int num_nodes = forest.num_nodes(), batch = forest.num_requests();
+// make_plan's steps over one forest, in order; each step's products are
+// members the later steps read.
+class Planning {
+ public:
+  Planning(const Forest& forest, const HeadConfig& heads, const CostModel& cost, const PlannerOptions& opt)
+      : forest_(forest), cost_(cost), opt_(opt), G_(heads.group()), kv_heads_(heads.num_kv_heads),
+        m_(opt.num_blocks), align_(opt.chunk_align), slices_(std::gcd(m_, kv_heads_)),
+        slice_heads_(kv_heads_ / slices_), slice_blocks_(m_ / slices_),
+        search_(cost, align_, slice_heads_, slice_blocks_) {}
 
   // 1. Classes of nodes with work, by (tokens rounded up to the chunk
   // alignment, rows). Rounding keeps every member's chunk count equal to its
   // class's (chunk lengths are multiples of the alignment) and only prices a
   // last chunk up to align − 1 tokens high; it keeps the search small when
   // lengths are all different (1,024 questions of 30–456 tokens: ~27 classes).
-  std::map<std::pair<int, int>, int> class_of_shape;
-  std::vector<NodeClass> classes;
-  std::vector<int> node_class(num_nodes, -1);
-  for (int i = 0; i < num_nodes; ++i) {
-    const ForestNode& n = forest.nodes[i];
-    if (n.num_tokens == 0 || n.num_reqs == 0) continue;
-    const int rows = n.num_reqs * G;
-    const int tokens = (n.num_tokens + align - 1) / align * align;
-    auto [it, added] = class_of_shape.try_emplace({tokens, rows}, int(classes.size()));
-    if (added) {
-      NodeClass c;
-      c.tokens = tokens;
-      c.rows = rows;
-      const int tiles = (rows + opt.max_tile_rows - 1) / opt.max_tile_rows;
-      c.rows_hi = (rows + tiles - 1) / tiles;
-      c.tiles_lo = c.rows_hi * tiles - rows;  // tiles one row short, so all tiles differ by ≤ 1 row
-      c.tiles_hi = tiles - c.tiles_lo;
-      c.max_splits = tokens / align;
-      c.unsplit_cost = cost.cost_us(c.rows_hi, c.tokens);
-      classes.push_back(std::move(c));
+  void classify() {
+    std::map<std::pair<int, int>, int> class_of_shape;
+    node_class_.assign(forest_.num_nodes(), -1);
+    for (int i = 0; i < forest_.num_nodes(); ++i) {
+      const ForestNode& n = forest_.nodes[i];
+      if (n.num_tokens == 0 || n.num_reqs == 0) continue;
+      const int rows = n.num_reqs * G_;
+      const int tokens = (n.num_tokens + align_ - 1) / align_ * align_;
+      auto [it, added] = class_of_shape.try_emplace({tokens, rows}, int(classes_.size()));
+      if (added) {
+        NodeClass c;
+        c.tokens = tokens;
+        c.rows = rows;
+        const int tiles = (rows + opt_.max_tile_rows - 1) / opt_.max_tile_rows;
+        c.rows_hi = (rows + tiles - 1) / tiles;
+        c.tiles_lo = c.rows_hi * tiles - rows;  // tiles one row short, so all tiles differ by ≤ 1 row
+        c.tiles_hi = tiles - c.tiles_lo;
+        c.max_splits = tokens / align_;
+        c.unsplit_cost = cost_.cost_us(c.rows_hi, c.tokens);
+        classes_.push_back(std::move(c));
+      }
+      node_class_[i] = it->second;
+      classes_[it->second].nodes.push_back(i);
     }
-    node_class[i] = it->second;
-    classes[it->second].nodes.push_back(i);
   }
 
   // 2. Lower bound (the paper's cost_l). A plan whose dearest chunk costs tau
   // takes ≥ max(tau, mean_load(tau)): mean_load falls as tau grows, so the
-  // bound is least where the two cross; bisect tau geometrically to find it.
-  // KV heads are interchangeable: with g = gcd(m, Hkv), a schedule of Hkv/g
-  // heads on m/g blocks, repeated for each of g head slices on its own m/g
-  // blocks, has the same makespan. Searching the slice is g times cheaper
-  // (qwen3-4b on 264 blocks: g = 8).
-  const int slices = std::gcd(m, kv_heads), slice_heads = kv_heads / slices, slice_blocks = m / slices;
-  Search search(cost, align, slice_heads, slice_blocks);
-  double tau_min = 0, tau_max = 0;
-  for (const NodeClass& c : classes) {
-    tau_min = std::max(tau_min, search.chunk_cost(c, c.max_splits));
-    tau_max = std::max(tau_max, c.unsplit_cost);
-  }
-  double lower_bound = 0;
-  if (!classes.empty()) {
-    if (const double f = search.mean_load(classes, tau_max); f >= tau_max) {
-      lower_bound = f;
-    } else if (search.mean_load(classes, tau_min) <= tau_min) {
-      lower_bound = tau_min;
+  // bound is least where the two cross; bisect tau geometrically (to 0.2%: it
+  // sets the search grid below, which steps by 8%). KV heads are
+  // interchangeable: with g = gcd(m, Hkv), a schedule of Hkv/g heads on m/g
+  // blocks, repeated for each of g head slices on its own m/g blocks, has the
+  // same makespan, and searching the slice is g times cheaper (qwen3-4b on 264
+  // blocks: g = 8). The packing argument of may_finish_within then raises the
+  // reported bound where few large units meet many blocks; cost_l (the mean
+  // bound) still sets the caps and the search grid, as in the paper.
+  void bound() {
+    if (classes_.empty()) return;
+    double tau_min = 0, tau_max = 0;
+    for (const NodeClass& c : classes_) {
+      tau_min = std::max(tau_min, search_.chunk_cost(c, c.max_splits));
+      tau_max = std::max(tau_max, c.unsplit_cost);
+    }
+    if (const double f = search_.mean_load(classes_, tau_max); f >= tau_max) {
+      lower_bound_ = f;
+    } else if (search_.mean_load(classes_, tau_min) <= tau_min) {
+      lower_bound_ = tau_min;
     } else {  // mean_load(lo) > lo, mean_load(hi) ≤ hi
-      double lo = tau_min, hi = tau_max, f_hi = search.mean_load(classes, tau_max);
+      double lo = tau_min, hi = tau_max, f_hi = search_.mean_load(classes_, tau_max);
       while (hi > lo * 1.002) {
-        const double mid = std::sqrt(lo * hi), f = search.mean_load(classes, mid);
+        const double mid = std::sqrt(lo * hi), f = search_.mean_load(classes_, mid);
         if (f > mid) lo = mid; else hi = mid, f_hi = f;
       }
-      lower_bound = std::max(lo, f_hi);
+      lower_bound_ = std::max(lo, f_hi);
     }
-  }
-  // The packing argument of may_finish_within raises the bound where few
-  // large units meet many blocks; cost_l (the mean bound) still sets the caps
-  // and the search grid below, as in the paper.
-  const double cost_l = lower_bound;
-  if (!classes.empty() && !search.may_finish_within(classes, lower_bound)) {
-    double lo = lower_bound, hi = lower_bound * 1.25;
-    for (int i = 0; i < 40 && !search.may_finish_within(classes, hi); ++i) lo = hi, hi *= 1.25;
-    while (hi > lo * 1.001) {
-      const double mid = std::sqrt(lo * hi);
-      (search.may_finish_within(classes, mid) ? hi : lo) = mid;
+    cost_l_ = lower_bound_;
+    if (!search_.may_finish_within(classes_, lower_bound_)) {
+      // Gallop up by 25% until a time passes (40 steps reach 7,500× the mean
+      // bound), then bisect to 0.1%: the bound is reported, not acted on.
+      double lo = lower_bound_, hi = lower_bound_ * 1.25;
+      for (int i = 0; i < 40 && !search_.may_finish_within(classes_, hi); ++i) lo = hi, hi *= 1.25;
+      while (hi > lo * 1.001) {
+        const double mid = std::sqrt(lo * hi);
+        (search_.may_finish_within(classes_, mid) ? hi : lo) = mid;
+      }
+      lower_bound_ = lo;
     }
-    lower_bound = lo;
   }
 
   // 3. Split counts. Adaptive: the paper caps every class at ceil(C / cost_l)
@@ -378,45 +378,170 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const
   // the caps, targets tau on a geometric grid around cost_l each propose two
   // split vectors (fewest chunks whose dearest costs ≤ tau, and C / tau
   // rounded up); the one whose LPT makespan is least wins, then a pattern
-  // search on the classes with the dearest chunks polishes it.
-  std::vector<int> cap(classes.size());
-  for (std::size_t ci = 0; ci < classes.size(); ++ci)
-    cap[ci] = std::clamp(int(std::ceil(kCapFactor * classes[ci].unsplit_cost / cost_l)), 1,
-                         classes[ci].max_splits);
-  auto makespan_of = [&](const std::vector<int>& s) {
-    std::vector<TaskGroup> groups = task_groups(classes, s, cost, align, slice_heads);
-    return lpt(groups, slice_blocks, [](std::size_t, std::int64_t, int) {});
-  };
-  // The workspace bounds the slots (and a capacity the tasks) of every split
-  // vector the search may pick; the unsplit one must fit.
-  std::int64_t max_slots = opt.max_slots, max_tasks = 0;
-  if (opt.capacity) {
-    max_slots = max_slots > 0 ? std::min(max_slots, opt.capacity->slots) : opt.capacity->slots;
-    max_tasks = opt.capacity->tasks;
+  // search on the classes with the dearest chunks polishes it. The workspace
+  // bounds the slots (and a capacity the tasks) of every vector the search
+  // may pick; the unsplit one must fit.
+  void choose_splits() {
+    max_slots_ = opt_.max_slots;
+    if (opt_.capacity) {
+      max_slots_ = max_slots_ > 0 ? std::min(max_slots_, opt_.capacity->slots) : opt_.capacity->slots;
+      max_tasks_ = opt_.capacity->tasks;
+    }
+    splits_.assign(classes_.size(), 1);
+    const Footprint unsplit = footprint(classes_, splits_, align_, kv_heads_);
+    CODEC_CHECK(max_slots_ == 0 || unsplit.slots <= max_slots_, "the batch needs ", unsplit.slots,
+                " partial slots even unsplit, more than the ", max_slots_, " the workspace holds");
+    CODEC_CHECK(max_tasks_ == 0 || unsplit.tasks <= max_tasks_, "the batch needs ", unsplit.tasks,
+                " tasks even unsplit, more than the capacity's ", max_tasks_);
+    if (opt_.split == SplitPolicy::fixed) {
+      for (std::size_t ci = 0; ci < classes_.size(); ++ci)
+        splits_[ci] = std::min(opt_.fixed_splits, classes_[ci].max_splits);
+      const Footprint f = footprint(classes_, splits_, align_, kv_heads_);
+      CODEC_CHECK(fits(splits_), "fixed:", opt_.fixed_splits, " splits need ", f.slots, " partial slots and ",
+                  f.tasks, " tasks, more than the workspace holds (", max_slots_, " slots, ", max_tasks_, " tasks)");
+      return;
+    }
+    if (classes_.empty() || opt_.split == SplitPolicy::none) return;
+    std::vector<int> cap(classes_.size());
+    for (std::size_t ci = 0; ci < classes_.size(); ++ci)
+      cap[ci] = std::clamp(int(std::ceil(kCapFactor * classes_[ci].unsplit_cost / cost_l_)), 1,
+                           classes_[ci].max_splits);
+    if (opt_.split == SplitPolicy::exhaustive) search_exhaustively(cap);
+    else search_adaptively(cap);
   }
-  auto fits = [&](const std::vector<int>& s) {
-    const Footprint f = footprint(classes, s, align, kv_heads);
-    return (max_slots == 0 || f.slots <= max_slots) && (max_tasks == 0 || f.tasks <= max_tasks);
-  };
-  std::vector<int> splits(classes.size(), 1);
-  {
-    const Footprint f = footprint(classes, splits, align, kv_heads);
-    CODEC_CHECK(max_slots == 0 || f.slots <= max_slots, "the batch needs ", f.slots,
-                " partial slots even unsplit, more than the ", max_slots, " the workspace holds");
-    CODEC_CHECK(max_tasks == 0 || f.tasks <= max_tasks, "the batch needs ", f.tasks,
-                " tasks even unsplit, more than the capacity's ", max_tasks);
+
+  // 4. Node tables: pages, requests, splits, slot bases.
+  void node_tables(PlanArrays& a) {
+    const int num_nodes = forest_.num_nodes();
+    a.node_page_begin.resize(num_nodes + 1);
+    a.node_req_begin.resize(num_nodes + 1);
+    a.node_splits.assign(num_nodes, 0);
+    a.node_slot_base.assign(num_nodes, 0);
+    for (int i = 0; i < num_nodes; ++i) {
+      const ForestNode& n = forest_.nodes[i];
+      a.node_page_begin[i] = std::int32_t(a.node_pages.size());
+      a.node_pages.insert(a.node_pages.end(), forest_.pages.begin() + n.page_begin,
+                          forest_.pages.begin() + n.page_begin + n.num_pages);
+      a.node_req_begin[i] = std::int32_t(a.node_reqs.size());
+      a.node_reqs.insert(a.node_reqs.end(), forest_.reqs.begin() + n.req_begin,
+                         forest_.reqs.begin() + n.req_begin + n.num_reqs);
+      if (node_class_[i] >= 0) {
+        const int b = chunking(classes_[node_class_[i]].tokens, splits_[node_class_[i]], align_).count;
+        a.node_splits[i] = b;
+        a.node_slot_base[i] = std::int32_t(slots_);
+        slots_ += std::int64_t(b) * kv_heads_ * n.num_reqs * G_;
+        max_splits_ = std::max(max_splits_, b);
+      }
+    }
+    a.node_page_begin[num_nodes] = std::int32_t(a.node_pages.size());
+    a.node_req_begin[num_nodes] = std::int32_t(a.node_reqs.size());
+    CODEC_CHECK(slots_ < (std::int64_t(1) << 31), "plan needs ", slots_, " partial slots, more than 2^31");
   }
-  if (opt.split == SplitPolicy::fixed) {
-    for (std::size_t ci = 0; ci < classes.size(); ++ci) splits[ci] = std::min(opt.fixed_splits, classes[ci].max_splits);
-    const Footprint f = footprint(classes, splits, align, kv_heads);
-    CODEC_CHECK(fits(splits), "fixed:", opt.fixed_splits, " splits need ", f.slots, " partial slots and ", f.tasks,
-                " tasks, more than the workspace holds (", max_slots, " slots, ", max_tasks, " tasks)");
-  } else if (opt.split == SplitPolicy::exhaustive && !classes.empty()) {
+
+  // 5. Tasks: replay LPT on the chosen splits for one head slice, expanding
+  // each group's items into every slice.
+  void place_tasks(PlanArrays& a) {
+    std::vector<TaskGroup> groups = task_groups(classes_, splits_, cost_, align_, slice_heads_);
+    std::vector<std::vector<Task>> per_block(m_);
+    makespan_ = lpt(groups, slice_blocks_, [&](std::size_t g, std::int64_t item, int block) {
+      const TaskGroup& grp = groups[g];
+      const NodeClass& c = classes_[grp.cls];
+      const Chunking k = chunking(c.tokens, splits_[grp.cls], align_);
+      const std::int64_t tiles = grp.hi_tiles ? c.tiles_hi : c.tiles_lo;
+      const std::int64_t chunks = grp.last_chunk ? 1 : k.count - 1;
+      // item = ((member · slice_heads + head) · chunks + chunk) · tiles + tile:
+      // the row tiles of one chunk are neighbours (see lpt)
+      std::int64_t rest = item;
+      const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiles_hi);
+      rest /= tiles;
+      const int chunk = int(rest % chunks) + (grp.last_chunk ? k.count - 1 : 0);
+      rest /= chunks;
+      const int head = int(rest % slice_heads_);
+      const int member = int(rest / slice_heads_);
+      const int row_begin =
+          tile < c.tiles_hi ? tile * c.rows_hi : c.tiles_hi * c.rows_hi + (tile - c.tiles_hi) * (c.rows_hi - 1);
+      const int row_end = row_begin + (tile < c.tiles_hi ? c.rows_hi : c.rows_hi - 1);
+      const int kv_begin = chunk * k.len;
+      const int node = c.nodes[member];
+      const int kv_end = std::min(forest_.nodes[node].num_tokens, kv_begin + k.len);
+      const SlotLayout slots{a.node_slot_base[node], kv_heads_, (a.node_req_begin[node + 1] - a.node_req_begin[node]) * G_};
+      for (int slice = 0; slice < slices_; ++slice) {
+        const int kv_head = slice * slice_heads_ + head;
+        per_block[slice * slice_blocks_ + block].push_back({node, kv_head, chunk, kv_begin, kv_end, row_begin, row_end,
+                                                            a.node_page_begin[node], a.node_req_begin[node],
+                                                            slots.at(chunk, kv_head, 0)});
+      }
+      kv_tokens_read_ += std::int64_t(kv_end - kv_begin) * slices_;
+    });
+    a.block_indptr.resize(m_ + 1);
+    for (int b = 0; b < m_; ++b) {
+      a.block_indptr[b] = std::int32_t(a.tasks.size());
+      a.tasks.insert(a.tasks.end(), per_block[b].begin(), per_block[b].end());
+    }
+    a.block_indptr[m_] = std::int32_t(a.tasks.size());
+  }
+
+  // 6. Reduction schedule: each request's partials, every chunk of every node
+  // on its path from the root down. A node at depth d is entry d of the path
+  // of each of its requests; k is the request's index in the node's list.
+  void reduction_schedule(PlanArrays& a) const {
+    const int num_nodes = forest_.num_nodes(), batch = forest_.num_requests();
+    std::vector<int> depth(num_nodes);
+    for (int i = 0; i < num_nodes; ++i) depth[i] = forest_.nodes[i].parent < 0 ? 0 : depth[forest_.nodes[i].parent] + 1;
+    std::vector<int> path_begin(batch + 1, 0);
+    for (int r = 0; r < batch; ++r) path_begin[r + 1] = path_begin[r] + depth[forest_.request_node[r]] + 1;
+    std::vector<std::pair<int, int>> path(path_begin[batch]);  // (node, k)
+    for (int i = 0; i < num_nodes; ++i) {
+      const ForestNode& n = forest_.nodes[i];
+      for (int k = 0; k < n.num_reqs; ++k) path[path_begin[forest_.reqs[n.req_begin + k]] + depth[i]] = {i, k};
+    }
+    a.partial_indptr.assign(batch + 1, 0);
+    for (int r = 0; r < batch; ++r) {
+      for (int e = path_begin[r]; e < path_begin[r + 1]; ++e) {
+        const auto [i, k] = path[e];
+        const SlotLayout slots{a.node_slot_base[i], kv_heads_, forest_.nodes[i].num_reqs * G_};
+        for (int c = 0; c < a.node_splits[i]; ++c) a.partials.push_back({slots.at(c, 0, k * G_), slots.rows});
+      }
+      a.partial_indptr[r + 1] = std::int32_t(a.partials.size());
+    }
+  }
+
+  PlanStats stats(const PlanArrays& a) const {
+    PlanStats st;
+    st.num_nodes = forest_.num_nodes();
+    st.num_requests = forest_.num_requests();
+    for (const NodeClass& c : classes_) st.num_units += int(c.nodes.size()) * (c.tiles_hi + c.tiles_lo) * kv_heads_;
+    st.num_tasks = int(a.tasks.size());
+    st.num_blocks = m_;
+    st.max_splits = max_splits_;
+    st.num_slots = int(slots_);
+    for (int r = 0; r < st.num_requests; ++r)
+      st.merged_requests += a.partial_indptr[r + 1] - a.partial_indptr[r] > 1;
+    st.makespan_us = makespan_;
+    st.lower_bound_us = lower_bound_;
+    st.cost_l_us = cost_l_;
+    st.kv_tokens_read = kv_tokens_read_;
+    st.unique_kv_tokens = forest_.unique_tokens() * kv_heads_;
+    return st;
+  }
+
+ private:
+  bool fits(const std::vector<int>& s) const {
+    const Footprint f = footprint(classes_, s, align_, kv_heads_);
+    return (max_slots_ == 0 || f.slots <= max_slots_) && (max_tasks_ == 0 || f.tasks <= max_tasks_);
+  }
+  double makespan_of(const std::vector<int>& s) const {
+    std::vector<TaskGroup> groups = task_groups(classes_, s, cost_, align_, slice_heads_);
+    return lpt(groups, slice_blocks_, [](std::size_t, std::int64_t, int) {});
+  }
+
+  // Every split vector within the caps that fits, the least makespan kept.
+  void search_exhaustively(const std::vector<int>& cap) {
     double vectors = 1;
     for (const int c : cap) vectors *= c;
-    CODEC_CHECK(vectors <= double(kMaxExhaustivePlans), "exhaustive split search: ", vectors,
-                " split vectors over ", classes.size(), " node classes exceed ", kMaxExhaustivePlans);
-    std::vector<int> s(classes.size(), 1);
+    CODEC_CHECK(vectors <= double(kMaxExhaustivePlans), "exhaustive split search: ", vectors, " split vectors over ",
+                classes_.size(), " node classes exceed ", kMaxExhaustivePlans);
+    std::vector<int> s(classes_.size(), 1);
     double best = makespan_of(s);
     while (true) {  // odometer over s[ci] ∈ [1, cap[ci]]
       std::size_t ci = 0;
@@ -424,33 +549,35 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const
       if (ci == s.size()) break;
       ++s[ci];
       if (!fits(s)) continue;
-      if (const double t = makespan_of(s); t < best) best = t, splits = s;
+      if (const double t = makespan_of(s); t < best) best = t, splits_ = s;
     }
-  } else if (opt.split == SplitPolicy::adaptive && !classes.empty()) {
-    double best = makespan_of(splits);
-    std::vector<int> tried = splits, by_cost(classes.size()), by_chunk(classes.size());
+  }
+
+  void search_adaptively(const std::vector<int>& cap) {
+    double best = makespan_of(splits_);
+    std::vector<int> tried = splits_, by_cost(classes_.size()), by_chunk(classes_.size());
     auto consider = [&](const std::vector<int>& s) {
       if (s == tried) return;  // neighbouring targets often propose the same vector
       tried = s;
       if (!fits(s)) return;
-      if (const double t = makespan_of(s); t < best * (1 - 1e-9)) best = t, splits = s;
+      if (const double t = makespan_of(s); t < best * (1 - 1e-9)) best = t, splits_ = s;
     };
     // Targets span 2·cost_l (small trees: fewer, larger chunks may pack
     // better) down to cost_l / 16, below the finest capped chunk (~cost_l / 8).
-    // The makespan is not unimodal in tau, so the whole grid is tried: 42
-    // targets, each cheap after slicing.
-    for (double tau = 2 * cost_l; tau > cost_l / (2 * kCapFactor); tau *= 0.92) {
-      for (std::size_t ci = 0; ci < classes.size(); ++ci) {
-        by_chunk[ci] = std::min(cap[ci], search.min_splits(classes[ci], tau));
-        by_cost[ci] = std::clamp(int(std::ceil(classes[ci].unsplit_cost / tau)), 1, cap[ci]);
+    // The makespan is not unimodal in tau, so the whole grid is tried:
+    // ln(32) / ln(1 / 0.92) = 42 targets, each cheap after slicing.
+    for (double tau = 2 * cost_l_; tau > cost_l_ / (2 * kCapFactor); tau *= 0.92) {
+      for (std::size_t ci = 0; ci < classes_.size(); ++ci) {
+        by_chunk[ci] = std::min(cap[ci], search_.min_splits(classes_[ci], tau));
+        by_cost[ci] = std::clamp(int(std::ceil(classes_[ci].unsplit_cost / tau)), 1, cap[ci]);
       }
       consider(by_chunk);
       consider(by_cost);
     }
-    std::vector<int> order(classes.size());
-    for (std::size_t ci = 0; ci < classes.size(); ++ci) order[ci] = int(ci);
+    std::vector<int> order(classes_.size());
+    for (std::size_t ci = 0; ci < classes_.size(); ++ci) order[ci] = int(ci);
     std::sort(order.begin(), order.end(), [&](int a, int b) {
-      return search.chunk_cost(classes[a], splits[a]) > search.chunk_cost(classes[b], splits[b]);
+      return search_.chunk_cost(classes_[a], splits_[a]) > search_.chunk_cost(classes_[b], splits_[b]);
     });
     order.resize(std::min<std::size_t>(order.size(), kPolishClasses));
     for (const int step : {8, 4, 2, 1}) {  // pattern search: coarse moves first
@@ -458,7 +585,7 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const
         improved = false;
         for (const int ci : order) {
           for (const int delta : {step, -step}) {
-            std::vector<int> s = splits;
+            std::vector<int> s = splits_;
             s[ci] += delta;
             if (s[ci] < 1 || s[ci] > cap[ci]) continue;
             const double before = best;
@@ -470,116 +597,40 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const
     }
   }
 
-  // 4. Node tables: pages, requests, splits, slot bases.
+  const Forest& forest_;
+  const CostModel& cost_;
+  const PlannerOptions& opt_;
+  const int G_, kv_heads_, m_, align_;
+  const int slices_, slice_heads_, slice_blocks_;
+  const Search search_;
+  std::vector<NodeClass> classes_;
+  std::vector<int> node_class_;  // class of each node, −1 for a node without work
+  double lower_bound_ = 0, cost_l_ = 0;
+  std::int64_t max_slots_ = 0, max_tasks_ = 0;  // 0: no limit
+  std::vector<int> splits_;                     // b_k of each class
+  std::int64_t slots_ = 0;
+  int max_splits_ = 0;
+  double makespan_ = 0;
+  std::int64_t kv_tokens_read_ = 0;
+};
+
+}  // namespace
+
+Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
+               const PlannerOptions& opt) {
+  const auto start = std::chrono::steady_clock::now();
+  heads.validate();
+  opt.validate();
+  forest.validate();
+  Planning planning(forest, heads, cost, opt);
+  planning.classify();
+  planning.bound();
+  planning.choose_splits();
   PlanArrays a;
-  a.node_page_begin.resize(num_nodes + 1);
-  a.node_req_begin.resize(num_nodes + 1);
-  a.node_splits.assign(num_nodes, 0);
-  a.node_slot_base.assign(num_nodes, 0);
-  std::int64_t slots = 0;
-  int max_splits = 0;
-  for (int i = 0; i < num_nodes; ++i) {
-    const ForestNode& n = forest.nodes[i];
-    a.node_page_begin[i] = std::int32_t(a.node_pages.size());
-    a.node_pages.insert(a.node_pages.end(), forest.pages.begin() + n.page_begin,
-                        forest.pages.begin() + n.page_begin + n.num_pages);
-    a.node_req_begin[i] = std::int32_t(a.node_reqs.size());
-    a.node_reqs.insert(a.node_reqs.end(), forest.reqs.begin() + n.req_begin,
-                       forest.reqs.begin() + n.req_begin + n.num_reqs);
-    if (node_class[i] >= 0) {
-      const int b = chunking(classes[node_class[i]].tokens, splits[node_class[i]], align).count;
-      a.node_splits[i] = b;
-      a.node_slot_base[i] = std::int32_t(slots);
-      slots += std::int64_t(b) * kv_heads * n.num_reqs * G;
-      max_splits = std::max(max_splits, b);
-    }
-  }
-  a.node_page_begin[num_nodes] = std::int32_t(a.node_pages.size());
-  a.node_req_begin[num_nodes] = std::int32_t(a.node_reqs.size());
-  CODEC_CHECK(slots < (std::int64_t(1) << 31), "plan needs ", slots, " partial slots, more than 2^31");
-
-  // 5. Tasks: replay LPT on the chosen splits for one head slice, expanding
-  // each group's items into every slice.
-  std::vector<TaskGroup> groups = task_groups(classes, splits, cost, align, slice_heads);
-  std::vector<std::vector<Task>> per_block(m);
-  std::int64_t kv_tokens_read = 0;
-  const double makespan = lpt(groups, slice_blocks, [&](std::size_t g, std::int64_t item, int block) {
-    const TaskGroup& grp = groups[g];
-    const NodeClass& c = classes[grp.cls];
-    const Chunking k = chunking(c.tokens, splits[grp.cls], align);
-    const std::int64_t tiles = grp.hi_tiles ? c.tiles_hi : c.tiles_lo;
-    const std::int64_t chunks = grp.last_chunk ? 1 : k.count - 1;
-    {
-      // item = ((member · slice_heads + head) · chunks + chunk) · tiles + tile:
-      // the row tiles of one chunk are neighbours (see lpt)
-      std::int64_t rest = item;
-      const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiles_hi);
-      rest /= tiles;
-      const int chunk = int(rest % chunks) + (grp.last_chunk ? k.count - 1 : 0);
-      rest /= chunks;
-      const int head = int(rest % slice_heads);
-      const int member = int(rest / slice_heads);
-      const int row_begin = tile < c.tiles_hi ? tile * c.rows_hi
-                                              : c.tiles_hi * c.rows_hi + (tile - c.tiles_hi) * (c.rows_hi - 1);
-      const int row_end = row_begin + (tile < c.tiles_hi ? c.rows_hi : c.rows_hi - 1);
-      const int kv_begin = chunk * k.len;
-      const int kv_end = std::min(forest.nodes[c.nodes[member]].num_tokens, kv_begin + k.len);
-      const int node = c.nodes[member];
-      const int node_rows = (a.node_req_begin[node + 1] - a.node_req_begin[node]) * G;
-      for (int slice = 0; slice < slices; ++slice) {
-        const int kv_head = slice * slice_heads + head;
-        per_block[slice * slice_blocks + block].push_back(
-            {node, kv_head, chunk, kv_begin, kv_end, row_begin, row_end, a.node_page_begin[node],
-             a.node_req_begin[node], a.node_slot_base[node] + (chunk * kv_heads + kv_head) * node_rows});
-      }
-      kv_tokens_read += std::int64_t(kv_end - kv_begin) * slices;
-    }
-  });
-  a.block_indptr.resize(m + 1);
-  for (int b = 0; b < m; ++b) {
-    a.block_indptr[b] = std::int32_t(a.tasks.size());
-    a.tasks.insert(a.tasks.end(), per_block[b].begin(), per_block[b].end());
-  }
-  a.block_indptr[m] = std::int32_t(a.tasks.size());
-
-  // 6. Reduction schedule: each request's partials, every chunk of every node
-  // on its path from the root down. A node at depth d is entry d of the path
-  // of each of its requests; k is the request's index in the node's list.
-  std::vector<int> depth(num_nodes);
-  for (int i = 0; i < num_nodes; ++i) depth[i] = forest.nodes[i].parent < 0 ? 0 : depth[forest.nodes[i].parent] + 1;
-  std::vector<int> path_begin(batch + 1, 0);
-  for (int r = 0; r < batch; ++r) path_begin[r + 1] = path_begin[r] + depth[forest.request_node[r]] + 1;
-  std::vector<std::pair<int, int>> path(path_begin[batch]);  // (node, k)
-  for (int i = 0; i < num_nodes; ++i) {
-    const ForestNode& n = forest.nodes[i];
-    for (int k = 0; k < n.num_reqs; ++k) path[path_begin[forest.reqs[n.req_begin + k]] + depth[i]] = {i, k};
-  }
-  a.partial_indptr.assign(batch + 1, 0);
-  for (int r = 0; r < batch; ++r) {
-    for (int e = path_begin[r]; e < path_begin[r + 1]; ++e) {
-      const auto [i, k] = path[e];
-      const int rows = forest.nodes[i].num_reqs * G;
-      for (int c = 0; c < a.node_splits[i]; ++c)
-        a.partials.push_back({a.node_slot_base[i] + c * kv_heads * rows + k * G, rows});
-    }
-    a.partial_indptr[r + 1] = std::int32_t(a.partials.size());
-  }
-
-  PlanStats st;
-  st.num_nodes = num_nodes;
-  st.num_requests = batch;
-  for (const NodeClass& c : classes) st.num_units += int(c.nodes.size()) * (c.tiles_hi + c.tiles_lo) * kv_heads;
-  st.num_tasks = int(a.tasks.size());
-  st.num_blocks = m;
-  st.max_splits = max_splits;
-  st.num_slots = int(slots);
-  for (int r = 0; r < batch; ++r) st.merged_requests += a.partial_indptr[r + 1] - a.partial_indptr[r] > 1;
-  st.makespan_us = makespan;
-  st.lower_bound_us = lower_bound;
-  st.cost_l_us = cost_l;
-  st.kv_tokens_read = kv_tokens_read;
-  st.unique_kv_tokens = forest.unique_tokens() * kv_heads;
-  Plan plan(heads, dtype, forest.page_size, a, st, opt.capacity ? &*opt.capacity : nullptr);
+  planning.node_tables(a);
+  planning.place_tasks(a);
+  planning.reduction_schedule(a);
+  Plan plan(heads, dtype, forest.page_size, a, planning.stats(a), opt.capacity ? &*opt.capacity : nullptr);
   plan.stats().plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return plan;
 }

@@ -37,6 +37,15 @@ struct Task {
   std::int32_t slot0;       // row v's partial goes to slot slot0 + v
 };
 
+// The one layout of a node's partial slots: [chunk][kv head][row] from the
+// node's first slot `base`, `rows` rows (requests × G) per chunk and kv head.
+struct SlotLayout {
+  int base;
+  int num_kv_heads;
+  int rows;
+  CODEC_HD int at(int chunk, int kv_head, int row) const { return base + (chunk * num_kv_heads + kv_head) * rows + row; }
+};
+
 // One partial state of a request's rows: row (request, qo head h) finds it in
 // slot slot0 + (h / G) · head_stride + h % G (a node's slots are laid out
 // [chunk][kv head][row], see slot_of).
@@ -76,14 +85,14 @@ struct PlanView {
   const PartialRef* partials = nullptr;
 
   CODEC_HD int num_partials(int req) const { return partial_indptr[req + 1] - partial_indptr[req]; }
-  // Slot of partial j (an index into partials) for qo head `head`.
+  // Slot of partial j (an index into partials) for qo head `head`: SlotLayout
+  // at chunk 0 from slot0, with head_stride as its rows.
   CODEC_HD int partial_slot(int j, int head) const {
     return partials[j].slot0 + (head / group) * partials[j].head_stride + head % group;
   }
   CODEC_HD int node_rows(int node) const { return (node_req_begin[node + 1] - node_req_begin[node]) * group; }
-  // Partial slots of a node are laid out [chunk][kv head][row].
   CODEC_HD int slot_of(int node, int chunk, int kv_head, int row) const {
-    return node_slot_base[node] + (chunk * num_kv_heads + kv_head) * node_rows(node) + row;
+    return SlotLayout{node_slot_base[node], num_kv_heads, node_rows(node)}.at(chunk, kv_head, row);
   }
 };
 
