@@ -5,8 +5,8 @@
 # The working tree is "new"; "old" is a copy of it in which each FILE is
 # replaced by abtmp/<basename of FILE>, prepared beforehand (the device copy's
 # .git may be stale; abtmp/ travels because git does not ignore it):
-#   mkdir -p abtmp && git show REV:src/engine/cuda/pac.cuh > abtmp/pac.cuh
-#   CODEC_AB_ROUNDS=2 bash scripts/gpu_ab.sh "$OUT" src/engine/cuda/pac.cuh -- \
+#   mkdir -p abtmp && git show REV:src/engine/cuda/kernels/pac.cuh > abtmp/pac.cuh
+#   CODEC_AB_ROUNDS=2 bash scripts/gpu_ab.sh "$OUT" src/engine/cuda/kernels/pac.cuh -- \
 #     "--workload batch:64" "--workload long --model gemma2-9b"
 # With CODEC_AB_OLD_TREE=abtmp/old.tar the old build is that whole tree
 # instead (a change across the API), made beforehand with e.g.

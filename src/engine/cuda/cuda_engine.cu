@@ -14,9 +14,9 @@
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_check.hpp"
 #include "engine/run_checks.hpp"
-#include "kernel_traits.cuh"
-#include "merge.cuh"
-#include "pac.cuh"
+#include "engine/cuda/kernel_traits.cuh"
+#include "engine/cuda/kernels/merge.cuh"
+#include "engine/cuda/kernels/pac.cuh"
 
 namespace codec {
 
@@ -227,7 +227,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   // The merge is needed unless every row was written by its single PAC task
   // (always, for a plan at a capacity: PlanExtent::needs_merge).
   const bool merge = plan.extent().needs_merge && stages == CudaStages::all;
-  // Programmatic dependent launch of the merge (merge.cuh) needs sm_90. Querying
+  // Programmatic dependent launch of the merge (kernels/merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;
   if (merge) {
@@ -243,11 +243,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     using T = typename decltype(type)::type;
     static_assert(cuda::PacTraits<D, T>::kMaxRows == kCudaMaxTileRows);
     cuda::launch_pac<D, T>({.plan = device,
-                            .k = kv.k,
-                            .v = kv.v,
-                            .stride_page = kv.stride_page,
-                            .stride_token = kv.stride_token,
-                            .stride_head = kv.stride_head,
+                            .kv = {kv.k, kv.v, kv.stride_page, kv.stride_token, kv.stride_head},
                             .q = io.q.data,
                             .q_rows = io.q.strides(),
                             .out = io.out.data,

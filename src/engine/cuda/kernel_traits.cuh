@@ -2,69 +2,11 @@
 // Compile-time configuration of the CUDA kernels, one traits struct per
 // (head_dim, dtype): tile sizes, pipeline depth, shared-memory layout, with
 // static_asserts that name the limit a configuration would break.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <cstdint>
-#include <cstring>
-#include <type_traits>
-
 #include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm
 
 namespace codec::cuda {
 
-// Two fp32 values rounded to the 16-bit device type T (__half or
-// __nv_bfloat16: the same bits as codec::f16_t / bf16_t on the host), packed
-// into one 32-bit register, lo in the low half: an mma A fragment or a store.
-template <typename T>
-__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
-  std::uint32_t u;
-  if constexpr (std::is_same_v<T, __half>) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    std::memcpy(&u, &h, sizeof u);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    std::memcpy(&u, &h, sizeof u);
-  }
-  return u;
-}
-
-// Butterfly reduction over groups of kLanes consecutive lanes (a power of two
-// ≤ 32): every lane of a group ends with op over the group's values.
-template <int kLanes, typename Op>
-__device__ __forceinline__ float butterfly(float x, Op op) {
-  static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power-of-two lane group");
-#pragma unroll
-  for (int offset = 1; offset < kLanes; offset *= 2) x = op(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  return x;
-}
-struct MaxOp {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-struct SumOp {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-
-constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// Programmatic dependent launch (PTX griddepcontrol, sm_90+; no-ops below, where
-// the host never sets the launch attribute either: cuda_engine.cu). wait blocks
-// until the grids this one depends on have completed and their writes are
-// visible, and returns at once when there is no such grid (an ordinary launch)
-// or after its first call; launch_dependents lets the dependent grid start
-// early and orders no memory.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
-// Partial attention (pac.cuh). A block of 4 warps runs one task at a time: up
+// Partial attention (kernels/pac.cuh). A block of 4 warps runs one task at a time: up
 // to 64 query rows (one m16 row tile per warp) against the chunk's KV tokens,
 // streamed through shared memory in tiles of kTileTokens tokens, kStages deep.
 //
@@ -72,7 +14,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // enough bytes in flight. Little's law: an H200 SM's share of the ~4.2 TB/s a
 // device copy reaches is 4.2 TB/s / 132 ≈ 32 B/ns, and the latency of a loaded
 // HBM3e system is 1.5–3 µs, so an SM needs ~50–100 KB outstanding. The main loop
-// (pac.cuh) refills a stage as soon as every warp is done with it, before it
+// (kernels/pac.cuh) refills a stage as soon as every warp is done with it, before it
 // waits for the next tile, so a block has all kStages tiles in flight while it
 // waits and kStages − 1 while it computes:
 //   D = 64:  64-token tiles of 2 × 8 KiB,  3 stages:  8 + 48 = 56 KiB smem;
@@ -89,7 +31,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 //            stage would need 128 KiB, one block per SM.
 // D = 256 uses 32-token tiles because 64 would need 160 KiB, one block per SM.
 // Registers do not bind at 2 blocks per SM (255 × 128 × 2 < 64 Ki); at D = 64
-// they must stay ≤ 128 per thread for 4 blocks (launch bounds in pac.cuh).
+// they must stay ≤ 128 per thread for 4 blocks (launch bounds in kernels/pac.cuh).
 template <int D, typename T>
 struct PacTraits {
   static constexpr int kHeadDim = D;
@@ -105,12 +47,12 @@ struct PacTraits {
   static constexpr int kStages = D == 256 ? 2 : 3;
   static constexpr int kMinBlocksPerSM = cuda_pac_min_blocks_per_sm(D);  // __launch_bounds__
   // Tasks with at least this many rows run on wgmma where the build has it
-  // (sm_90a, wgmma.cuh): from 2 row tiles on, splitting a tile's tokens over
+  // (sm_90a, primitives/wgmma.cuh): from 2 row tiles on, splitting a tile's tokens over
   // warps (mma.sync) reads K and V from shared memory 2-4 times per tile.
   static constexpr int kWgmmaMinRows = 17;
   // Shared memory: Q [kMaxRows][D], then kStages × (K, V) [kTileTokens][D], each
   // as D / 64 column blocks of 128-byte rows XOR-swizzled by 16-byte chunk
-  // (pac.cuh, tile_offset). The epilogue reuses it all as fp32 staging.
+  // (tile_offset below). The epilogue reuses it all as fp32 staging.
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
   static constexpr int kKVBytes = kStages * 2 * kTileBytes;
   static constexpr int kSmemBytes = kQBytes + kKVBytes;
@@ -140,7 +82,17 @@ struct PacTraits {
                 "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
 };
 
-// Merge (merge.cuh): 4 warps per block, 1, 2 or 4 of them per (request, qo
+// Element offset of 16-byte chunk `chunk` of row `row` in a [Rows][D] tile,
+// stored as D / 64 column blocks of [Rows][64] (128-byte rows) with each row's
+// chunks XOR-swizzled by row % 8. The 8 rows one ldmatrix phase reads then hit
+// 8 different 16-byte bank groups, and each column block is the 128-byte
+// swizzle layout wgmma reads (primitives/wgmma.cuh).
+template <int Rows>
+__device__ __forceinline__ int tile_offset(int row, int chunk) {
+  return (chunk >> 3) * (Rows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
+// Merge (kernels/merge.cuh): 4 warps per block, 1, 2 or 4 of them per (request, qo
 // head) row. A lane owns kVec consecutive floats of each 32·kVec-float slice of
 // the row, so every warp-wide load is one contiguous, coalesced segment. A warp
 // holds the o of kBatch partials at once (at most 32 registers per lane) and

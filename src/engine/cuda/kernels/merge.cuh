@@ -23,7 +23,9 @@
 #include "codec/engine/attention_io.hpp"
 #include "codec/engine/cuda_check.hpp"
 #include "codec/plan/plan.hpp"
-#include "kernel_traits.cuh"
+#include "engine/cuda/kernel_traits.cuh"
+#include "engine/cuda/primitives/ptx.cuh"
+#include "engine/cuda/primitives/warp.cuh"
 
 namespace codec::cuda {
 

@@ -13,7 +13,7 @@
 // target (sm_80, the generic sm_90) compiles CODEC_WGMMA = 0 and runs all tasks
 // on the mma.sync path, with the same results up to fp32 summation order.
 //
-// Operand layout (pac.cuh, tile_offset): a [rows][D] tile is stored as D / 64
+// Operand layout (kernel_traits.cuh, tile_offset): a [rows][D] tile is stored as D / 64
 // column blocks of [rows][64] elements, each row 128 bytes with its 16-byte
 // chunks XOR-swizzled by row % 8. That is exactly the 128-byte swizzle mode
 // when a block starts on a 1024-byte boundary: the hardware XORs address bits

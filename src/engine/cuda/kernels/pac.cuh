@@ -1,0 +1,299 @@
+#pragma once
+// Partial attention (PAC, docs/DESIGN.md §5), persistent: block b runs the plan's
+// tasks tasks[block_indptr[b] .. block_indptr[b+1]) in order. A task is
+// (node chunk [kv_begin, kv_end), kv head, rows [row_begin, row_end) of the
+// node's row list); row v is (request node_reqs[node_req_begin[node] + v / G],
+// qo head kv_head · G + v % G). Its query rows are loaded into shared memory
+// once, the chunk's K and V stream through shared memory in cp.async tiles
+// (tile/kv_loader.cuh), and S = Q Kᵀ and O += P V run on tensor cores with an
+// online softmax in fp32 (tile/attend_mma.cuh, tile/attend_wgmma.cuh,
+// tile/softmax.cuh). Every KV byte of the chunk is read from device memory
+// once per task, whatever the number of rows.
+//
+// Warp layout (FlashAttention-2 decode style). Rows are padded to R = ceil(rows
+// / 16) row tiles of 16. The 4 warps take R' = R rounded up to a power of two
+// row tiles and split every KV tile's tokens S = min(4 / R', tile / 16) ways:
+//   rows 1..16  (e.g. 1 request × GQA 4): R' = 1, S = 4 (S = 2 at D = 256),
+//               each warp 16 tokens of a 64-token tile
+//   rows 17..32: R' = 2, S = 2;  rows 33..64: R' = 4, S = 1 (rows 33..48 leave
+//               warp 3 without rows)
+// so small tasks still use every warp. Each warp keeps its own online-softmax
+// state; at the end of the task the S states of a row are merged through
+// shared memory with merge_weights (state.hpp).
+//
+// Tasks of kWgmmaMinRows rows or more run on Hopper's wgmma instead (sm_90a
+// builds): the 4 warps are one warpgroup over 64 row slots, each warp sees
+// every token, and K and V leave shared memory once per tile.
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "codec/core/state.hpp"
+#include "codec/engine/attention_io.hpp"
+#include "codec/engine/cuda_check.hpp"
+#include "codec/plan/plan.hpp"
+#include "engine/cuda/kernel_traits.cuh"
+#include "engine/cuda/primitives/ptx.cuh"
+#include "engine/cuda/primitives/warp.cuh"
+#include "engine/cuda/primitives/wgmma.cuh"
+#include "engine/cuda/tile/attend_mma.cuh"
+#include "engine/cuda/tile/attend_wgmma.cuh"
+#include "engine/cuda/tile/kv_loader.cuh"
+
+namespace codec::cuda {
+
+struct PacParams {
+  PlanView plan;               // views the plan copy at the head of the workspace
+  KvPool kv;
+  const void* q;               // row (request, qo head) at q_rows.at(request, head), D elements, KV dtype
+  RowStrides q_rows;           //   (each row start 16-byte aligned)
+  void* out;                   // likewise, KV dtype: rows whose request has a single partial
+  RowStrides out_rows;
+  float* lse;                  // lse of (request, qo head) at lse_rows.at(request, head), or null
+  RowStrides lse_rows;
+  float lse_scale;             // 1 (natural log) or log2(e) (base 2)
+  float* part_o;               // [slots, D] fp32 normalised partial outputs
+  float* part_lse;             // [slots] fp32 natural log
+  float sm_scale;
+};
+
+// ---------------------------------------------------------------- kernel
+
+// The task's epilogue, once its KV tiles are done and shared memory is free:
+// each warp normalises its states and stages them as fp32, then every row's
+// `splits` warp states are merged (identity when 1) and written, 4 floats per
+// thread, coalesced: rows whose request has a single partial straight to the
+// output, the others to their workspace slot.
+template <int D, typename T>
+__device__ __forceinline__ void store_rows(const PacParams& p, const Task& task, int splits, bool has_rows,
+                                           bool single_row, OnlineSoftmax (&state)[2], const float (&o)[D / 2],
+                                           unsigned char* smem) {
+  using Tr = PacTraits<D, T>;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = p.plan.group;
+  const int rows = task.row_end - task.row_begin;
+  const std::int32_t* reqs = p.plan.node_reqs + task.req_begin;
+  // 1: each warp's states, normalised
+  float* so = reinterpret_cast<float*>(smem);             // [kMaxRows][kStagingStride], row = warp · 16 + r
+  float* slse = so + Tr::kMaxRows * Tr::kStagingStride;   // [kMaxRows]
+  bool* ssingle = reinterpret_cast<bool*>(slse + Tr::kMaxRows);  // [kMaxRows]
+  if (tid < rows) ssingle[tid] = single_row;
+  if (has_rows) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      state[h].l = butterfly<4>(state[h].l, SumOp{});
+      const float inv_l = state[h].inv_l();
+      const int row = warp * 16 + lane / 4 + 8 * h;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(so + row * Tr::kStagingStride + 8 * n + 2 * (lane % 4)) =
+            make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+      if (lane % 4 == 0) slse[row] = state[h].lse();
+    }
+  }
+  __syncthreads();
+
+  // 2: each row's merged state, to the output or its slot
+  constexpr int kQuads = D / 4;
+  for (int i = tid; i < rows * kQuads; i += Tr::kThreads) {
+    const int r = i / kQuads, d = 4 * (i % kQuads);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float lse = kNegInf;  // the empty state
+    for (int w = 0; w < splits; ++w) {
+      const int srow = ((r / 16) * splits + w) * 16 + r % 16;
+      const MergeWeights mw = merge_weights(lse, slse[srow]);
+      const float4 x = *reinterpret_cast<const float4*>(so + srow * Tr::kStagingStride + d);
+      acc = make_float4(mw.w1 * acc.x + mw.w2 * x.x, mw.w1 * acc.y + mw.w2 * x.y, mw.w1 * acc.z + mw.w2 * x.z,
+                        mw.w1 * acc.w + mw.w2 * x.w);
+      lse = mw.lse;
+    }
+    const int v = task.row_begin + r;
+    if (ssingle[r]) {
+      const int req = reqs[v / G], head = task.kv_head * G + v % G;
+      const uint2 packed = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
+      *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + p.out_rows.at(req, head) + d) = packed;
+      if (d == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req, head)] = lse * p.lse_scale;
+    } else {
+      const std::int64_t slot = task.slot0 + v;
+      *reinterpret_cast<float4*>(p.part_o + slot * D + d) = acc;
+      if (d == 0) p.part_lse[slot] = lse;
+    }
+  }
+}
+
+template <int D, typename T>
+__device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
+                                         unsigned char* smem) {
+  using Tr = PacTraits<D, T>;
+  const PlanView& plan = p.plan;
+  const int tid = threadIdx.x, warp = tid / 32, G = plan.group;
+  const int rows = task.row_end - task.row_begin;
+  const int kv_len = task.kv_end - task.kv_begin;
+  const int num_tiles = (kv_len + Tr::kTileTokens - 1) / Tr::kTileTokens;
+  const std::int32_t* reqs = plan.node_reqs + task.req_begin;
+  const std::int32_t* pages = plan.node_pages + task.page_begin;
+  T* sq = reinterpret_cast<T*>(smem);
+  T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
+
+  // warp layout (see the top of this file). On the wgmma path the 4 warps are
+  // one warpgroup over all 64 row slots (rows past the task's are zero queries
+  // whose results are never written) and every warp sees the whole tile.
+  const bool wg = CODEC_WGMMA && rows >= Tr::kWgmmaMinRows;
+  const int rtiles = (rows + 15) / 16;
+  const int rtiles_pow2 = wg ? Tr::kWarps : rtiles == 1 ? 1 : rtiles == 2 ? 2 : 4;
+  const int splits = min(Tr::kWarps / rtiles_pow2, Tr::kMaxSplits);
+  const int rtile = warp / splits;
+  const bool has_rows = wg || rtile < rtiles;
+  const int steps = Tr::kTileTokens / Tr::kTokenStep / splits;  // 16-token steps of a warp per tile
+  const int token0 = (warp % splits) * steps * Tr::kTokenStep;
+
+  // prologue. The first tiles' page ids and the rows' request ids are issued
+  // before anything waits; the Q copies and the single-partial flags, which
+  // need the request ids, follow.
+  KvLoader<D, T> kv(p.kv, task, pages, geo, num_tiles, skv);
+  typename KvLoader<D, T>::Prologue pro;
+  kv.look_up_first(pro);
+  // Whether row tid's request has a single partial (PAC writes the output
+  // itself); used by the epilogue, loaded now so that its latency hides.
+  const bool single_row = tid < rows && plan.num_partials(reqs[(task.row_begin + tid) / G]) == 1;
+  // the task's query rows into sq; rows up to the last row tile (all 64 on the
+  // wgmma path) are zero
+  {
+    const T* q = static_cast<const T*>(p.q);
+    const int q_rows = wg ? Tr::kMaxRows : rtiles * 16;
+    for (int i = tid; i < q_rows * Tr::kChunks; i += Tr::kThreads) {
+      const int r = i / Tr::kChunks, cq = i % Tr::kChunks, v = task.row_begin + r;
+      const T* src = q;
+      if (r < rows) src += p.q_rows.at(reqs[v / G], task.kv_head * G + v % G) + 8 * cq;
+      cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, cq), src, r < rows);
+    }
+  }
+  kv.start(pro);  // the first kStages − 1 tiles in flight (Q rides in the first group)
+
+  // main loop: refill the stage tile t − 1 used as soon as every warp is done
+  // with it, then wait for tile t, then attend to it. Refilling before waiting
+  // (two barriers per tile instead of one) keeps all kStages tiles in flight
+  // while the block waits, kStages − 1 while it computes. Refilling after the
+  // wait, as FlashAttention-2's single-barrier loop does, issues tile
+  // t + kStages − 1 only once tile t has landed: one tile fewer in flight, which
+  // at 2 stages meant 32 KiB per block and a pipeline that emptied at every
+  // tile. The extra barrier costs ~20–40 cycles against a tile period of
+  // ~2,000 (memory-bound: 32 KiB at ~16 B/ns per block) or ~1,000+ (64 rows).
+  // (KvLoader counts the cp.async groups.)
+  OnlineSoftmax state[2];
+  float o[D / 2] = {};
+  for (int t = 0; t < num_tiles; ++t) {
+    __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
+    kv.refill(t, pro.ahead);
+    cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
+#if CODEC_WGMMA
+    if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
+#endif
+    __syncthreads();                   // ... and every thread's: tile t is visible to every warp
+    const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
+    const T* sk = kv.stage(t);
+    const T* sv = sk + Tr::kTileTokens * D;
+#if CODEC_WGMMA
+    if (wg) {
+      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, p.sm_scale, state, o);
+      continue;
+    }
+#endif
+    if (has_rows && token0 < tile_tokens)
+      attend_tile_mma<D, T>(sq, sk, sv, rtile, token0, steps, tile_tokens, p.sm_scale, state, o);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
+
+  store_rows<D, T>(p, task, splits, has_rows, single_row, state, o, smem);
+  __syncthreads();  // the next task's prologue overwrites the staging
+}
+
+// Programmatic dependent launch (sm_90): the merge kernel is launched with
+// programmatic stream serialisation (merge.cuh), so it may start once every PAC
+// block has called launch_dependents (or exited). A block calls it when it
+// starts its last task: by then the merge's launch and its plan-only prologue
+// overlap that task, ~2–5 µs of a two-kernel run that small trees spend in
+// 30–60 µs, while merge blocks waiting in griddepcontrol.wait never sit beside
+// PAC blocks that still have several tasks to run. The trigger carries no
+// memory visibility; the merge's griddepcontrol.wait waits for this whole grid
+// to complete and flush.
+template <int D, typename T>
+__global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
+    pac_kernel(const __grid_constant__ PacParams p) {
+  // wgmma's 128-byte swizzle needs its operand blocks on 1024-byte boundaries
+  // (wgmma.cuh); every block offset in PacTraits is a multiple of 1024.
+  extern __shared__ __align__(1024) unsigned char smem[];
+#if CODEC_WGMMA
+  // The compiler takes the declaration at its word and would fold a plain test
+  // away; the address goes through an opaque move so that the check survives:
+  // a misaligned base would silently permute Q, K and V.
+  std::uint32_t base;
+  asm volatile("mov.u32 %0, %1;\n" : "=r"(base) : "r"(smem_u32(smem)));
+  if (base % 1024 != 0) __trap();
+#endif
+  const PlanView& plan = p.plan;
+  const PageGeometry geo(plan.page_size);
+  const int begin = plan.block_indptr[blockIdx.x], end = plan.block_indptr[blockIdx.x + 1];
+  for (int i = begin; i < end; ++i) {
+    if (i == end - 1) pdl_launch_dependents();
+    pac_task<D, T>(p, plan.tasks[i], geo, smem);
+  }
+}
+
+// ---------------------------------------------------------------- host launcher
+
+// The dynamic shared-memory limit, and a hint for the largest shared-memory
+// carveout of the unified L1: 2 blocks × (112 + 1) KiB at D = 128 and 4 × (56 +
+// 1) KiB at D = 64 need the full 228 KiB; L1 keeps the remaining 28 KiB, ample
+// for the page lists and plan arrays it caches (~1 KiB of pages per task).
+// Both are attributes of the kernel on the current device, set once per device:
+// setting them on every launch cost ~1-2 µs of host time per run_cuda call.
+// Not a stream operation, so allowed during graph capture.
+template <int D, typename T>
+void set_pac_smem_limit() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<bool> done[kCachedDevices] = {};
+  int device = 0;
+  CODEC_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices && done[device].load(std::memory_order_acquire)) return;
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        PacTraits<D, T>::kSmemBytes));
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        int(cudaSharedmemCarveoutMaxShared)));
+  if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
+}
+
+// Whether this build holds a kernel image the current device can run.
+template <int D, typename T>
+bool pac_has_image() {
+  cudaFuncAttributes attributes{};
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T>);
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+    cudaGetLastError();  // an answer, not a failure: clear it
+    return false;
+  }
+  CODEC_CUDA_CHECK(err);
+  return true;
+}
+
+// Resident PAC blocks per SM on the current device (registers and shared memory).
+template <int D, typename T>
+int pac_blocks_per_sm() {
+  set_pac_smem_limit<D, T>();
+  int blocks = 0;
+  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T>, PacTraits<D, T>::kThreads,
+                                                                 PacTraits<D, T>::kSmemBytes));
+  return blocks;
+}
+
+// One block per plan block.
+template <int D, typename T>
+void launch_pac(const PacParams& params, cudaStream_t stream) {
+  using Tr = PacTraits<D, T>;
+  set_pac_smem_limit<D, T>();
+  pac_kernel<D, T><<<params.plan.num_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
+  CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
+}
+
+}  // namespace codec::cuda

@@ -1,0 +1,150 @@
+#pragma once
+// The KV side of a PAC task: a node chunk's K and V tiles streamed from the
+// paged pool into the shared-memory stages through cp.async, kStages deep.
+#include <cstdint>
+
+#include "codec/plan/plan.hpp"
+#include "engine/cuda/kernel_traits.cuh"
+#include "engine/cuda/primitives/ptx.cuh"
+
+namespace codec::cuda {
+
+// The paged pool: element (page, slot, kv head, d) of K (or V) is at
+// page·stride_page + slot·stride_token + head·stride_head + d; strides in
+// elements, each a multiple of 16 bytes.
+struct KvPool {
+  const void* k;
+  const void* v;
+  std::int64_t stride_page;
+  std::int64_t stride_token;
+  std::int64_t stride_head;
+};
+
+// Token t of a node lies in page pages[t / page_size] at slot t % page_size.
+// Page sizes are powers of two in practice (16 in every benchmark): a shift and
+// a mask then replace the run-time integer division, about 20 dependent
+// instructions per token, 8 tokens per thread per tile, on the path from the
+// barrier to the copies' issue. Other page sizes (the tests use 3, 5 and 7)
+// keep the division; the branch is uniform across the grid.
+struct PageGeometry {
+  int size;
+  int shift;  // log2(size), or −1 when size is not a power of two
+  __device__ explicit PageGeometry(int page_size) : size(page_size), shift(-1) {
+    if ((page_size & (page_size - 1)) == 0)  // page_size ≥ 1 (validated): a power of two
+      for (shift = 0; (1 << shift) < page_size; ++shift) {
+      }
+  }
+  __device__ __forceinline__ int page(int t) const { return shift >= 0 ? t >> shift : t / size; }
+};
+
+// One block's loader for one task. Token t of the chunk's tile lives in page
+// pages[t / page_size] at slot t % page_size (PageGeometry). kThreads is a
+// multiple of kChunks, so a thread always copies the same 16-byte chunk c of
+// its tokens: rows tid / kChunks + k · kTokenStride of the tile. The kChunks
+// threads of a token share its address, so each warp looks up its (at most
+// 16) tokens once, one per lane (lookup), and hands the offsets out by shuffle
+// (copy): ~35 integer instructions of page arithmetic per warp and tile
+// instead of per token.
+//
+// A tile's page ids are looked up one refill before they are copied, so that
+// the load's latency (an L1 or L2 round trip per tile) hides behind a tile of
+// compute instead of stalling the copy. cp.async groups: start() commits
+// kStages − 1 groups (tiles 0 .. kStages − 2; whatever the block issued
+// before, Q, rides in the first), and every refill() one more.
+template <int D, typename T>
+class KvLoader {
+  using Tr = PacTraits<D, T>;
+  static constexpr int kWarpTokens = 32 / Tr::kChunks;  // tokens a warp copies per step k
+  static_assert(Tr::kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
+
+ public:
+  __device__ __forceinline__ KvLoader(const KvPool& pool, const Task& task, const std::int32_t* pages,
+                                      PageGeometry geo, int num_tiles, T* stages)
+      : pool_(pool), pages_(pages), geo_(geo), kv_begin_(task.kv_begin), kv_end_(task.kv_end),
+        num_tiles_(num_tiles), stages_(stages) {
+    const int tid = threadIdx.x, c = tid % Tr::kChunks;
+    const std::int64_t head_offset = std::int64_t(task.kv_head) * pool.stride_head + 8 * c;
+    k_base_ = reinterpret_cast<const char*>(static_cast<const T*>(pool.k) + head_offset);
+    v_base_ = reinterpret_cast<const char*>(static_cast<const T*>(pool.v) + head_offset);
+  }
+
+  // This lane's token of a tile: its page id, its slot in the page, and
+  // whether it exists (t < kv_end). A missing token keeps page 0 and slot 0, a
+  // valid address, and copy has cp.async write zeros for it.
+  struct LaneToken {
+    std::int32_t page;
+    std::int32_t slot;
+    bool valid;
+  };
+  // The tokens of tiles 0 .. kStages − 1, looked up for the prologue.
+  struct Prologue {
+    LaneToken first[Tr::kStages - 1];
+    LaneToken ahead;  // the first refill's
+  };
+
+  // Prologue, first half: the page ids of tiles 0 .. kStages − 1. On a cold
+  // plan each is a DRAM round trip, and a task with few tiles is mostly this
+  // chain, so they are issued before anything waits.
+  __device__ __forceinline__ void look_up_first(Prologue& pro) const {
+#pragma unroll
+    for (int t = 0; t < Tr::kStages - 1; ++t) pro.first[t] = lookup(t);
+    pro.ahead = lookup(Tr::kStages - 1);
+  }
+  // Prologue, second half: tiles 0 .. kStages − 2 in flight.
+  __device__ __forceinline__ void start(const Prologue& pro) const {
+#pragma unroll
+    for (int t = 0; t < Tr::kStages - 1; ++t) {
+      if (t < num_tiles_) copy(t, pro.first[t]);
+      cp_async_commit();
+    }
+  }
+  // Main loop, tile t, once every warp is done with tile t − 1: tile t +
+  // kStages − 1 (its tokens in `ahead`) into the stage tile t − 1 used, then
+  // `ahead` becomes the next refill's. The group is committed even when empty,
+  // so that the count stays in step with t: after refill(t), waiting until at
+  // most kStages − 1 groups are pending completes tiles 0 .. t (and Q).
+  __device__ __forceinline__ void refill(int t, LaneToken& ahead) const {
+    if (t + Tr::kStages - 1 < num_tiles_) copy(t + Tr::kStages - 1, ahead);
+    cp_async_commit();
+    ahead = lookup(t + Tr::kStages);
+  }
+  // Tile t's stage: its K [kTileTokens][D], then its V.
+  __device__ __forceinline__ T* stage(int t) const { return stages_ + (t % Tr::kStages) * 2 * Tr::kTileTokens * D; }
+
+ private:
+  __device__ __forceinline__ LaneToken lookup(int tile) const {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int k = lane / kWarpTokens;
+    const int t = kv_begin_ + tile * Tr::kTileTokens + warp * kWarpTokens + lane % kWarpTokens + k * Tr::kTokenStride;
+    if (tile >= num_tiles_ || k >= Tr::kTokensPerThread || t >= kv_end_) return LaneToken{0, 0, false};
+    const int page = geo_.page(t);
+    return LaneToken{pages_[page], t - page * geo_.size, true};
+  }
+  __device__ __forceinline__ void copy(int tile, LaneToken token) const {
+    const int tid = threadIdx.x, lane = tid % 32, c = tid % Tr::kChunks;
+    const unsigned valid_lanes = __ballot_sync(0xffffffffu, token.valid);
+    const std::int64_t lane_offset = (std::int64_t(token.page) * pool_.stride_page +
+                                      std::int64_t(token.slot) * pool_.stride_token) * std::int64_t(sizeof(T));
+    T* sk = stage(tile);
+    T* sv = sk + Tr::kTileTokens * D;
+#pragma unroll
+    for (int k = 0; k < Tr::kTokensPerThread; ++k) {
+      const int j = tid / Tr::kChunks + k * Tr::kTokenStride;
+      const int src_lane = k * kWarpTokens + lane / Tr::kChunks;
+      const std::int64_t offset = __shfl_sync(0xffffffffu, lane_offset, src_lane);
+      const bool valid = (valid_lanes >> src_lane) & 1u;
+      cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), k_base_ + offset, valid);
+      cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), v_base_ + offset, valid);
+    }
+  }
+
+  const KvPool& pool_;  // in the kernel's parameters
+  const std::int32_t* pages_;
+  PageGeometry geo_;
+  int kv_begin_, kv_end_, num_tiles_;
+  T* stages_;
+  const char* k_base_;
+  const char* v_base_;
+};
+
+}  // namespace codec::cuda
