@@ -22,7 +22,7 @@ constexpr int kRowBlock = 2;     // rows sharing each loaded K/V element: 2 × 6
 // Per-thread buffers, sized once per run for the largest task.
 struct Scratch {
   std::vector<float> q, o, s, k, v;
-  std::vector<OnlineSoftmax> softmax;
+  std::vector<SoftmaxState> softmax;
   Scratch(int rows, int dim)
       : q(std::size_t(rows) * dim), o(std::size_t(rows) * dim), s(std::size_t(rows) * kTileTokens),
         k(std::size_t(kTileTokens) * dim), v(std::size_t(kTileTokens) * dim), softmax(rows) {}
@@ -58,7 +58,7 @@ class CpuRunner {
       float* dst = &sc.q[std::size_t(r) * D];
       for (int d = 0; d < D; ++d) dst[d] = to_float(src[d]) * sm_scale_;
       std::fill_n(&sc.o[std::size_t(r) * D], D, 0.f);
-      sc.softmax[r] = OnlineSoftmax{};
+      sc.softmax[r] = SoftmaxState{};
     }
     // With many rows, K is stored transposed (kt[d][j]) so scores accumulate
     // across a row of tokens with vector FMAs and no horizontal sums; with few
@@ -127,7 +127,7 @@ class CpuRunner {
     }
     float factor[R];
     for (int i = 0; i < R; ++i) {
-      OnlineSoftmax& st = sc.softmax[r0 + i];
+      SoftmaxState& st = sc.softmax[r0 + i];
       factor[i] = st.rescale(*std::max_element(s[i], s[i] + n));
       float sum = 0.f;
       for (int j = 0; j < n; ++j) sum += (s[i][j] = std::exp(s[i][j] - st.m));  // s becomes p

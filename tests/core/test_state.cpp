@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -74,15 +75,15 @@ TEST(MergeWeights, SplitStatesMergeToTheWhole) {
   }
 }
 
-TEST(OnlineSoftmax, EmptyPartitionContract) {
-  OnlineSoftmax st;
+TEST(SoftmaxState, EmptyPartitionContract) {
+  SoftmaxState st;
   EXPECT_EQ(st.inv_l(), 0.f);
   EXPECT_TRUE(std::isinf(st.lse()) && st.lse() < 0);
 }
 
-TEST(OnlineSoftmax, MatchesDenseSoftmaxAcrossTiles) {
+TEST(SoftmaxState, MatchesDenseSoftmaxAcrossTiles) {
   const std::vector<float> s = {0.5f, -1.f, 4.f, 3.5f, -20.f, 4.f, 0.f};
-  OnlineSoftmax st;
+  SoftmaxState st;
   double o = 0;  // values v_j = j
   for (std::size_t t0 = 0; t0 < s.size(); t0 += 3) {
     float tile_max = kNegInf;
@@ -100,6 +101,56 @@ TEST(OnlineSoftmax, MatchesDenseSoftmaxAcrossTiles) {
   const Dense d = dense(sd, v, 1);
   EXPECT_NEAR(o * st.inv_l(), d.o[0], 1e-5);
   EXPECT_NEAR(st.lse(), d.lse, 1e-5);
+}
+
+TEST(WeightBelow, EmptyStatesWeighZeroEvenUnderAnEmptyMax) {
+  EXPECT_EQ(weight_below(kNegInf, kNegInf), 0.f);
+  EXPECT_EQ(weight_below(kNegInf, 3.f), 0.f);
+  EXPECT_EQ(weight_below(3.f, 3.f), 1.f);
+  EXPECT_FLOAT_EQ(weight_below(1.f, 3.f), std::exp(-2.f));
+}
+
+TEST(SoftmaxState, MergeOfTwoEmptyStaysEmpty) {
+  SoftmaxState a, b;
+  const SoftmaxState::Factors f = a.merge(b);
+  EXPECT_EQ(f.self, 0.f);
+  EXPECT_EQ(f.other, 0.f);
+  EXPECT_EQ(a.l, 0.f);
+  EXPECT_EQ(a.inv_l(), 0.f);
+  EXPECT_TRUE(std::isinf(a.lse()) && a.lse() < 0);
+}
+
+// Streams of scores cut into pieces (some empty), each run as an online
+// softmax, then folded left to right with merge: the whole stream's state.
+TEST(SoftmaxState, MergedPiecesEqualTheWholeStream) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> g(0, 4);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 1 + trial % 23, pieces = 1 + trial % 5;
+    std::vector<double> s(n);
+    std::vector<std::vector<double>> v(n, std::vector<double>(1));
+    for (int j = 0; j < n; ++j) s[j] = g(rng), v[j][0] = g(rng);
+    std::vector<int> cuts = {0, n};
+    for (int c = 1; c < pieces; ++c) cuts.push_back(int(rng() % (n + 1)));
+    std::sort(cuts.begin(), cuts.end());
+    SoftmaxState whole;
+    float o = 0.f;  // unnormalised, under whole.m
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      SoftmaxState piece;
+      float po = 0.f;
+      for (int j = cuts[c]; j < cuts[c + 1]; ++j) {
+        po *= piece.rescale(float(s[j]));
+        const float p = std::exp(float(s[j]) - piece.m);
+        piece.l += p;
+        po += p * float(v[j][0]);
+      }
+      const SoftmaxState::Factors f = whole.merge(piece);
+      o = o * f.self + po * f.other;
+    }
+    const Dense d = dense(s, v, 1);
+    EXPECT_NEAR(o * whole.inv_l(), d.o[0], 1e-4) << "trial " << trial;
+    EXPECT_NEAR(whole.lse(), d.lse, 1e-5) << "trial " << trial;
+  }
 }
 
 }  // namespace

@@ -43,12 +43,12 @@ struct MergeParams {
 
 // ---------------------------------------------------------------- kernel
 
-// A warp's share of a row's merge: m = the largest lse of its partials (−inf
-// while all are empty), l = Σ exp(lse_j − m), acc = Σ exp(lse_j − m) · o_j
-// (this lane's kAccesses × kVec floats of the row).
+// A warp's share of a row's merge: the softmax state of its partials (m = the
+// largest lse, l = Σ exp(lse_j − m)) and acc = Σ exp(lse_j − m) · o_j (this
+// lane's kAccesses × kVec floats of the row).
 template <int D>
 struct WarpMerge {
-  float m = kNegInf, l = 0.f;
+  SoftmaxState state;
   float acc[MergeTraits<D>::kAccesses][MergeTraits<D>::kVec] = {};
 };
 
@@ -90,12 +90,9 @@ __device__ __forceinline__ void merge_warp_share(const MergeParams& p, int first
         }
       }
     }
-    const float m_new = fmaxf(w.m, butterfly<32>(lse, MaxOp{}));
-    if (m_new == kNegInf) continue;  // every partial so far is empty: nothing to weigh
-    const float rescale = w.m == kNegInf ? 0.f : expf(w.m - m_new);
-    const float e = lse == kNegInf ? 0.f : expf(lse - m_new);
-    w.l = w.l * rescale + butterfly<32>(e, SumOp{});
-    w.m = m_new;
+    const float rescale = w.state.rescale(butterfly<32>(lse, MaxOp{}));  // m covers the round's partials
+    const float e = weight_below(lse, w.state.m);                          // this lane's partial's weight
+    w.state.l += butterfly<32>(e, SumOp{});
 #pragma unroll
     for (int i = 0; i < B; ++i) {
       const float wi = __shfl_sync(0xffffffffu, e, i);
@@ -137,16 +134,11 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
       __syncthreads();
       if (part == 0) {
         const WarpMerge<D>& o = share[lane];
-        const float m_new = fmaxf(w.m, o.m);
-        if (m_new != kNegInf) {
-          const float s1 = w.m == kNegInf ? 0.f : expf(w.m - m_new), s2 = o.m == kNegInf ? 0.f : expf(o.m - m_new);
-          w.l = w.l * s1 + o.l * s2;
+        const SoftmaxState::Factors f = w.state.merge(o.state);
 #pragma unroll
-          for (int a = 0; a < Tr::kAccesses; ++a)
+        for (int a = 0; a < Tr::kAccesses; ++a)
 #pragma unroll
-            for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = w.acc[a][k] * s1 + o.acc[a][k] * s2;
-          w.m = m_new;
-        }
+          for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = w.acc[a][k] * f.self + o.acc[a][k] * f.other;
       }
       __syncthreads();  // warp 0 has read the buffer: the next share may overwrite it
     }
@@ -155,8 +147,7 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   if (!merged) return;
 
   // normalise; a row whose partials are all empty is the empty state (o = 0, lse = −inf)
-  const float inv_l = w.l > 0.f ? 1.f / w.l : 0.f;
-  const float lse = w.l > 0.f ? w.m + logf(w.l) : kNegInf;
+  const float inv_l = w.state.inv_l(), lse = w.state.lse();
   // the row in the KV dtype, kVec / 2 packed pairs per lane and access
   T* out = static_cast<T*>(p.out) + p.out_rows.at(req, head);
 #pragma unroll

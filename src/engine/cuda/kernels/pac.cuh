@@ -67,7 +67,7 @@ struct PacParams {
 // output, the others to their workspace slot.
 template <int D, typename T>
 __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task, int splits, bool has_rows,
-                                           bool single_row, OnlineSoftmax (&state)[2], const float (&o)[D / 2],
+                                           bool single_row, SoftmaxState (&state)[2], const float (&o)[D / 2],
                                            unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = p.plan.group;
@@ -180,7 +180,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // tile. The extra barrier costs ~20–40 cycles against a tile period of
   // ~2,000 (memory-bound: 32 KiB at ~16 B/ns per block) or ~1,000+ (64 rows).
   // (KvLoader counts the cp.async groups.)
-  OnlineSoftmax state[2];
+  SoftmaxState state[2];
   float o[D / 2] = {};
   for (int t = 0; t < num_tiles; ++t) {
     __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled

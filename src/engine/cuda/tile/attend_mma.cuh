@@ -18,7 +18,7 @@ namespace codec::cuda {
 template <int D, typename T>
 __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const T* sv, int rtile, int token0,
                                                 int steps, int tile_tokens, float sm_scale,
-                                                OnlineSoftmax (&state)[2], float (&o)[D / 2]) {
+                                                SoftmaxState (&state)[2], float (&o)[D / 2]) {
   using Tr = PacTraits<D, T>;
   constexpr int kMaxSteps = Tr::kMaxSplits;  // a warp holds at most the whole tile
   const int lane = threadIdx.x % 32;

@@ -17,7 +17,7 @@ namespace codec::cuda {
 // memory once per tile (primitives/wgmma.cuh has the operand layouts).
 template <int D, typename T>
 __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_t sk, std::uint32_t sv,
-                                                  int tile_tokens, float sm_scale, OnlineSoftmax (&state)[2],
+                                                  int tile_tokens, float sm_scale, SoftmaxState (&state)[2],
                                                   float (&o)[D / 2]) {
   using Tr = PacTraits<D, T>;
   constexpr int N = Tr::kTileTokens, kSteps = N / 16;

@@ -4,7 +4,7 @@
 // q·k in fp32 (the scale is applied to the fp32 accumulator, fused into the
 // exponent as one FFMA per score, rather than folded into a half-precision
 // copy of Q, which would round every query element by up to 2⁻⁸ relative in
-// bf16); m and lse are natural log, exactly as OnlineSoftmax in state.hpp
+// bf16); m and lse are natural log, exactly as SoftmaxState in state.hpp
 // defines them.
 #include <cstdint>
 
@@ -78,9 +78,9 @@ __device__ __forceinline__ void row_max(const float (&s)[8 * kMaxSteps], int ste
 }
 
 // The exponent against the running max as it stands; m is kept in natural-log
-// units, as OnlineSoftmax defines it. While m is −inf (no tile yet) the
+// units, as SoftmaxState defines it. While m is −inf (no tile yet) the
 // exponent is 0, so that exp gives 0 for −inf scores, not NaN.
-__device__ __forceinline__ ExpScale exp_scale(const OnlineSoftmax (&state)[2], float sm_scale) {
+__device__ __forceinline__ ExpScale exp_scale(const SoftmaxState (&state)[2], float sm_scale) {
   constexpr float kLog2e = 1.4426950408889634f;
   ExpScale e{sm_scale * kLog2e, {0.f, 0.f}};
 #pragma unroll
@@ -91,7 +91,7 @@ __device__ __forceinline__ ExpScale exp_scale(const OnlineSoftmax (&state)[2], f
 // Raises the running max to cover the tile (rescaling l, and o only when some
 // row's max rose) and returns the tile's exponent.
 template <int D>
-__device__ __forceinline__ ExpScale raise_max(const float (&tile_max)[2], float sm_scale, OnlineSoftmax (&state)[2],
+__device__ __forceinline__ ExpScale raise_max(const float (&tile_max)[2], float sm_scale, SoftmaxState (&state)[2],
                                               float (&o)[D / 2]) {
   float factor[2];
 #pragma unroll
@@ -114,7 +114,7 @@ __device__ __forceinline__ float exp_score(float s, const ExpScale& e, int h) {
 // at D = 64 in the builds without wgmma (sm_80, generic sm_90).
 template <int kMaxSteps>
 __device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int steps, const ExpScale& e,
-                                            OnlineSoftmax (&state)[2]) {
+                                            SoftmaxState (&state)[2]) {
   constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
   float part_l[2][kLanes] = {};
 #pragma unroll
