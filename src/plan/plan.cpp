@@ -1,8 +1,11 @@
 #include "codec/plan/plan.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "codec/core/error.hpp"
 
@@ -13,31 +16,44 @@ namespace {
 constexpr std::size_t kAlign = 16;  // every array starts 16-byte aligned (vector loads on a device)
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-// Element counts of the packed arrays, in PlanView order.
-struct ArraySizes {
-  std::size_t tasks, block_indptr, node_page_begin, node_pages, node_req_begin, node_reqs, node_splits,
-      node_slot_base, partial_indptr, partials;
+// Every packed array once, in buffer order: f(its PlanArrays vector, its
+// PlanView pointer, its length in a plan packed at capacity c).
+template <typename F>
+constexpr void for_each_array(F&& f) {
+  using C = const PlanCapacity&;
+  f(&PlanArrays::tasks, &PlanView::tasks, [](C c) { return c.tasks; });
+  f(&PlanArrays::block_indptr, &PlanView::block_indptr, [](C c) { return std::int64_t(c.blocks) + 1; });
+  f(&PlanArrays::node_page_begin, &PlanView::node_page_begin, [](C c) { return std::int64_t(c.nodes) + 1; });
+  f(&PlanArrays::node_pages, &PlanView::node_pages, [](C c) { return c.node_pages; });
+  f(&PlanArrays::node_req_begin, &PlanView::node_req_begin, [](C c) { return std::int64_t(c.nodes) + 1; });
+  f(&PlanArrays::node_reqs, &PlanView::node_reqs, [](C c) { return c.node_reqs; });
+  f(&PlanArrays::node_splits, &PlanView::node_splits, [](C c) { return std::int64_t(c.nodes); });
+  f(&PlanArrays::node_slot_base, &PlanView::node_slot_base, [](C c) { return std::int64_t(c.nodes); });
+  f(&PlanArrays::partial_indptr, &PlanView::partial_indptr, [](C c) { return std::int64_t(c.requests) + 1; });
+  f(&PlanArrays::partials, &PlanView::partials, [](C c) { return c.partials; });
+}
 
-  std::array<std::size_t, 10> bytes() const {
-    return {tasks * sizeof(Task), block_indptr * 4, node_page_begin * 4, node_pages * 4, node_req_begin * 4,
-            node_reqs * 4, node_splits * 4, node_slot_base * 4, partial_indptr * 4, partials * sizeof(PartialRef)};
-  }
-  static ArraySizes of(const PlanArrays& a) {
-    return {a.tasks.size(), a.block_indptr.size(), a.node_page_begin.size(), a.node_pages.size(),
-            a.node_req_begin.size(), a.node_reqs.size(), a.node_splits.size(), a.node_slot_base.size(),
-            a.partial_indptr.size(), a.partials.size()};
-  }
-  static ArraySizes of(const PlanCapacity& c) {
-    const auto nodes = std::size_t(c.nodes);
-    return {std::size_t(c.tasks), std::size_t(c.blocks) + 1, nodes + 1, std::size_t(c.node_pages), nodes + 1,
-            std::size_t(c.node_reqs), nodes, nodes, std::size_t(c.requests) + 1, std::size_t(c.partials)};
-  }
-};
+constexpr int count_arrays() {
+  int n = 0;
+  for_each_array([&](auto, auto, auto) { ++n; });
+  return n;
+}
 
-std::size_t packed_size(const ArraySizes& sizes) {
-  std::size_t total = 0;
-  for (const std::size_t bytes : sizes.bytes()) total = align_up(total + bytes);
-  return total;
+template <typename Vector>
+using element_of = typename std::remove_cvref_t<Vector>::value_type;
+
+// Byte offsets of the arrays, then the total: with the lengths of a plan
+// packed at `capacity`, or the arrays' own when it is null.
+std::array<std::size_t, count_arrays() + 1> offsets_of(const PlanArrays* a, const PlanCapacity* capacity) {
+  std::array<std::size_t, count_arrays() + 1> offsets{};
+  int i = 0;
+  for_each_array([&](auto vector, auto, auto length) {
+    using T = element_of<decltype(std::declval<PlanArrays>().*vector)>;
+    const std::size_t n = capacity ? std::size_t(length(*capacity)) : (a->*vector).size();
+    offsets[i + 1] = align_up(offsets[i] + n * sizeof(T));
+    ++i;
+  });
+  return offsets;
 }
 
 // Throws naming the first array of `a` that does not fit `c`.
@@ -96,34 +112,30 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
     capacity->validate();
     check_fits(a, *capacity);
   }
-  const ArraySizes sizes = capacity ? ArraySizes::of(*capacity) : ArraySizes::of(a);
-  const std::array<std::size_t, kNumArrays> bytes = sizes.bytes();
-  std::size_t total = 0;
-  for (int i = 0; i < kNumArrays; ++i) offsets_[i] = total, total = align_up(total + bytes[i]);
-  buffer_.assign(total, std::byte{0});
-  // std::memcpy into bytes implicitly creates the Task and PartialRef objects (C++20 implicit-lifetime types).
-  auto put = [&](Array i, const auto& v) {
-    if (!v.empty()) std::memcpy(buffer_.data() + offsets_[i], v.data(), v.size() * sizeof(v[0]));
-  };
-  put(kTasks, a.tasks);
-  put(kBlockIndptr, a.block_indptr);
-  put(kNodePageBegin, a.node_page_begin);
-  put(kNodePages, a.node_pages);
-  put(kNodeReqBegin, a.node_req_begin);
-  put(kNodeReqs, a.node_reqs);
-  put(kNodeSplits, a.node_splits);
-  put(kNodeSlotBase, a.node_slot_base);
-  put(kPartials, a.partials);
+  static_assert(count_arrays() == kNumArrays, "the table of packed arrays and Plan::kNumArrays disagree");
+  const auto offsets = offsets_of(&a, capacity);
+  std::copy_n(offsets.begin(), kNumArrays, offsets_.begin());
+  buffer_.assign(offsets.back(), std::byte{0});
   // The reduction schedule covers every request of the capacity: those past
   // the batch repeat the last offset, so they have no partials.
   std::vector<std::int32_t> partial_indptr = a.partial_indptr;
-  partial_indptr.resize(sizes.partial_indptr, partial_indptr.empty() ? 0 : partial_indptr.back());
-  put(kPartialIndptr, partial_indptr);
+  if (capacity) partial_indptr.resize(capacity->requests + 1, partial_indptr.empty() ? 0 : partial_indptr.back());
+  // std::memcpy into bytes implicitly creates the Task and PartialRef objects (C++20 implicit-lifetime types).
+  int i = 0;
+  for_each_array([&](auto vector, auto, auto) {
+    const auto& v = a.*vector;
+    const void* data = v.data();
+    std::size_t bytes = v.size() * sizeof(v[0]);
+    if (static_cast<const void*>(&v) == &a.partial_indptr)
+      data = partial_indptr.data(), bytes = partial_indptr.size() * sizeof(partial_indptr[0]);
+    if (bytes > 0) std::memcpy(buffer_.data() + offsets_[i], data, bytes);
+    ++i;
+  });
 
   counts_.num_tasks = int(a.tasks.size());
   counts_.num_blocks = int(a.block_indptr.size()) - 1;
   counts_.num_nodes = int(a.node_splits.size());
-  counts_.num_requests = int(sizes.partial_indptr) - 1;
+  counts_.num_requests = int(partial_indptr.size()) - 1;
   counts_.num_slots = capacity ? int(capacity->slots) : stats.num_slots;
   counts_.group = heads.group();
   counts_.num_qo_heads = heads.num_qo_heads;
@@ -147,22 +159,15 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
 
 PlanView Plan::view(const void* base) const {
   const auto* b = static_cast<const std::byte*>(base);
-  auto ints = [&](Array i) { return reinterpret_cast<const std::int32_t*>(b + offsets_[i]); };
   PlanView v = counts_;
-  v.tasks = reinterpret_cast<const Task*>(b + offsets_[kTasks]);
-  v.block_indptr = ints(kBlockIndptr);
-  v.node_page_begin = ints(kNodePageBegin);
-  v.node_pages = ints(kNodePages);
-  v.node_req_begin = ints(kNodeReqBegin);
-  v.node_reqs = ints(kNodeReqs);
-  v.node_splits = ints(kNodeSplits);
-  v.node_slot_base = ints(kNodeSlotBase);
-  v.partial_indptr = ints(kPartialIndptr);
-  v.partials = reinterpret_cast<const PartialRef*>(b + offsets_[kPartials]);
+  int i = 0;
+  for_each_array([&](auto, auto pointer, auto) {
+    v.*pointer = reinterpret_cast<std::remove_reference_t<decltype(v.*pointer)>>(b + offsets_[i++]);
+  });
   return v;
 }
 
-std::size_t Plan::packed_bytes(const PlanCapacity& capacity) { return packed_size(ArraySizes::of(capacity)); }
+std::size_t Plan::packed_bytes(const PlanCapacity& capacity) { return offsets_of(nullptr, &capacity).back(); }
 
 WorkspaceLayout Plan::workspace_for(std::int64_t slots, int head_dim) {
   WorkspaceLayout w;

@@ -303,6 +303,7 @@ TEST(CpuEngine, PlansAtOneCapacityShareTheirLayout) {
     const PlanView v = plan.view(nullptr);
     if (layout_bytes == 0) layout_bytes = plan.bytes().size(), partials_offset = reinterpret_cast<std::intptr_t>(v.partials);
     EXPECT_EQ(plan.bytes().size(), layout_bytes) << spec.describe();
+    EXPECT_EQ(plan.bytes().size(), Plan::packed_bytes(*opt.capacity)) << spec.describe();
     EXPECT_EQ(reinterpret_cast<std::intptr_t>(v.partials), partials_offset) << spec.describe();
     EXPECT_EQ(plan.workspace().bytes, Plan::workspace_for(opt.capacity->slots, heads.head_dim).bytes);
     EXPECT_EQ(v.num_requests, kMaxRequests);

@@ -210,9 +210,9 @@ class Plan {
   static WorkspaceLayout workspace_for(std::int64_t slots, int head_dim);
 
  private:
-  // The packed arrays in PlanView order; offsets_ holds each one's byte offset.
-  enum Array { kTasks, kBlockIndptr, kNodePageBegin, kNodePages, kNodeReqBegin, kNodeReqs, kNodeSplits,
-               kNodeSlotBase, kPartialIndptr, kPartials, kNumArrays };
+  // The arrays of PlanArrays (and pointers of PlanView), packed in the order
+  // plan.cpp's table lists them; offsets_ holds each one's byte offset.
+  static constexpr int kNumArrays = 10;
   HeadConfig heads_;
   DType dtype_ = DType::bf16;
   bool has_capacity_ = false;
