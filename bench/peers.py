@@ -260,7 +260,9 @@ def main():
     ap.add_argument("--codec", default="build-gpu/codec", help="codec binary built with the CUDA engine")
     ap.add_argument("--out", required=True, help="folder for peers.json and per-workload codec JSON")
     ap.add_argument("--workloads", default="seq:128,seq:512,seq:2048,batch:4,batch:16,batch:64,depth:2,depth:4,"
-                    "depth:6,ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64")
+                    "depth:6,ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64,"
+                    "sysprompt:512,sysprompt:512@1",
+                    help="built-in workloads, comma-separated; NAME@P runs NAME at page size P")
     ap.add_argument("--peers", default="fi_decode,fi_cascade,sdpa,flex", help="peer families to time")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--scratch", default="/tmp/codec_peers", help="where dumps go (deleted after each workload)")
@@ -279,12 +281,15 @@ def main():
     timer = Timer(args.reps)
     results = []
     for name in args.workloads.split(","):
-        d = os.path.join(args.scratch, name.replace(":", "_"))
+        workload, _, page_size = name.partition("@")
+        tag = name.replace(":", "_").replace("@", "_ps")
+        d = os.path.join(args.scratch, tag)
         shutil.rmtree(d, ignore_errors=True)
-        saved = os.path.join(args.out, f"codec_{name.replace(':', '_')}.json")
+        saved = os.path.join(args.out, f"codec_{tag}.json")
         t0 = time.time()
-        subprocess.run([args.codec, "bench", "--backend", "cuda", "--workload", name, "--reps", str(args.reps),
-                        "--dump", d, "--save", saved], check=True, stdout=sys.stderr)
+        subprocess.run([args.codec, "bench", "--backend", "cuda", "--workload", workload, "--reps", str(args.reps),
+                        *(["--page-size", page_size] if page_size else []), "--dump", d, "--save", saved],
+                       check=True, stdout=sys.stderr)
         codec_row = json.load(open(saved))[0]
         log(f"{name}: codec {codec_row['codec_ms']:.4f} ms, flat {codec_row['flat_ms']:.4f} ms "
             f"(codec bench {time.time() - t0:.0f} s)")

@@ -18,7 +18,7 @@ constexpr std::int64_t kMaxTokens = std::int64_t(1) << 26;
 constexpr std::int64_t kMaxRequests = std::int64_t(1) << 16;
 
 constexpr const char* kKnown =
-    "seq[:L], batch[:B], depth[:d], ratio[:r], shape[:k|DT], long, loogle[:n], fewshot, flat[:B]";
+    "seq[:L], batch[:B], depth[:d], ratio[:r], shape[:k|DT], long, loogle[:n], fewshot, flat[:B], sysprompt[:B]";
 
 std::int32_t add_node(Workload& w, std::string id, std::int32_t parent, std::int64_t tokens) {
   w.nodes.push_back({std::move(id), parent, tokens});
@@ -70,16 +70,22 @@ double parse_ratio(std::string_view param) {
 // LooGLE-like documents: length spread over 10k–40k tokens with mean 24k (a
 // triangular distribution with mode 22k: mean (10k + 22k + 40k) / 3 = 24k;
 // a uniform one would have mean 25k), each with 4–19 questions of 30–200 tokens
-// plus 0–256 generated tokens. Drawn with mt19937_64, whose output the standard
-// fixes, and our own range mapping (std's distributions differ between
-// libraries), so a seed gives the same workload everywhere.
-void add_loogle(Workload& w, std::int64_t documents) {
-  std::mt19937_64 rng(w.seed);
-  auto uniform = [&](std::int64_t lo, std::int64_t hi) {  // modulo bias < 2^-40 for these ranges
+// plus 0–256 generated tokens.
+// Draws with mt19937_64, whose output the standard fixes, and our own range
+// mapping (std's distributions differ between libraries), so that a seed gives
+// the same workload everywhere.
+struct Draw {
+  std::mt19937_64 rng;
+  std::int64_t uniform(std::int64_t lo, std::int64_t hi) {  // modulo bias < 2^-40 for these ranges
     return lo + std::int64_t(rng() % std::uint64_t(hi - lo + 1));
-  };
+  }
+};
+
+void add_loogle(Workload& w, std::int64_t documents) {
+  Draw draw{std::mt19937_64(w.seed)};
+  auto uniform = [&](std::int64_t lo, std::int64_t hi) { return draw.uniform(lo, hi); };
   auto triangular = [&](double lo, double mode, double hi) {
-    const double u = double(rng() >> 11) * 0x1p-53;
+    const double u = double(draw.rng() >> 11) * 0x1p-53;
     const double split = (mode - lo) / (hi - lo);
     return u < split ? lo + std::sqrt(u * (hi - lo) * (mode - lo))
                      : hi - std::sqrt((1 - u) * (hi - lo) * (hi - mode));
@@ -92,6 +98,19 @@ void add_loogle(Workload& w, std::int64_t documents) {
       const std::int64_t tokens = uniform(30, 200) + uniform(0, 256);
       w.requests.push_back(add_node(w, doc + ".q" + std::to_string(q), parent, tokens));
     }
+  }
+}
+
+// One 4096-token system prompt shared by B requests, each with 1–16 private
+// tokens: a serving engine's most common decode batch (a short user turn, or
+// the tokens generated so far, past a long shared instruction).
+void add_sysprompt(Workload& w, std::int64_t requests) {
+  Draw draw{std::mt19937_64(w.seed)};
+  const std::int32_t prompt = add_node(w, "prompt", -1, 4096);
+  for (std::int64_t r = 0; r < requests; ++r) {
+    std::string id = "r";  // appended piecewise, as in add_forest
+    id += std::to_string(r);
+    w.requests.push_back(add_node(w, std::move(id), prompt, draw.uniform(1, 16)));
   }
 }
 
@@ -113,6 +132,7 @@ const std::vector<Sweep>& sweeps() {
       {"loogle", "8", {"4", "8", "16"}},
       {"fewshot", nullptr, {}},
       {"flat", "8", {"8", "64"}},
+      {"sysprompt", "512", {"64", "256", "512"}},
   };
   return table;
 }
@@ -178,8 +198,10 @@ Workload builtin_workload(const std::string& spec) {
     add_loogle(w, parse_int(name, param, 1, 4096));
   } else if (name == "fewshot") {
     add_forest(w, 64, 16, {2048, 128});
-  } else {  // flat: roots only, no page shared by two requests
+  } else if (name == "flat") {  // roots only, no page shared by two requests
     add_forest(w, parse_int(name, param, 1, kMaxRequests), 1, {4096});
+  } else {
+    add_sysprompt(w, parse_int(name, param, 1, kMaxRequests));
   }
   w.validate();
   return w;

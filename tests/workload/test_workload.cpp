@@ -44,11 +44,11 @@ void expect_uniform_requests(const Workload& w, std::size_t requests, std::int64
 
 TEST(Builtin, EveryNameParsesAndValidates) {
   const std::vector<std::string> names = builtin_workload_names();
-  ASSERT_EQ(names.size(), 32u);
+  ASSERT_EQ(names.size(), 35u);
   EXPECT_EQ(names.front(), "seq:128");
-  EXPECT_EQ(names.back(), "flat:64");
+  EXPECT_EQ(names.back(), "sysprompt:512");
   const std::vector<std::string> heads = {"seq:128", "batch:4", "depth:2", "ratio:0.05", "shape:2", "long",
-                                          "loogle:4", "fewshot", "flat:8"};
+                                          "loogle:4", "fewshot", "flat:8", "sysprompt:64"};
   std::size_t next = 0;
   for (const std::string& name : names) {
     if (next < heads.size() && name == heads[next]) ++next;
@@ -168,12 +168,36 @@ TEST(Builtin, LoogleShapeAndDeterminism) {
   EXPECT_NEAR(sum / docs, 24000, 600);
 }
 
+TEST(Builtin, SyspromptSharesOnePromptWithShortTails) {
+  for (std::int64_t b : {64, 256, 512, 3}) {
+    const Workload w = builtin_workload("sysprompt:" + std::to_string(b));
+    ASSERT_EQ(w.requests.size(), std::size_t(b));
+    ASSERT_EQ(w.nodes.size(), std::size_t(b) + 1);
+    EXPECT_EQ(num_roots(w), 1);
+    EXPECT_EQ(w.nodes[0].tokens, 4096);
+    std::int64_t lo = 1 << 30, hi = 0;
+    for (std::size_t r = 0; r < w.requests.size(); ++r) {
+      const WorkloadNode& tail = w.nodes[std::size_t(w.requests[r])];
+      EXPECT_EQ(tail.parent, 0);
+      lo = std::min(lo, tail.tokens), hi = std::max(hi, tail.tokens);
+    }
+    EXPECT_GE(lo, 1);
+    EXPECT_LE(hi, 16);
+    if (b >= 256) {
+      EXPECT_TRUE(lo == 1 && hi == 16) << "tails should cover 1..16 at " << b << " requests";
+    }
+  }
+  // the same seed, the same tails
+  EXPECT_EQ(builtin_workload("sysprompt:64").unique_tokens(), builtin_workload("sysprompt:64").unique_tokens());
+  EXPECT_NE(builtin_workload("sysprompt:64").unique_tokens(), 4096 + 64 * 16);
+}
+
 TEST(Builtin, BareNamesTakeTheDefaultPoint) {
   const std::map<std::string, std::string> defaults = {{"seq", "seq:512"},     {"batch", "batch:64"},
                                                        {"depth", "depth:4"},   {"ratio", "ratio:0.2"},
                                                        {"shape", "shape:2"},   {"loogle", "loogle:8"},
                                                        {"flat", "flat:8"},     {"long", "long"},
-                                                       {"fewshot", "fewshot"}};
+                                                       {"fewshot", "fewshot"}, {"sysprompt", "sysprompt:512"}};
   for (const auto& [bare, full] : defaults) {
     const Workload a = builtin_workload(bare), b = builtin_workload(full);
     EXPECT_EQ(a.name, full);
