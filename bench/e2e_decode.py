@@ -11,7 +11,8 @@ TPOT is the median interval between successive tokens of a request, over all
 requests, from the second generated token on, taken from the engine's own
 timestamps (`record_timestamps`); with every request submitted at once the
 prefills come first, so the intervals are those of decode steps. Correctness:
-the logprob of every request's first decode token against sdpa's (relative L2).
+every backend's logprobs against sdpa's on the steps whose token history both
+runs share (bench/e2e_check.py; relative L2 and largest difference).
 
   python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,sdpa] [--layers 36]
 """
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 import codec.integrations.transformers as codec_tf
+from e2e_check import compare_on_shared_history
 
 QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=65536)
@@ -76,10 +78,10 @@ def run(model, impl, inputs, new_tokens, block_size):
     if errors:
         raise RuntimeError(f"{impl}: {errors[:2]}")
     intervals = np.concatenate([np.diff(np.asarray(o.timestamps, dtype=np.float64))[1:] for o in out.values()])
-    first = {k: float(o.logprobs[1]) for k, o in out.items()}
+    trace = {k: (list(o.generated_tokens), [float(x) for x in o.logprobs]) for k, o in out.items()}
     return {"tpot_ms": float(np.median(intervals)) * 1e3, "tpot_p90_ms": float(np.percentile(intervals, 90)) * 1e3,
             "wall_s": wall, "tokens": sum(len(o.generated_tokens) for o in out.values()),
-            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9}, first
+            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9}, trace
 
 
 def main():
@@ -100,19 +102,18 @@ def main():
              "noop": codec_tf.register("paged|nodecode", NoDecodeAttention())}
     inputs = prompts(a.workload)
     log(f"{a.workload}: {len(inputs)} requests, {sum(map(len, inputs))} prompt tokens, {a.layers} layers")
-    rows, firsts = {}, {}
+    rows, traces = {}, {}
     for b in a.backends.split(","):
         log(f"== {b}")
-        rows[b], firsts[b] = run(model, names[b], inputs, a.new_tokens, a.block_size)
+        rows[b], traces[b] = run(model, names[b], inputs, a.new_tokens, a.block_size)
         log(rows[b])
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}_{b}.json"), "w") as f:
             json.dump(rows[b], f, indent=2)
-    if "sdpa" in firsts:
-        ref = np.array([firsts["sdpa"][k] for k in sorted(firsts["sdpa"])])
-        for b in firsts:
-            got = np.array([firsts[b][k] for k in sorted(firsts["sdpa"])])
-            rows[b]["first_logprob_rel_l2_vs_sdpa"] = float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    if "sdpa" in traces:
+        for b in traces:
+            if b != "noop":  # noop's decode attention is zeros: nothing to check
+                rows[b]["vs_sdpa"] = compare_on_shared_history(traces["sdpa"], traces[b])
     floor = rows.get("noop", {}).get("tpot_ms")
     for b in rows:
         if floor is not None:
@@ -122,10 +123,12 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    print(f"{'backend':>8} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'GB':>6} {'logprob err':>12}")
+    print(f"{'backend':>8} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'GB':>6} {'logprob err':>12} {'steps':>6}")
     for b, r in rows.items():
+        check = r.get("vs_sdpa", {})
         print(f"{b:>8} {r['tpot_ms']:9.2f} {r['tpot_p90_ms']:8.2f} {r.get('tpot_minus_floor_ms', float('nan')):8.2f} "
-              f"{r['peak_gpu_gb']:6.1f} {r.get('first_logprob_rel_l2_vs_sdpa', float('nan')):12.2e}")
+              f"{r['peak_gpu_gb']:6.1f} {check.get('logprob_rel_l2', float('nan')):12.2e} "
+              f"{check.get('steps_compared', 0):6d}")
 
 
 if __name__ == "__main__":

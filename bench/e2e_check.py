@@ -1,0 +1,31 @@
+"""Logprobs of two decode runs compared on the same token history.
+
+Greedy decoding of a model with random weights parts between two backends as
+soon as two tokens come near a tie, after which the runs see different
+histories and their logprobs measure nothing. Step t of a request is therefore
+compared only while the two runs generated the same tokens 0 .. t: its logprob
+then comes from the same prompt and history in both (numpy only)."""
+
+import numpy as np
+
+
+def compare_on_shared_history(ref, got):
+    """ref, got: {request: (tokens, logprobs)}, the same requests. Returns the
+    steps compared, the mean shared history per request (steps), the relative
+    L2 error of the compared logprobs and their largest absolute difference."""
+    if ref.keys() != got.keys():
+        raise ValueError(f"the runs hold different requests: {sorted(ref.keys() ^ got.keys())[:4]}")
+    a, b, shared = [], [], []
+    for k in sorted(ref):
+        (tr, lr), (tg, lg) = ref[k], got[k]
+        n = 0
+        while n < min(len(tr), len(tg)) and tr[n] == tg[n]:
+            n += 1
+        a += list(lr[:n])
+        b += list(lg[:n])
+        shared.append(n)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    norm = np.linalg.norm(a)
+    return {"steps_compared": int(a.size), "mean_shared_steps": float(np.mean(shared)) if shared else 0.0,
+            "logprob_rel_l2": float(np.linalg.norm(b - a) / norm) if a.size and norm > 0 else 0.0,
+            "logprob_max_abs": float(np.max(np.abs(b - a))) if a.size else 0.0}
