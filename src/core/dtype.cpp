@@ -62,4 +62,14 @@ std::uint16_t float_to_f16(float value) {
   return static_cast<std::uint16_t>(sign | h);
 }
 
+std::vector<float> to_floats(std::span<const std::byte> data, DType dtype) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<float> out(data.size() / sizeof(T));
+    const T* p = reinterpret_cast<const T*>(data.data());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(p[i]);
+    return out;
+  });
+}
+
 }  // namespace codec

@@ -78,16 +78,6 @@ Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& r
   return m;
 }
 
-std::vector<float> widen(const std::vector<std::byte>& data, DType dtype) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = reinterpret_cast<const T*>(data.data());
-    std::vector<float> out(data.size() / sizeof(T));
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(p[i]);
-    return out;
-  });
-}
-
 void dump(const std::string& dir, const Workload& w, const Batch& b, const Forest& forest, const Measured& codec,
           const Measured& flat) {
   std::filesystem::create_directories(dir);
@@ -101,10 +91,10 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
   std::ofstream meta_file(dir + "/meta.json");
   meta_file << meta.dump(2) << "\n";
   CODEC_CHECK(meta_file.good(), "--dump: cannot write '", dir, "/meta.json'");
-  write_npy(dir + "/q.npy", widen(b.q, b.dtype).data(), {B, h.num_qo_heads, h.head_dim});
+  write_npy(dir + "/q.npy", to_floats(b.q, b.dtype).data(), {B, h.num_qo_heads, h.head_dim});
   const std::vector<std::int64_t> kv_shape = {b.num_pages, b.page_size, h.num_kv_heads, h.head_dim};
-  write_npy(dir + "/k_cache.npy", widen(b.k, b.dtype).data(), kv_shape);
-  write_npy(dir + "/v_cache.npy", widen(b.v, b.dtype).data(), kv_shape);
+  write_npy(dir + "/k_cache.npy", to_floats(b.k, b.dtype).data(), kv_shape);
+  write_npy(dir + "/v_cache.npy", to_floats(b.v, b.dtype).data(), kv_shape);
   const ForestManager::Tables& t = b.tables;
   write_npy(dir + "/kv_indptr.npy", t.indptr.data(), {std::int64_t(t.indptr.size())});
   write_npy(dir + "/kv_indices.npy", t.indices.data(), {std::int64_t(t.indices.size())});

@@ -88,12 +88,7 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   Measured m;
   std::vector<std::byte> raw(out_elems * dtype_size(s.batch.dtype));
   CODEC_CUDA_CHECK(cudaMemcpy(raw.data(), s.out.ptr, raw.size(), cudaMemcpyDeviceToHost));
-  m.out.resize(out_elems);
-  dispatch_dtype(s.batch.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = reinterpret_cast<const T*>(raw.data());
-    for (std::size_t i = 0; i < out_elems; ++i) m.out[i] = to_float(p[i]);
-  });
+  m.out = to_floats(raw, s.batch.dtype);
   m.lse.resize(rows);
   CODEC_CUDA_CHECK(cudaMemcpy(m.lse.data(), s.lse.ptr, rows * sizeof(float), cudaMemcpyDeviceToHost));
   m.error = compare(m.out.data(), ref.out);

@@ -190,16 +190,6 @@ Pool relayout(const Batch& b, Layout layout) {
   return pool;
 }
 
-std::vector<float> widen(const std::vector<std::byte>& data, DType dtype) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = reinterpret_cast<const T*>(data.data());
-    std::vector<float> out(data.size() / sizeof(T));
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = to_float(p[i]);
-    return out;
-  });
-}
-
 struct Outcome {
   std::vector<float> out, lse;  // widened to fp32, lse in natural log
 };
@@ -216,7 +206,7 @@ Outcome run_cpu_case(const Case& c, const Plan& plan, const Batch& b, const Pool
                        c.lse_base};
   run_cpu(plan, pool.at(pool.k.data(), pool.v.empty() ? nullptr : pool.v.data(), b, c.layout), io,
           {aligned, plan.workspace().bytes}, {2});
-  return {widen(out, out_dtype), lse};
+  return {to_floats(out, out_dtype), lse};
 }
 
 #if CODEC_HAS_CUDA
@@ -250,7 +240,7 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
   o.lse.resize(std::size_t(B) * Hq);
   CODEC_CUDA_CHECK(cudaMemcpy(host.data(), out.p, out_bytes, cudaMemcpyDeviceToHost));
   CODEC_CUDA_CHECK(cudaMemcpy(o.lse.data(), lse.p, o.lse.size() * 4, cudaMemcpyDeviceToHost));
-  o.out = widen(host, b.dtype);
+  o.out = to_floats(host, b.dtype);
   return o;
 }
 #endif

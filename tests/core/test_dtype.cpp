@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "codec/core/dtype.hpp"
 #include "codec/core/error.hpp"
@@ -176,6 +178,19 @@ TEST(DType, DispatchAndHelpers) {
   EXPECT_EQ(dispatch_dtype(DType::f16, [](auto x) { return sizeof(x); }), 2u);
   EXPECT_EQ(dispatch_dtype(DType::bf16, [](auto x) { return sizeof(x); }), 2u);
   EXPECT_EQ(dispatch_dtype(DType::f32, [](auto x) { return sizeof(x); }), 4u);
+}
+
+TEST(DType, ToFloatsWidensEveryElementExactly) {
+  const std::vector<bf16_t> b = {from_float<bf16_t>(1.5f), from_float<bf16_t>(-2.25f), {0x7f80}};
+  const std::vector<float> wb = to_floats(std::as_bytes(std::span(b)), DType::bf16);
+  ASSERT_EQ(wb.size(), 3u);
+  EXPECT_EQ(wb[0], 1.5f);
+  EXPECT_EQ(wb[1], -2.25f);
+  EXPECT_TRUE(std::isinf(wb[2]));
+  const std::vector<f16_t> h = {from_float<f16_t>(0.1f)};
+  EXPECT_EQ(to_floats(std::as_bytes(std::span(h)), DType::f16), std::vector<float>{f16_to_float(h[0].bits)});
+  const std::vector<float> f = {3.f, -0.f};
+  EXPECT_EQ(to_floats(std::as_bytes(std::span(f)), DType::f32), f);
 }
 
 }  // namespace

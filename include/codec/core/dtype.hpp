@@ -3,8 +3,10 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace codec {
 
@@ -60,5 +62,8 @@ decltype(auto) dispatch_dtype(DType dtype, F&& f) {
   }
   return f(float{});
 }
+
+// Values stored as `dtype` (bytes, a whole number of elements), widened to fp32 exactly.
+std::vector<float> to_floats(std::span<const std::byte> data, DType dtype);
 
 }  // namespace codec
