@@ -11,7 +11,9 @@
 # With CODEC_AB_OLD_TREE=abtmp/old.tar the old build is that whole tree
 # instead (a change across the API), made beforehand with e.g.
 #   git archive -o abtmp/old.tar REV CMakeLists.txt cmake include src tests bench data
-# and no FILE is named.
+# and no FILE is named. With CODEC_AB_OLD_ARGS="--merge kernel" (and neither
+# FILE nor an old tree) "old" is the working tree's own build run with those
+# extra bench options: an A/B of a runtime choice.
 # The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
 #   ### old|new rROUND ARGS | the bench row (workload, times in ms, ...)
 set -uo pipefail
@@ -23,7 +25,11 @@ files=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do files+=("$1"); shift; done
 [ $# -gt 0 ] && shift
 [ $# -gt 0 ] || usage
-[ ${#files[@]} -gt 0 ] || [ -n "${CODEC_AB_OLD_TREE:-}" ] || usage
+same_build=0
+if [ ${#files[@]} -eq 0 ] && [ -z "${CODEC_AB_OLD_TREE:-}" ]; then
+  [ -n "${CODEC_AB_OLD_ARGS:-}" ] || usage
+  same_build=1
+fi
 [ -z "${CODEC_AB_OLD_TREE:-}" ] || [ -f "$CODEC_AB_OLD_TREE" ] || { echo "!! $CODEC_AB_OLD_TREE missing" >&2; exit 1; }
 for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "!! $f: no such file in the working tree" >&2; exit 1; }
@@ -34,13 +40,15 @@ old=/tmp/codec_ab_old
 mkdir -p "$out"
 {
   rm -rf "$old" && mkdir -p "$old"
-  if [ -n "${CODEC_AB_OLD_TREE:-}" ]; then
+  if [ $same_build = 1 ]; then
+    :
+  elif [ -n "${CODEC_AB_OLD_TREE:-}" ]; then
     tar -xf "$CODEC_AB_OLD_TREE" -C "$old"
   else
     tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$old"
     for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
   fi
-  (cd "$old" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
+  [ $same_build = 1 ] || (cd "$old" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
      cmake --build build -j 8 --target codec_tool > "$out/build_old.log" 2>&1 || echo "!! old build failed") &
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
     cmake --build build-gpu -j 8 --target codec_tool test_engine_cuda > "$out/build_new.log" 2>&1 || echo "!! new build failed"
@@ -51,9 +59,12 @@ mkdir -p "$out"
   for r in $(seq 1 "$rounds"); do
     for args in "$@"; do
       for b in old new; do
-        bin=./build-gpu/codec; [ $b = old ] && bin=$old/build/codec
-        # shellcheck disable=SC2086  # args holds several bench options
-        echo "### $b r$r $args | $(row "$bin" bench --backend cuda $args)"
+        bin=./build-gpu/codec extra=""
+        if [ $b = old ]; then
+          if [ $same_build = 1 ]; then extra=${CODEC_AB_OLD_ARGS}; else bin=$old/build/codec; fi
+        fi
+        # shellcheck disable=SC2086  # args and extra hold several bench options
+        echo "### $b r$r $args | $(row "$bin" bench --backend cuda $args $extra)"
       done
     done
   done

@@ -17,7 +17,8 @@ namespace codec::tools {
 // Device copies of one batch, shared by the runs of every plan over it.
 class CudaBench {
  public:
-  explicit CudaBench(const Batch& batch);
+  // Every run merges as `merge` says (CudaMerge).
+  CudaBench(const Batch& batch, CudaMerge merge);
   ~CudaBench();
   CudaBench(const CudaBench&) = delete;
   CudaBench& operator=(const CudaBench&) = delete;
