@@ -247,8 +247,8 @@ PlannerOptions cpu_planner_options(int threads) {
 }
 
 std::int64_t cpu_workspace_slots(std::size_t bytes, int head_dim) {
-  // workspace_for(s) grows by 4·(head_dim + 2) bytes a slot, plus three 16-byte alignments
-  std::int64_t slots = std::int64_t(bytes / (4 * (std::size_t(head_dim) + 2)));
+  // workspace_for(s) grows by 4·(head_dim + 1) bytes a slot, plus two 16-byte alignments
+  std::int64_t slots = std::int64_t(bytes / (4 * (std::size_t(head_dim) + 1)));
   while (slots > 0 && Plan::workspace_for(slots, head_dim).bytes > bytes) --slots;
   return slots;
 }

@@ -174,8 +174,7 @@ WorkspaceLayout Plan::workspace_for(std::int64_t slots, int head_dim) {
   const auto n = std::size_t(slots);
   w.o_offset = 0;
   w.lse_offset = align_up(n * std::size_t(head_dim) * sizeof(float));
-  w.arrivals_offset = align_up(w.lse_offset + n * sizeof(float));
-  w.bytes = align_up(w.arrivals_offset + n * sizeof(std::int32_t));
+  w.bytes = align_up(w.lse_offset + n * sizeof(float));
   return w;
 }
 

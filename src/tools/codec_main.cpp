@@ -72,10 +72,6 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", bench.threads, "CPU threads (default: all)")->check(in_range(0, 4096));
   bench_cmd->add_option("--reps", bench.reps, "Timed repetitions, median reported (default: 30 on a GPU, 5 on the CPU)")
       ->check(in_range(1, 1e6));
-  bench_cmd->add_option("--merge", bench.merge,
-                        "CUDA: how rows with several partials merge: automatic, fused (in PAC), kernel (after PAC)")
-      ->check(CLI::IsMember({"automatic", "fused", "kernel"}))
-      ->capture_default_str();
   bench_cmd->add_option("--dump", bench.dump, "Write inputs and outputs as .npy files into this folder");
   bench_cmd->add_option("--save", bench.save, "Also write the result rows as JSON to this file");
 

@@ -294,10 +294,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
     progress("timing CoDec and flat");
 #if CODEC_HAS_CUDA
-    const CudaMerge merge = bench.merge == "fused"    ? CudaMerge::fused
-                            : bench.merge == "kernel" ? CudaMerge::kernel
-                                                      : CudaMerge::automatic;
-    std::unique_ptr<CudaBench> gpu_bench = cuda ? std::make_unique<CudaBench>(batch, merge) : nullptr;
+    std::unique_ptr<CudaBench> gpu_bench = cuda ? std::make_unique<CudaBench>(batch) : nullptr;
 #endif
     auto measure = [&](const Plan& plan, const char* label) {
 #if CODEC_HAS_CUDA

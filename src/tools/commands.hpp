@@ -29,7 +29,6 @@ struct BenchArgs {
   int reps = 0;  // 0: the backend's default
   std::string dump;
   std::string save;  // also write the rows as JSON to this file
-  std::string merge = "automatic";  // CUDA: automatic, fused or kernel (CudaMerge)
 };
 
 // Workload specs named by --workload: a comma-separated list, in which "all"

@@ -31,13 +31,12 @@ struct DeviceBuffer {
 
 struct CudaBench::Impl {
   const Batch& batch;
-  CudaMerge merge;
   DeviceBuffer k, v, q, out, lse, flush;
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
 
-  Impl(const Batch& b, CudaMerge m)
-      : batch(b), merge(m), k(b.k.size()), v(b.v.size()), q(b.q.size()),
+  explicit Impl(const Batch& b)
+      : batch(b), k(b.k.size()), v(b.v.size()), q(b.q.size()),
         out(std::size_t(b.num_requests()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.dtype)),
         lse(std::size_t(b.num_requests()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes) {
     CODEC_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -63,7 +62,7 @@ struct CudaBench::Impl {
   }
 };
 
-CudaBench::CudaBench(const Batch& batch, CudaMerge merge) : impl_(std::make_unique<Impl>(batch, merge)) {}
+CudaBench::CudaBench(const Batch& batch) : impl_(std::make_unique<Impl>(batch)) {}
 CudaBench::~CudaBench() = default;
 
 std::string CudaBench::device_name() const {
@@ -83,7 +82,7 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   CODEC_CUDA_CHECK(cudaMemsetAsync(s.out.ptr, 0xFF, out_elems * dtype_size(s.batch.dtype), s.stream));
   CODEC_CUDA_CHECK(cudaMemsetAsync(s.lse.ptr, 0xFF, rows * sizeof(float), s.stream));
   nvtxRangePushA(label);  // `ncu --nvtx --nvtx-include "<label>/"` profiles this run alone
-  run_cuda(plan, s.kv(), io, ws, s.stream, CudaStages::all, s.merge);
+  run_cuda(plan, s.kv(), io, ws, s.stream);
   nvtxRangePop();
   CODEC_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   Measured m;
@@ -100,7 +99,7 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   std::vector<double> host_us;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    run_cuda(plan, s.kv(), io, ws, s.stream, CudaStages::all, s.merge);
+    run_cuda(plan, s.kv(), io, ws, s.stream);
     host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
   }
   CODEC_CUDA_CHECK(cudaStreamSynchronize(s.stream));
@@ -127,7 +126,7 @@ double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps
   cudaGraphExec_t exec = nullptr;
   CODEC_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   try {
-    run_cuda(plan, s.kv(), io, ws, s.stream, stages, s.merge);
+    run_cuda(plan, s.kv(), io, ws, s.stream, stages);
   } catch (...) {  // end the capture, or every later call on the stream fails for that reason instead
     if (cudaStreamEndCapture(s.stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
     throw;

@@ -17,8 +17,7 @@ namespace codec::tools {
 // Device copies of one batch, shared by the runs of every plan over it.
 class CudaBench {
  public:
-  // Every run merges as `merge` says (CudaMerge).
-  CudaBench(const Batch& batch, CudaMerge merge);
+  explicit CudaBench(const Batch& batch);
   ~CudaBench();
   CudaBench(const CudaBench&) = delete;
   CudaBench& operator=(const CudaBench&) = delete;

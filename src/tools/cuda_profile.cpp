@@ -44,7 +44,7 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps) {
   std::fprintf(stderr, "profile: %s, %d blocks, %d tasks per block, %d nodes of %ld tokens\n", device.name.c_str(),
                opt.num_blocks, kTasksPerBlock, nodes, max_len);
   const Batch batch = materialize(w);
-  CudaBench bench(batch, CudaMerge::automatic);
+  CudaBench bench(batch);
 
   CostTable table;
   table.device = device.name;

@@ -46,7 +46,6 @@ struct Case {
   bool out_f32 = false;  // CPU: out in fp32 rather than the KV dtype
   LseBase lse_base = LseBase::e;
   bool roofline_cpu = false;  // the cost model's parameters: the CPU's or the H200's
-  bool merge_kernel = false;  // CUDA: merge in the merge kernel, not in PAC (CudaMerge)
 
   std::string describe() const {
     std::ostringstream os;
@@ -57,8 +56,7 @@ struct Case {
        << (options.split == SplitPolicy::none    ? "none"
            : options.split == SplitPolicy::fixed ? "fixed:" + std::to_string(options.fixed_splits)
                                                  : std::string("adaptive"))
-       << (flat ? " flat" : "") << (out_f32 ? " out fp32" : "") << (lse_base == LseBase::two ? " lse base 2" : "")
-       << (merge_kernel ? " merge kernel" : "");
+       << (flat ? " flat" : "") << (out_f32 ? " out fp32" : "") << (lse_base == LseBase::two ? " lse base 2" : "");
     return os.str();
   }
 };
@@ -151,7 +149,6 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, int device_blocks) {
   c.out_f32 = !cuda && d.chance(0.5);
   c.lse_base = d.chance(0.2) ? LseBase::two : LseBase::e;
   c.roofline_cpu = d.chance(0.5);
-  c.merge_kernel = cuda && d.chance(0.5);
   return c;
 }
 
@@ -236,14 +233,7 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
   cuda_upload_plan(plan, workspace, nullptr);
   const AttentionIO io{QueryRows::contiguous(q.p, b.dtype, B, Hq, D), OutputRows::contiguous(out.p, b.dtype, B, Hq, D),
                        LseRows::contiguous(static_cast<float*>(lse.p), B, Hq), c.lse_base};
-  // Twice, the second time over NaN rows again: a run must leave the fused
-  // merge's arrival counts as it found them.
-  const PagedKV kv = pool.at(k.p, pool.v.empty() ? nullptr : v.p, b, c.layout);
-  const CudaMerge merge = c.merge_kernel ? CudaMerge::kernel : CudaMerge::fused;
-  run_cuda(plan, kv, io, workspace, nullptr, CudaStages::all, merge);
-  CODEC_CUDA_CHECK(cudaMemsetAsync(out.p, 0xff, out_bytes, nullptr));
-  CODEC_CUDA_CHECK(cudaMemsetAsync(lse.p, 0xff, std::size_t(B) * Hq * 4, nullptr));
-  run_cuda(plan, kv, io, workspace, nullptr, CudaStages::all, merge);
+  run_cuda(plan, pool.at(k.p, pool.v.empty() ? nullptr : v.p, b, c.layout), io, workspace, nullptr);
   CODEC_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<std::byte> host(out_bytes);
   Outcome o;

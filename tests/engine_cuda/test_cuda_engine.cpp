@@ -133,6 +133,20 @@ AttentionIO device_io(const Plan& plan, const void* q, const DeviceBuffer& out, 
           LseRows::contiguous(reinterpret_cast<float*>(lse.data()), rows, p.num_qo_heads)};
 }
 
+// Upload, run once on poisoned outputs and workspace, synchronise, download.
+Outputs run_gpu(const Plan& plan, const DeviceBatch& b) {
+  const PlanView p = plan.view();
+  const std::size_t rows = std::size_t(plan.num_requests()) * p.num_qo_heads;
+  DeviceBuffer ws(cuda_workspace_bytes(plan)), out(rows * p.head_dim * 2), lse(rows * sizeof(float));
+  ws.poison();  // a partial read before it is written would poison the row
+  out.poison();
+  lse.poison();
+  cuda_upload_plan(plan, ws.span(), nullptr);
+  run_cuda(plan, b.kv, device_io(plan, b.q->data(), out, lse, plan.num_requests()), ws.span(), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  return collect(out, lse, b.kv.dtype);
+}
+
 // Compares with a result given as fp64 (the reference, or the CPU engine widened).
 void expect_close(const Outputs& o, const std::vector<double>& out, const std::vector<double>& lse, DType dtype,
                   const std::string& what) {
@@ -142,33 +156,6 @@ void expect_close(const Outputs& o, const std::vector<double>& out, const std::v
   const ErrorStats l = compare(o.lse.data(), lse);
   EXPECT_TRUE(l.within(kLseTolerance)) << what << ": lse " << l.describe();
   EXPECT_LE(l.max_abs, kLseMaxAbs) << what << ": lse " << l.describe();
-}
-
-std::vector<double> widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
-
-// Upload, run on poisoned outputs and workspace, synchronise, download: the
-// fused merge, twice (its arrival counts must come back to 0: a row left
-// unmerged the second time stays poisoned), and the merge kernel, which must
-// agree with it. Returns the fused merge's outputs.
-Outputs run_gpu(const Plan& plan, const DeviceBatch& b) {
-  const PlanView p = plan.view();
-  const std::size_t rows = std::size_t(plan.num_requests()) * p.num_qo_heads;
-  DeviceBuffer ws(cuda_workspace_bytes(plan)), out(rows * p.head_dim * 2), lse(rows * sizeof(float));
-  ws.poison();  // a partial read before it is written would poison the row
-  cuda_upload_plan(plan, ws.span(), nullptr);
-  const AttentionIO io = device_io(plan, b.q->data(), out, lse, plan.num_requests());
-  auto run = [&](CudaMerge merge) {
-    out.poison();
-    lse.poison();
-    run_cuda(plan, b.kv, io, ws.span(), nullptr, CudaStages::all, merge);
-    CUDA_OK(cudaDeviceSynchronize());
-    return collect(out, lse, b.kv.dtype);
-  };
-  run(CudaMerge::fused);
-  const Outputs fused = run(CudaMerge::fused);
-  expect_close(run(CudaMerge::kernel), widen(fused.out), widen(fused.lse), b.kv.dtype,
-               "the merge kernel against the fused merge");
-  return fused;
 }
 void expect_matches(const Outputs& o, const ReferenceResult& ref, DType dtype, const std::string& what) {
   expect_close(o, ref.out, ref.lse, dtype, what);

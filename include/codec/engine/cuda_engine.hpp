@@ -91,8 +91,7 @@ PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_
 
 // One cudaMemcpyAsync of plan.bytes() into the head of `workspace` (device
 // memory, 256-byte aligned as cudaMalloc returns, at least
-// cuda_workspace_bytes(plan) bytes), and a memset of the fused merge's
-// arrival counts of the plan's slots. The copy is from pageable memory, so the
+// cuda_workspace_bytes(plan) bytes). The copy is from pageable memory, so the
 // call waits for the stream's earlier work; the host Plan must stay alive,
 // unchanged, until the copy has completed. Call it outside graph capture.
 void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream);
@@ -120,12 +119,6 @@ class CudaPlanStaging {
 // unwritten: `codec bench` times both to report the merge's share of a run.
 enum class CudaStages { all, partial_attention };
 
-// How run_cuda merges the rows with several partials: in PAC itself, by the
-// last task to write one of a row's partials (fused: one launch), or by a
-// merge kernel after PAC (kernel: on sm_90 a programmatic dependent launch
-// that starts during PAC's last tasks); automatic picks per plan.
-enum class CudaMerge { automatic, fused, kernel };
-
 // Attention of every (request, qo head) row of the plan: PAC, then the merge
 // of rows with more than one partial. `plan` must be the one uploaded into
 // `workspace` (kernels read the device copy; the host Plan supplies sizes and
@@ -137,7 +130,7 @@ enum class CudaMerge { automatic, fused, kernel };
 // Validation is on the host and O(1): it reads the facts the Plan derived from
 // its arrays when it was built (Plan::extent), not the task and page lists.
 void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
-              CudaStream stream, CudaStages stages = CudaStages::all, CudaMerge merge = CudaMerge::automatic);
+              CudaStream stream, CudaStages stages = CudaStages::all);
 
 // merge_states_cpu (cpu_engine.hpp) on device tensors, on `stream`.
 void cuda_merge_states(const QueryRows& o_a, const LseRows& lse_a, const QueryRows& o_b, const LseRows& lse_b,

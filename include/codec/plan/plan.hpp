@@ -171,13 +171,10 @@ struct PlanExtent {
 };
 
 // Workspace of a run: fp32 partial outputs [num_slots, head_dim], then fp32
-// partial lse [num_slots] (natural log), then int32 arrival counts
-// [num_slots] for the CUDA engine's fused merge (a merged row counts at its
-// first partial's slot; zero between runs). Its size comes from the plan alone.
+// partial lse [num_slots] (natural log). Its size comes from the plan alone.
 struct WorkspaceLayout {
   std::size_t o_offset = 0;
   std::size_t lse_offset = 0;
-  std::size_t arrivals_offset = 0;
   std::size_t bytes = 0;
 };
 

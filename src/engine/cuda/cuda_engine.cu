@@ -154,7 +154,7 @@ PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_
   CODEC_CHECK(fixed < bytes, "workspace of ", bytes, " bytes is too small: the plan arrays for ", max_requests,
               " requests and ", max_page_entries, " page-table entries alone take ", fixed, " bytes");
   // The bytes grow with the slots: bisect for the most that fit (at most 2^31 − 1).
-  std::int64_t lo = 0, hi = std::min<std::int64_t>(std::int64_t(bytes / (4 * (heads.head_dim + 2))) + 1,
+  std::int64_t lo = 0, hi = std::min<std::int64_t>(std::int64_t(bytes / (4 * (heads.head_dim + 1))) + 1,
                                                    std::numeric_limits<std::int32_t>::max());
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
@@ -163,35 +163,10 @@ PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_
   return capacity(lo);
 }
 
-namespace {
-
-// The workspace's partial slots, arrays after the plan region (WorkspaceLayout).
-struct Partials {
-  float* o;
-  float* lse;
-  int* arrivals;
-};
-
-Partials partials_of(const Plan& plan, std::span<std::byte> workspace) {
-  const WorkspaceLayout layout = plan.workspace();
-  std::byte* base = workspace.data() + plan_region_bytes(plan.bytes().size());
-  return {reinterpret_cast<float*>(base + layout.o_offset), reinterpret_cast<float*>(base + layout.lse_offset),
-          reinterpret_cast<int*>(base + layout.arrivals_offset)};
-}
-
-// Every run leaves the counts it used at 0; a new plan's start there too.
-void zero_arrivals(const Plan& plan, std::span<std::byte> workspace, CudaStream stream) {
-  CODEC_CUDA_CHECK(cudaMemsetAsync(partials_of(plan, workspace).arrivals, 0,
-                                   std::size_t(plan.stats().num_slots) * sizeof(int), stream));
-}
-
-}  // namespace
-
 void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream) {
   check_workspace(plan, workspace, "cuda_upload_plan");
   const std::span<const std::byte> bytes = plan.bytes();
   CODEC_CUDA_CHECK(cudaMemcpyAsync(workspace.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
-  zero_arrivals(plan, workspace, stream);
 }
 
 struct CudaPlanStaging::Impl {
@@ -238,37 +213,30 @@ void CudaPlanStaging::upload(const Plan& plan, std::span<std::byte> workspace, C
   std::memcpy(b.host, bytes.data(), bytes.size());
   CODEC_CUDA_CHECK(cudaMemcpyAsync(workspace.data(), b.host, bytes.size(), cudaMemcpyHostToDevice, stream));
   CODEC_CUDA_CHECK(cudaEventRecord(b.copied, stream));
-  zero_arrivals(plan, workspace, stream);
 }
 
 void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
-              CudaStream stream, CudaStages stages, CudaMerge merge) {
+              CudaStream stream, CudaStages stages) {
   validate_run(plan, kv, io, workspace);
   PlanView device = plan.view(workspace.data());
   device.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
-  const Partials partials = partials_of(plan, workspace);
-  // A merge is needed unless every row was written by its single PAC task
+  const WorkspaceLayout layout = plan.workspace();
+  std::byte* partials = workspace.data() + plan_region_bytes(plan.bytes().size());
+  float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
+  float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
+  // The merge is needed unless every row was written by its single PAC task
   // (always, for a plan at a capacity: PlanExtent::needs_merge).
-  const bool needs_merge = plan.extent().needs_merge && stages == CudaStages::all;
-  if (merge == CudaMerge::automatic) merge = CudaMerge::kernel;  // the faster everywhere measured (run 19)
-  const bool fused = needs_merge && merge == CudaMerge::fused;
-  const bool merge_kernel = needs_merge && merge == CudaMerge::kernel;
-  // Programmatic dependent launch of the merge kernel (kernels/merge.cuh) needs sm_90. Querying
+  const bool merge = plan.extent().needs_merge && stages == CudaStages::all;
+  // Programmatic dependent launch of the merge (kernels/merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;
-  if (merge_kernel) {
+  if (merge) {
     int dev = 0, major = 0;
     CODEC_CUDA_CHECK(cudaGetDevice(&dev));
     CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     programmatic = major >= 9;
   }
-  const cuda::MergeIO rows{.part_o = partials.o,
-                           .part_lse = partials.lse,
-                           .out = io.out.data,
-                           .out_rows = io.out.strides(),
-                           .lse = io.lse.data,
-                           .lse_rows = io.lse.strides(),
-                           .lse_scale = codec::lse_scale(io.lse_base)};
+  const float lse_scale = codec::lse_scale(io.lse_base);
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
@@ -278,16 +246,26 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                             .kv = {kv.k, kv.v, kv.stride_page, kv.stride_token, kv.stride_head},
                             .q = io.q.data,
                             .q_rows = io.q.strides(),
-                            .io = rows,
-                            .arrivals = fused ? partials.arrivals : nullptr,
-                            // a plan at a capacity stands for any plan uploaded in its place
-                            .empty_requests = plan.has_capacity() || plan.extent().min_partials == 0,
+                            .out = io.out.data,
+                            .out_rows = io.out.strides(),
+                            .lse = io.lse.data,
+                            .lse_rows = io.lse.strides(),
+                            .lse_scale = lse_scale,
+                            .part_o = part_o,
+                            .part_lse = part_lse,
                             .sm_scale = plan.heads().scale()},
                            stream);
-    if (merge_kernel)
-      cuda::launch_merge<D, T>(
-          {.plan = device, .io = rows, .warps_per_row = cuda::merge_warps_per_row<D>(plan.extent().max_partials)},
-          programmatic, stream);
+    if (merge)
+      cuda::launch_merge<D, T>({.plan = device,
+                                .part_o = part_o,
+                                .part_lse = part_lse,
+                                .out = io.out.data,
+                                .out_rows = io.out.strides(),
+                                .lse = io.lse.data,
+                                .lse_rows = io.lse.strides(),
+                                .lse_scale = lse_scale,
+                                .warps_per_row = cuda::merge_warps_per_row<D>(plan.extent().max_partials)},
+                               programmatic, stream);
   });
 }
 

@@ -56,12 +56,12 @@ struct PacTraits {
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
   static constexpr int kKVBytes = kStages * 2 * kTileBytes;
   static constexpr int kSmemBytes = kQBytes + kKVBytes;
-  // Epilogue staging: each warp's normalised o [16][D] and lse [16], fp32, and
-  // two flags per row (a single partial; the fused merge's last arrival). Rows
+  // Epilogue staging: each warp's normalised o [16][D] and lse [16], fp32, and a
+  // single-partial flag per row. Rows
   // are padded by 8 floats so that the 8 rows one float2 store touches start
   // 8 banks apart (a half-warp then covers all 32 banks).
   static constexpr int kStagingStride = D + 8;
-  static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float)) + 2 * kMaxRows;
+  static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float)) + kMaxRows;
   // Tokens of a tile one thread copies (the same chunk of each): rows
   // kFirst + k · kTokenStride, k < kTokensPerThread, with kFirst = tid / kChunks.
   static constexpr int kTokenStride = kThreads / kChunks;

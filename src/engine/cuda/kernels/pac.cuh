@@ -24,11 +24,6 @@
 // Tasks of kWgmmaMinRows rows or more run on Hopper's wgmma instead (sm_90a
 // builds): the 4 warps are one warpgroup over 64 row slots, each warp sees
 // every token, and K and V leave shared memory once per tile.
-//
-// Rows whose request has several partials are merged either by the merge
-// kernel after this one (kernels/merge.cuh) or, with the fused merge, here:
-// the last task to write one of a row's partials merges the row
-// (merge_completed_rows), so a run is one launch (CudaMerge).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -45,7 +40,6 @@
 #include "engine/cuda/tile/attend_mma.cuh"
 #include "engine/cuda/tile/attend_wgmma.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
-#include "engine/cuda/tile/merge_row.cuh"
 
 namespace codec::cuda {
 
@@ -54,12 +48,13 @@ struct PacParams {
   KvPool kv;
   const void* q;               // row (request, qo head) at q_rows.at(request, head), D elements, KV dtype
   RowStrides q_rows;           //   (each row start 16-byte aligned)
-  MergeIO io;                  // partial slots, output rows and lse
-  // [slots] arrivals per merged row, at the row's first partial slot, all 0
-  // between runs (cuda_upload_plan zeroes them, the last arrival resets its
-  // own), or null: the merge kernel merges instead (CudaMerge).
-  int* arrivals;
-  bool empty_requests;  // with arrivals: some request may have no partial (store_empty_requests)
+  void* out;                   // likewise, KV dtype: rows whose request has a single partial
+  RowStrides out_rows;
+  float* lse;                  // lse of (request, qo head) at lse_rows.at(request, head), or null
+  RowStrides lse_rows;
+  float lse_scale;             // 1 (natural log) or log2(e) (base 2)
+  float* part_o;               // [slots, D] fp32 normalised partial outputs
+  float* part_lse;             // [slots] fp32 natural log
   float sm_scale;
 };
 
@@ -116,67 +111,13 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
     if (ssingle[r]) {
       const int req = reqs[v / G], head = task.kv_head * G + v % G;
       const uint2 packed = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
-      *reinterpret_cast<uint2*>(static_cast<T*>(p.io.out) + p.io.out_rows.at(req, head) + d) = packed;
-      if (d == 0 && p.io.lse != nullptr) p.io.lse[p.io.lse_rows.at(req, head)] = lse * p.io.lse_scale;
+      *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + p.out_rows.at(req, head) + d) = packed;
+      if (d == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req, head)] = lse * p.lse_scale;
     } else {
       const std::int64_t slot = task.slot0 + v;
-      *reinterpret_cast<float4*>(p.io.part_o + slot * D + d) = acc;
-      if (d == 0) p.io.part_lse[slot] = lse;
+      *reinterpret_cast<float4*>(p.part_o + slot * D + d) = acc;
+      if (d == 0) p.part_lse[slot] = lse;
     }
-  }
-}
-
-// The fused merge (CudaMerge::fused), after a task's store_rows: each of its
-// rows with several partials counts one arrival, and the task whose arrival
-// completes a row (every task of the row has written its partial) merges the
-// row, a warp per row, and sets its count back to 0 for the next run. The
-// barrier, then a GPU-scope fence before each arrival, publishes every thread's
-// partials before the count says so (the pattern of cooperative groups' grid
-// sync); the fence after the last arrival orders the merge's loads after it.
-template <int D, typename T>
-__device__ __forceinline__ void merge_completed_rows(const PacParams& p, const Task& task, int row_partials,
-                                                     int row_arrivals, unsigned char* smem) {
-  using Tr = PacTraits<D, T>;
-  const int tid = threadIdx.x, warp = tid / 32, G = p.plan.group;
-  const int rows = task.row_end - task.row_begin;
-  bool* slast = reinterpret_cast<bool*>(smem + Tr::kStagingBytes - Tr::kMaxRows);  // [kMaxRows]
-  if (!__syncthreads_or(row_arrivals >= 0)) return;  // the partials are written; none of these rows merges
-  bool last = false;
-  if (row_arrivals >= 0) {
-    __threadfence();
-    last = atomicAdd(p.arrivals + row_arrivals, 1) == row_partials - 1;
-    if (last) {
-      p.arrivals[row_arrivals] = 0;
-      __threadfence();
-    }
-  }
-  if (tid < rows) slast[tid] = last;
-  if (!__syncthreads_or(last)) return;
-  for (int r = warp; r < rows; r += Tr::kWarps) {
-    if (!slast[r]) continue;
-    const int v = task.row_begin + r, req = p.plan.node_reqs[task.req_begin + v / G], head = task.kv_head * G + v % G;
-    const int first = p.plan.partial_indptr[req];
-    WarpMerge<D> w;
-    fold_partials<D>(p.plan, p.io, first, p.plan.partial_indptr[req + 1] - first, head, 0, 1, [] {}, w);
-    store_merged_row<D, T>(p.io, req, head, w);
-  }
-}
-
-// With the fused merge no kernel visits the rows of a request without
-// partials (its path holds no KV token): block b writes the empty state
-// (o = 0, lse = −inf) into those of requests b, b + blocks, ...
-template <int D, typename T>
-__device__ __forceinline__ void store_empty_requests(const PacParams& p) {
-  using Tr = PacTraits<D, T>;
-  const PlanView& plan = p.plan;
-  constexpr int kChunks = D * int(sizeof(T)) / 16;
-  for (int req = blockIdx.x; req < plan.num_requests; req += plan.num_blocks) {
-    if (plan.num_partials(req) != 0) continue;
-    for (int i = threadIdx.x; i < plan.num_qo_heads * kChunks; i += Tr::kThreads)
-      *reinterpret_cast<uint4*>(static_cast<T*>(p.io.out) + p.io.out_rows.at(req, i / kChunks) + 8 * (i % kChunks)) =
-          make_uint4(0, 0, 0, 0);
-    if (p.io.lse != nullptr)
-      for (int h = threadIdx.x; h < plan.num_qo_heads; h += Tr::kThreads) p.io.lse[p.io.lse_rows.at(req, h)] = kNegInf;
   }
 }
 
@@ -212,16 +153,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   KvLoader<D, T> kv(p.kv, task, pages, geo, num_tiles, skv);
   typename KvLoader<D, T>::Prologue pro;
   kv.look_up_first(pro);
-  // Row tid's partials (one: PAC writes the output itself) and, with the
-  // fused merge, the slot of its arrivals; used by the epilogue, loaded now so
-  // that their latency hides.
-  int row_partials = 0, row_arrivals = -1;
-  if (tid < rows) {
-    const int v = task.row_begin + tid, req = reqs[v / G];
-    row_partials = plan.num_partials(req);
-    if (p.arrivals != nullptr && row_partials > 1)
-      row_arrivals = plan.partial_slot(plan.partial_indptr[req], task.kv_head * G + v % G);
-  }
+  // Whether row tid's request has a single partial (PAC writes the output
+  // itself); used by the epilogue, loaded now so that its latency hides.
+  const bool single_row = tid < rows && plan.num_partials(reqs[(task.row_begin + tid) / G]) == 1;
   // the task's query rows into sq; rows up to the last row tile (all 64 on the
   // wgmma path) are zero
   {
@@ -271,8 +205,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   cp_async_wait<0>();
   __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
 
-  store_rows<D, T>(p, task, splits, has_rows, row_partials == 1, state, o, smem);
-  if (p.arrivals != nullptr) merge_completed_rows<D, T>(p, task, row_partials, row_arrivals, smem);
+  store_rows<D, T>(p, task, splits, has_rows, single_row, state, o, smem);
   __syncthreads();  // the next task's prologue overwrites the staging
 }
 
@@ -306,7 +239,6 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
     if (i == end - 1) pdl_launch_dependents();
     pac_task<D, T>(p, plan.tasks[i], geo, smem);
   }
-  if (p.arrivals != nullptr && p.empty_requests) store_empty_requests<D, T>(p);
 }
 
 // ---------------------------------------------------------------- host launcher
