@@ -1,20 +1,31 @@
-#!/usr/bin/env python3
 """Decode inside a real engine: Hugging Face transformers' continuous batching
 on Qwen3-4B's shape (random bf16 weights), one attention backend at a time on
-the same prompts, in eager mode.
+the same prompts, in eager mode (or, with --cuda-graph, the engine's graph
+mode).
 
-Backends: codec (`paged|codec`, codec.integrations.transformers), sdpa (the
-engine's own `paged|sdpa`), noop (`paged|codec` with the decode rows' attention
-skipped: zeros; prefill as codec), which measures the engine's floor.
+Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
+@ri the block-table path, codec.integrations.transformers.enable_block_tables):
+  codec       paged|codec
+  noop        paged|codec with the decode rows' attention skipped (zeros, no
+              plan; prefill as codec): the engine's floor on that path
+  fi_decode   FlashInfer's BatchDecodeWithPagedKVCacheWrapper on the same page
+              tables, tensor-core kernel, planned once per step
+  fi_cascade  FlashInfer's MultiLevelCascadeAttentionWrapper, one level per
+              depth of the step's prefix forest (codec.derive_forest), requests
+              reordered per layer so that every node's requests are contiguous
+  sdpa        the engine's own paged|sdpa (slot-list path only)
+All but sdpa compute prefill chunks alike (codec's causal SDPA).
 
 TPOT is the median interval between successive tokens of a request, over all
 requests, from the second generated token on, taken from the engine's own
 timestamps (`record_timestamps`); with every request submitted at once the
-prefills come first, so the intervals are those of decode steps. Correctness:
-every backend's logprobs against sdpa's on the steps whose token history both
-runs share (bench/e2e_check.py; relative L2 and largest difference).
+prefills come first, so the intervals are those of decode steps. `plan_ms` is
+the backend's host time per decode step in its plan (page tables, planning,
+upload), which is on the step's critical path. Correctness: every backend's
+logprobs against sdpa's on the steps whose token history both runs share
+(bench/e2e_check.py; relative L2 and largest difference).
 
-  python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,sdpa] [--layers 36]
+  python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa] [--layers 36]
 """
 
 import argparse
@@ -22,10 +33,12 @@ import json
 import os
 import sys
 import time
+import weakref
 
 import numpy as np
 import torch
 
+import codec
 import codec.integrations.transformers as codec_tf
 from e2e_check import compare_on_shared_history
 
@@ -50,85 +63,181 @@ def prompts(workload, seed=0):
     return out
 
 
-class NoDecodeAttention(codec_tf.PagedAttention):
+class TimedPlans(codec_tf.PagedAttention):
+    """paged|codec, recording the host time of each step's plan."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plan_ms = []
+
+    def plan(self, cache, step, query, scale):
+        t0 = time.perf_counter()
+        self.plan_step(cache, step, query, scale)
+        self.plan_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def plan_step(self, cache, step, query, scale):
+        super().plan(cache, step, query, scale)
+
+
+class NoDecodeAttention(TimedPlans):
     """paged|codec with no decode attention (rows of zeros, no plan): the engine's cost without it."""
 
-    def plan(self, cache, step, read_slots, query, scale):
+    def plan_step(self, cache, step, query, scale):
         pass
 
     def decode(self, cache, q, pages, out):
         out.zero_()
 
 
-def run(model, impl, inputs, new_tokens, block_size):
+def host(x):
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int32))
+
+
+def workspace(cache, spaces):
+    """A 256 MB FlashInfer workspace per engine cache."""
+    if cache not in spaces:
+        spaces[cache] = torch.empty(256 << 20, dtype=torch.uint8, device=cache.device)
+    return spaces[cache]
+
+
+class FlashInferDecode(TimedPlans):
+    """FlashInfer's batch decode (tensor cores) on the step's page tables."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._spaces = weakref.WeakKeyDictionary()
+        self.wrapper = None
+
+    def plan_step(self, cache, step, query, scale):
+        import flashinfer
+        if self.wrapper is None:
+            self.wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(cache, self._spaces), "NHD",
+                                                                         use_tensor_cores=True)
+        self.wrapper.plan(host(step.indptr), host(step.indices), host(step.last_page_len), query.shape[1],
+                          cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
+                          kv_data_type=query.dtype, sm_scale=scale)
+
+    def decode(self, cache, q, pages, out):
+        out.copy_(self.wrapper.run(q.contiguous(), pages))
+
+
+class FlashInferCascade(TimedPlans):
+    """FlashInfer's multi-level cascade, one level per depth of the step's
+    prefix forest; a step whose requests sit at different depths (the wrapper
+    needs one node per request per level) runs as one level."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._spaces = weakref.WeakKeyDictionary()
+
+    def plan_step(self, cache, step, query, scale):
+        import flashinfer
+        from peers import cascade_levels
+        f = codec.derive_forest(step.indptr, step.indices, step.last_page_len, cache.block_size)
+        forest = {"nodes": [{"parent": int(f.parent[i]), "pages": f.node_pages(i).tolist(),
+                             "num_tokens": int(f.num_tokens[i])} for i in range(f.num_nodes)],
+                  "request_node": f.request_node.tolist()}
+        levels = cascade_levels(forest, cache.block_size)
+        if levels is None:  # one level: every request its own node
+            n = step.indptr.size - 1
+            levels = (list(range(n)), [list(range(n + 1))], [step.indptr], [step.indices], [step.last_page_len])
+        order, qo, kp, ki, kl = levels
+        self.order = torch.tensor(order, dtype=torch.int64, device=query.device)
+        self.cascade = flashinfer.MultiLevelCascadeAttentionWrapper(len(qo), workspace(cache, self._spaces), "NHD")
+        self.cascade.plan([host(x) for x in qo], [host(x) for x in kp], [host(x) for x in ki], [host(x) for x in kl],
+                          query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size, causal=False,
+                          sm_scale=scale, q_data_type=query.dtype, kv_data_type=query.dtype)
+
+    def decode(self, cache, q, pages, out):
+        out[self.order] = self.cascade.run(q[self.order], pages)
+
+
+def run(model, impl, attention, inputs, new_tokens, block_size, block_tables, cuda_graph):
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=False,
+    cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=cuda_graph,
                                   max_requests_per_batch=len(inputs))
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    if attention is not None:
+        attention.plan_ms.clear()
     t0 = time.perf_counter()
-    out = model.generate_batch(inputs=inputs, generation_config=gen, continuous_batching_config=cb,
-                               record_timestamps=True)
+    out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables)
     torch.cuda.synchronize()
     wall = time.perf_counter() - t0
-    errors = [o.error for o in out.values() if o.error]
-    if errors:
-        raise RuntimeError(f"{impl}: {errors[:2]}")
     intervals = np.concatenate([np.diff(np.asarray(o.timestamps, dtype=np.float64))[1:] for o in out.values()])
     trace = {k: (list(o.generated_tokens), [float(x) for x in o.logprobs]) for k, o in out.items()}
-    return {"tpot_ms": float(np.median(intervals)) * 1e3, "tpot_p90_ms": float(np.percentile(intervals, 90)) * 1e3,
-            "wall_s": wall, "tokens": sum(len(o.generated_tokens) for o in out.values()),
-            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9}, trace
+    tpot = float(np.median(intervals)) * 1e3
+    row = {"tpot_ms": tpot, "tpot_p90_ms": float(np.percentile(intervals, 90)) * 1e3, "wall_s": wall,
+           "tokens": sum(len(o.generated_tokens) for o in out.values()),
+           "tokens_per_s": sum(len(o.generated_tokens) for o in out.values()) / wall,
+           "decode_tokens_per_s": len(out) / (tpot / 1e3), "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9,
+           "block_tables": block_tables, "cuda_graph": cuda_graph}
+    if attention is not None and attention.plan_ms:
+        row["plan_ms_mean"] = float(np.mean(attention.plan_ms))
+        row["plan_share_of_tpot"] = row["plan_ms_mean"] / tpot
+        row["decode_steps_planned"] = len(attention.plan_ms)
+    return row, trace
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--workload", default="loogle:4")
-    p.add_argument("--backends", default="codec,noop,sdpa")
+    p.add_argument("--backends", default="codec,noop,fi_decode,fi_cascade,noop@ri,sdpa@ri")
     p.add_argument("--layers", type=int, default=36)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--cuda-graph", action="store_true", help="the engine's CUDA-graph mode (use_cuda_graph=True)")
     a = p.parse_args()
     from transformers import Qwen3Config, Qwen3ForCausalLM
     cfg = Qwen3Config(**{**QWEN3_4B, "num_hidden_layers": a.layers})
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
-    names = {"codec": codec_tf.register(), "sdpa": "paged|sdpa",
-             "noop": codec_tf.register("paged|nodecode", NoDecodeAttention())}
+    attention = {"codec": TimedPlans(), "noop": NoDecodeAttention(), "fi_decode": FlashInferDecode(),
+                 "fi_cascade": FlashInferCascade()}
+    names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
+    names["sdpa"] = "paged|sdpa"
     inputs = prompts(a.workload)
     log(f"{a.workload}: {len(inputs)} requests, {sum(map(len, inputs))} prompt tokens, {a.layers} layers")
     rows, traces = {}, {}
     for b in a.backends.split(","):
+        kind, _, path = b.partition("@")
+        if kind not in names or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
+            raise SystemExit(f"unknown backend {b!r}: codec, noop, fi_decode, fi_cascade (each also @ri), sdpa@ri")
         log(f"== {b}")
-        rows[b], traces[b] = run(model, names[b], inputs, a.new_tokens, a.block_size)
+        rows[b], traces[b] = run(model, names[kind], attention.get(kind), inputs, a.new_tokens, a.block_size,
+                                 block_tables=path != "ri", cuda_graph=a.cuda_graph)
         log(rows[b])
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}_{b}.json"), "w") as f:
             json.dump(rows[b], f, indent=2)
-    if "sdpa" in traces:
+    if "sdpa@ri" in traces:
         for b in traces:
-            if b != "noop":  # noop's decode attention is zeros: nothing to check
-                rows[b]["vs_sdpa"] = compare_on_shared_history(traces["sdpa"], traces[b])
-    floor = rows.get("noop", {}).get("tpot_ms")
-    for b in rows:
+            if not b.startswith("noop"):  # noop's decode attention is zeros: nothing to check
+                rows[b]["vs_sdpa"] = compare_on_shared_history(traces["sdpa@ri"], traces[b])
+    for b in rows:  # against the floor of the same decode path
+        floor = rows.get("noop@ri" if b.endswith("@ri") else "noop", {}).get("tpot_ms")
         if floor is not None:
             rows[b]["tpot_minus_floor_ms"] = rows[b]["tpot_ms"] - floor
+            rows[b]["attention_share"] = rows[b]["tpot_minus_floor_ms"] / rows[b]["tpot_ms"]
     result = {"workload": a.workload, "requests": len(inputs), "layers": a.layers, "block_size": a.block_size,
-              "new_tokens": a.new_tokens, "device": torch.cuda.get_device_name(), "rows": rows}
+              "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "device": torch.cuda.get_device_name(),
+              "rows": rows}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}.json"), "w") as f:
         json.dump(result, f, indent=2)
-    print(f"{'backend':>8} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'GB':>6} {'logprob err':>12} {'steps':>6}")
+    nan = float("nan")
+    print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'plan ms':>8} {'tok/s':>7} {'GB':>6} "
+          f"{'logprob err':>12} {'steps':>6}")
     for b, r in rows.items():
         check = r.get("vs_sdpa", {})
-        print(f"{b:>8} {r['tpot_ms']:9.2f} {r['tpot_p90_ms']:8.2f} {r.get('tpot_minus_floor_ms', float('nan')):8.2f} "
-              f"{r['peak_gpu_gb']:6.1f} {check.get('logprob_rel_l2', float('nan')):12.2e} "
-              f"{check.get('steps_compared', 0):6d}")
+        print(f"{b:>13} {r['tpot_ms']:9.2f} {r['tpot_p90_ms']:8.2f} {r.get('tpot_minus_floor_ms', nan):8.2f} "
+              f"{r.get('plan_ms_mean', nan):8.3f} {r['tokens_per_s']:7.1f} {r['peak_gpu_gb']:6.1f} "
+              f"{check.get('logprob_rel_l2', nan):12.2e} {check.get('steps_compared', 0):6d}")
 
 
 if __name__ == "__main__":

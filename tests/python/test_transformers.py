@@ -9,7 +9,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from codec.integrations.paging import page_starts, page_tables_from_slots
+from codec.integrations.paging import page_starts, page_tables_from_block_table, page_tables_from_slots
 
 
 def engine_slots(block_tables, seq_lens, block_size):
@@ -50,6 +50,27 @@ def test_page_tables_from_the_engines_read_slots(block_size):
         page_tables_from_slots(starts + 1, np.diff(cu)[requests], block_size)
 
 
+def test_page_tables_from_the_engines_block_table():
+    block_size = 16
+    lens = np.array([1, 16, 17, 70, 33])
+    pages = -(-lens // block_size)
+    rng = np.random.default_rng(3)
+    table = np.full((lens.size, 8), -1, dtype=np.int32)  # the engine pads rows with -1
+    for r, n in enumerate(pages):
+        table[r, :n] = rng.permutation(100)[:n]
+    table[3, :2] = table[4, :2] = [7, 9]  # two shared blocks
+    indptr, indices, last = page_tables_from_block_table(table, lens, block_size)
+    for r in range(lens.size):
+        np.testing.assert_array_equal(indices[indptr[r]:indptr[r + 1]], table[r, :pages[r]])
+        assert (pages[r] - 1) * block_size + last[r] == lens[r]
+    with pytest.raises(ValueError, match="needs 5 blocks; block_table has 4 columns"):
+        page_tables_from_block_table(table[:, :4], lens, block_size)
+    with pytest.raises(ValueError, match="negative id"):
+        page_tables_from_block_table(table, lens + np.array([0, 0, 0, 0, 16]), block_size)
+    with pytest.raises(ValueError, match="every request needs a KV token"):
+        page_tables_from_block_table(table, lens * 0, block_size)
+
+
 def tiny_qwen3(device, dtype):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
@@ -62,14 +83,19 @@ def tiny_qwen3(device, dtype):
     return transformers.Qwen3ForCausalLM(cfg).to(device=device, dtype=dtype).eval()
 
 
-def generate(model, impl, inputs, device):
+def generate(model, impl, inputs, device, block_tables=None):
+    """The engine's generate_batch, or with block_tables True/False codec's (which raises on errors)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=1024, return_logprobs=True,
                                   use_cuda_graph=False)
-    out = model.generate_batch(inputs=inputs, generation_config=gen, continuous_batching_config=cb)
+    if block_tables is None:
+        out = model.generate_batch(inputs=inputs, generation_config=gen, continuous_batching_config=cb)
+    else:
+        from codec.integrations.transformers import generate_batch
+        out = generate_batch(model, inputs, gen, cb, block_tables=block_tables)
     errors = [o.error for o in out.values() if o.error]
     assert not errors, errors  # generate_batch only logs exceptions
     return {k: (list(o.generated_tokens), np.array(o.logprobs)) for k, o in out.items()}
@@ -82,8 +108,9 @@ def shared_prompts(seed):
         [[int(x) for x in rng.integers(1, 999, 33)]]  # and one request sharing nothing
 
 
+@pytest.mark.parametrize("block_tables", [False, True], ids=["read-index", "block-table"])
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, monkeypatch):
+def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tables, monkeypatch):
     torch = pytest.importorskip("torch")
     ctf = load_backend()
     import codec
@@ -94,10 +121,18 @@ def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, monkeypatc
     if device == "cpu":  # the engine sizes its cache from GPU memory; give the CPU a budget
         import transformers.generation.continuous_batching.cache as cb_cache
         monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
-    name = ctf.register()
+    paths = []
+
+    class Recording(ctf.PagedAttention):  # which decode path each decode step took
+        def plan(self, cache, step, query, scale):
+            paths.append(step.write_slots is not None)
+            super().plan(cache, step, query, scale)
+
+    name = ctf.register("paged|codec_test", Recording())
     inputs = shared_prompts(1)
     ref = generate(model, "paged|sdpa", inputs, device)
-    got = generate(model, name, inputs, device)
+    got = generate(model, name, inputs, device, block_tables=block_tables)
+    assert paths and (any(paths) if block_tables else not any(paths)), paths
     assert ref.keys() == got.keys()
     if device == "cpu":  # fp32 on both: the same tokens and logprobs to rounding
         for k in ref:

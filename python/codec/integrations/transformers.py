@@ -4,18 +4,29 @@ batching: ``register()`` adds the attention implementation ``paged|codec``.
     import codec.integrations.transformers as codec_tf
     codec_tf.register()
     model.set_attn_implementation("paged|codec")
-    outputs = model.generate_batch(inputs, generation_config, continuous_batching_config=...)
+    outputs = codec_tf.generate_batch(model, inputs, generation_config, continuous_batching_config)
 
 What it does per forward pass (one engine step):
 
 - writes the new tokens' K and V into the engine's paged cache, in place (the
   cache is read where it lies: no gather of the context);
-- at the first layer, derives the page tables of the step's decode requests
-  (one query token each) from the engine's read slots and plans them once:
-  every layer then runs the same plan (``BatchPrefixDecodeWrapper``);
+- at the first layer, takes the page tables of the step's decode requests
+  (one query token each) and plans them once: every layer then runs the same
+  plan (``BatchPrefixDecodeWrapper``);
 - computes the rows of prefill chunks (several query tokens) with a causal
   ``scaled_dot_product_attention`` over the request's own KV, since the
   engine passes no mask to implementations outside its own names.
+
+The page tables come from one of the engine's two decode paths. On its
+default path the engine lists every KV token's cache slot for every request
+each step (``read_index``); the page tables are then the slots of each
+page's first token, one small gather. That list costs the engine ~90 ns per
+context token of host time per step (412k tokens: ~37 ms). Its block-table
+path, which the engine turns on only for flash-named implementations, hands
+the attention each request's block ids instead (``block_table``) and builds
+no slot list; ``generate_batch`` and ``enable_block_tables`` here turn it on
+for ``paged|codec`` through the manager's public configuration, before the
+manager starts. Steps with prefill rows take the slot-list path either way.
 
 The engine shares full blocks between requests with a common prefix
 (``allow_block_sharing``), so shared prefixes are shared pages, which CoDec
@@ -24,24 +35,29 @@ reads once per step. Models with sliding-window layers are refused.
 
 from __future__ import annotations
 
+import math
 import weakref
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from ..decode import BatchPrefixDecodeWrapper
-from .paging import page_starts, page_tables_from_slots
+from .paging import page_starts, page_tables_from_block_table, page_tables_from_slots
 
 NAME = "paged|codec"  # keeps "flash" out of the name: the engine turns on flash-only paths for such names
 WORKSPACE_BYTES = 256 << 20
 
 
-class _Step:
+class Step:
     """One engine step's rows, read at its first layer: which requests decode
-    (one query token) and which run prefill chunks."""
+    (one query token) and which run prefill chunks, and the decode requests'
+    page tables (CSR: ``indptr``, ``indices``, ``last_page_len``). On the
+    block-table path it also holds the cache slots of the new tokens, which
+    the engine then leaves to the attention to write."""
 
-    def __init__(self, query: torch.Tensor, cu_seq_lens_q: torch.Tensor, cu_seq_lens_k: torch.Tensor) -> None:
+    def __init__(self, query: torch.Tensor, cu_seq_lens_q: torch.Tensor, cu_seq_lens_k: torch.Tensor,
+                 block_size: int, read_slots: Optional[torch.Tensor], block_table: Optional[torch.Tensor]) -> None:
         # The step's lengths on the host: two small copies (the engine made them from host lists).
         self.cu_q = cu_seq_lens_q.to("cpu").numpy().astype(np.int64)
         self.cu_k = cu_seq_lens_k.to("cpu").numpy().astype(np.int64)
@@ -51,6 +67,21 @@ class _Step:
                         for r in np.flatnonzero(q_lens > 1)]
         self.all_decode = self.decode.size == q_lens.size and self.decode.size == query.shape[2]
         self.decode_rows = None if self.all_decode else torch.from_numpy(self.cu_q[self.decode]).to(query.device)
+        self.write_slots = None
+        if not self.decode.size:
+            return
+        seq_lens = self.cu_k[self.decode + 1] - self.cu_k[self.decode]
+        if block_table is not None:  # decode-only: every request is a decode row
+            pages = -(-seq_lens // block_size)
+            table = block_table[:, :int(pages.max())].to("cpu").numpy()  # one copy of the columns in use
+            self.indptr, self.indices, self.last_page_len = page_tables_from_block_table(table, seq_lens, block_size)
+            last = seq_lens - 1  # the new token: the last of each request
+            slots = table[np.arange(seq_lens.size), last // block_size].astype(np.int64) * block_size + last % block_size
+            self.write_slots = torch.from_numpy(slots).to(query.device)
+        else:  # the slots of the pages' first tokens: one small gather
+            positions = torch.from_numpy(page_starts(self.cu_k, block_size, self.decode)).to(read_slots.device)
+            starts = read_slots[positions].to("cpu").numpy()
+            self.indptr, self.indices, self.last_page_len = page_tables_from_slots(starts, seq_lens, block_size)
 
 
 _PREFILL_SCORE_BYTES = 1 << 30  # scores a masked prefill sub-chunk may materialise
@@ -85,7 +116,7 @@ class PagedAttention:
 
     def __init__(self) -> None:
         self._wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
-        self._steps: "weakref.WeakKeyDictionary[Any, _Step]" = weakref.WeakKeyDictionary()
+        self._steps: "weakref.WeakKeyDictionary[Any, Step]" = weakref.WeakKeyDictionary()
 
     def wrapper(self, cache: Any) -> BatchPrefixDecodeWrapper:
         """The wrapper (and workspace) of an engine cache, made at its first use."""
@@ -97,16 +128,11 @@ class PagedAttention:
             w = self._wrappers[cache] = BatchPrefixDecodeWrapper(workspace)
         return w
 
-    def plan(self, cache: Any, step: _Step, read_slots: torch.Tensor, query: torch.Tensor, scale: float) -> None:
-        """Plans the step's decode requests once, for every layer: their page
-        tables from the slots of their pages' first tokens, one small gather."""
-        bs = cache.block_size
-        positions = torch.from_numpy(page_starts(step.cu_k, bs, step.decode)).to(read_slots.device)
-        starts = read_slots[positions].to("cpu").numpy()
-        seq_lens = step.cu_k[step.decode + 1] - step.cu_k[step.decode]
-        indptr, indices, last = page_tables_from_slots(starts, seq_lens, bs)
-        self.wrapper(cache).plan(indptr, indices, last, query.shape[1], cache.num_key_value_heads, cache.head_dim,
-                                 bs, q_data_type=query.dtype, sm_scale=scale, num_pages=cache.num_blocks + 2)
+    def plan(self, cache: Any, step: Step, query: torch.Tensor, scale: float) -> None:
+        """Plans the step's decode requests once, for every layer."""
+        self.wrapper(cache).plan(step.indptr, step.indices, step.last_page_len, query.shape[1],
+                                 cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
+                                 sm_scale=scale, num_pages=cache.num_blocks + 2)
 
     def decode(self, cache: Any, q: torch.Tensor, pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
         """Attention of the planned decode rows q (n, Hq, D) into out (n, Hq, D)."""
@@ -115,7 +141,8 @@ class PagedAttention:
     def __call__(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attention_mask: Any, scaling: Optional[float] = None, cache: Any = None,
                  cu_seq_lens_q: torch.Tensor = None, cu_seq_lens_k: Any = None, read_index: Any = None,
-                 write_index: Any = None, **kwargs: Any) -> Tuple[torch.Tensor, None]:
+                 write_index: Any = None, block_table: Optional[torch.Tensor] = None,
+                 **kwargs: Any) -> Tuple[torch.Tensor, None]:
         """query (1, Hq, T, D), key and value (1, Hkv, T, D) of the step's T new tokens; returns (T, Hq, D)."""
         if cache is None:
             raise ValueError(f"`{NAME}` needs the paged cache of continuous batching; use `sdpa` for a plain forward")
@@ -123,16 +150,19 @@ class PagedAttention:
             cu_seq_lens_k = cu_seq_lens_k["full_attention"]
         group, layer_in_group = cache.layer_index_to_group_indices[module.layer_idx]
         k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
-        # The new tokens' KV into the cache, at the engine's slots for them
-        k_cache.index_copy_(0, write_index[group], key[0].transpose(0, 1))
-        v_cache.index_copy_(0, write_index[group], value[0].transpose(0, 1))
         scale = module.scaling if scaling is None else scaling
         read_slots = read_index[group] if read_index else None
         step = self._steps.get(cache)
         if module.layer_idx == 0 or step is None:  # a new step: its rows, and the plan every layer shares
-            step = self._steps[cache] = _Step(query, cu_seq_lens_q, cu_seq_lens_k)
+            step = self._steps[cache] = Step(query, cu_seq_lens_q, cu_seq_lens_k, cache.block_size, read_slots,
+                                             None if block_table is None else block_table[group])
             if step.decode.size:
-                self.plan(cache, step, read_slots, query, scale)
+                self.plan(cache, step, query, scale)
+        # The new tokens' KV into the cache, at their slots: the engine's, or on
+        # the block-table path (which lists none) the step's
+        slots = write_index[group] if step.write_slots is None else step.write_slots
+        k_cache.index_copy_(0, slots, key[0].transpose(0, 1))
+        v_cache.index_copy_(0, slots, value[0].transpose(0, 1))
         out = torch.empty((query.shape[2], query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
         q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
         if step.decode.size:
@@ -165,3 +195,62 @@ def register(name: str = NAME, attention: Optional[PagedAttention] = None) -> st
     from transformers import AttentionInterface
     AttentionInterface.register(name, attention if attention is not None else PagedAttention())
     return name
+
+
+def enable_block_tables(manager: Any, max_sequence_length: int) -> None:
+    """Turns on the engine's block-table decode path for a continuous-batching
+    manager made by ``model.init_continuous_batching`` and not yet started:
+    decode-only steps then pass ``block_table`` instead of listing every
+    context token's slot. The engine sizes each request's block table from
+    the manager's ``max_blocks_per_request``, which it sets to 0 for
+    implementations without "flash" in their name; this sets it, as its
+    workload hints would, for requests of up to ``max_sequence_length`` tokens
+    (prompt and generated: longer ones decode on the slot-list path)."""
+    if manager.is_running():
+        raise ValueError("enable_block_tables: the manager has started; call it before manager.start()")
+    if max_sequence_length < 1:
+        raise ValueError(f"enable_block_tables: max_sequence_length {max_sequence_length} must be >= 1")
+    config = manager.continuous_batching_config
+    blocks = math.ceil(max_sequence_length / config.block_size) + 1
+    config.max_blocks_per_request = max(config.max_blocks_per_request, blocks + blocks % 2)
+
+
+def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any = None,
+                   continuous_batching_config: Any = None, record_timestamps: bool = False,
+                   block_tables: bool = True) -> Dict[str, Any]:
+    """``model.generate_batch`` (transformers' continuous batching, eager
+    mode), with the engine's block-table decode path on (``block_tables``):
+    a dict of request id to GenerationOutput, in the order of ``inputs``.
+    Unlike the engine's own, it raises when the generation thread stops or a
+    request fails rather than only logging it."""
+    from transformers.generation.continuous_batching.utils import WorkloadHints
+
+    if not inputs:
+        return {}
+    config = model.generation_config if generation_config is None else generation_config
+    new_tokens = config.max_new_tokens or 0
+    hints = WorkloadHints(max_prompt_length=max(map(len, inputs)), max_generated_length=new_tokens,
+                          num_requests=len(inputs) * (config.num_return_sequences or 1))
+    manager = model.init_continuous_batching(generation_config=generation_config,
+                                             continuous_batching_config=continuous_batching_config,
+                                             workload_hints=hints)
+    if block_tables:
+        enable_block_tables(manager, hints.max_prompt_length + new_tokens)
+    manager.start()
+    results: Dict[str, Any] = {}
+    try:
+        ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
+        while len(results) < hints.num_requests:
+            result = manager.get_result(timeout=1)
+            if result is not None and result.is_finished():
+                results[result.request_id] = result
+            elif result is None and not manager.is_running():
+                raise RuntimeError(f"the generation thread stopped with {len(results)} of {hints.num_requests} "
+                                   "requests finished (its log says why)")
+    finally:
+        manager.stop(block=True, timeout=60)
+        manager.destroy()
+    failed = {k: r.error for k, r in results.items() if r.error is not None}
+    if failed:
+        raise RuntimeError(f"{len(failed)} requests failed, e.g. {next(iter(failed.items()))}")
+    return {k: results[k] for k in ids}
