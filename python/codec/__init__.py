@@ -17,6 +17,7 @@ the entry points are also torch.library custom ops (torch.compile-safe).
 from . import _codec
 from .decode import BatchPrefixDecodeWrapper
 from .forest import Forest, KVForest, KVUpdate, PageTables, copy_pages, derive_forest
+from .parallel import HeadSlice, tensor_parallel_slice
 from .state import merge_state
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchPrefixDecodeWrapper",
     "Forest",
+    "HeadSlice",
     "KVForest",
     "KVUpdate",
     "PageTables",
@@ -31,6 +33,7 @@ __all__ = [
     "cuda_available",
     "derive_forest",
     "merge_state",
+    "tensor_parallel_slice",
 ]
 
 

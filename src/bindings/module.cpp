@@ -18,10 +18,12 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "codec/core/error.hpp"
+#include "codec/core/heads.hpp"
 #include "codec/cost/cost_model.hpp"
 #include "codec/engine/cpu_engine.hpp"
 #include "codec/engine/cuda_engine.hpp"
@@ -688,6 +690,10 @@ NB_MODULE(_codec, m) {
         nb::arg("lse_out"), nb::arg("base2"), nb::arg("stream"));
   m.def("copy_pages", &copy_pages, nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"), nb::arg("copies"),
         nb::arg("stream"));
+  m.def("tensor_parallel_slice", [](int num_qo_heads, int num_kv_heads, int tp_size, int rank) {
+    const HeadSlice s = tensor_parallel_slice({num_qo_heads, num_kv_heads, 0, 0.f}, tp_size, rank);
+    return std::make_tuple(s.heads.num_qo_heads, s.heads.num_kv_heads, s.qo_begin, s.kv_begin);
+  }, nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("tp_size"), nb::arg("rank"));
   m.def("derive_forest", &derive, nb::arg("indptr"), nb::arg("indices"), nb::arg("last_page_len"),
         nb::arg("page_size"));
 

@@ -18,6 +18,33 @@ void HeadConfig::validate() const {
               " must be finite and >= 0 (0 means 1/sqrt(head_dim))");
 }
 
+HeadSlice tensor_parallel_slice(const HeadConfig& model, int tp_size, int rank) {
+  // head_dim and scale pass through unchecked: a slice is about head counts
+  CODEC_CHECK(model.num_qo_heads >= 1, "num_qo_heads ", model.num_qo_heads, " must be >= 1");
+  CODEC_CHECK(model.num_kv_heads >= 1, "num_kv_heads ", model.num_kv_heads, " must be >= 1");
+  CODEC_CHECK(model.num_qo_heads % model.num_kv_heads == 0, "num_qo_heads ", model.num_qo_heads,
+              " is not a multiple of num_kv_heads ", model.num_kv_heads);
+  CODEC_CHECK(tp_size >= 1, "tensor-parallel size ", tp_size, " must be >= 1");
+  CODEC_CHECK(rank >= 0 && rank < tp_size, "rank ", rank, " is outside [0, ", tp_size, ")");
+  CODEC_CHECK(model.num_qo_heads % tp_size == 0, "tensor-parallel size ", tp_size,
+              " does not divide num_qo_heads ", model.num_qo_heads);
+  const int hkv = model.num_kv_heads;
+  CODEC_CHECK(hkv % tp_size == 0 || tp_size % hkv == 0, "tensor-parallel size ", tp_size,
+              " and num_kv_heads ", hkv, ": neither divides the other");
+  HeadSlice slice;
+  slice.heads = model;
+  slice.heads.num_qo_heads = model.num_qo_heads / tp_size;
+  slice.qo_begin = rank * slice.heads.num_qo_heads;
+  if (hkv >= tp_size) {
+    slice.heads.num_kv_heads = hkv / tp_size;
+    slice.kv_begin = rank * slice.heads.num_kv_heads;
+  } else {  // each kv head on tp_size / hkv ranks
+    slice.heads.num_kv_heads = 1;
+    slice.kv_begin = rank / (tp_size / hkv);
+  }
+  return slice;
+}
+
 namespace {
 
 struct NamedModel {

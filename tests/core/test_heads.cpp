@@ -84,5 +84,49 @@ TEST(Models, UnknownNameListsKnownOnes) {
   EXPECT_TRUE(throws_with([] { model_heads("Qwen3-4B"); }, "unknown model 'Qwen3-4B'"));
 }
 
+// Over the ranks of a group every query head of the model is held exactly
+// once, each rank's query heads read only kv heads it holds, and a kv head is
+// held by tp / Hkv ranks when tp > Hkv, else by one.
+TEST(TensorParallel, SlicesCoverEveryHeadOnceWithTheirKvHeads) {
+  for (const HeadConfig model : {heads(32, 8, 128), heads(32, 1, 128), heads(40, 8, 128), heads(16, 16, 64),
+                                 heads(28, 4, 128), heads(64, 8, 256, 0.1f)}) {
+    for (int tp = 1; tp <= 16; ++tp) {
+      if (model.num_qo_heads % tp != 0 || (model.num_kv_heads % tp != 0 && tp % model.num_kv_heads != 0)) continue;
+      std::vector<int> qo_held(std::size_t(model.num_qo_heads), 0), kv_held(std::size_t(model.num_kv_heads), 0);
+      for (int rank = 0; rank < tp; ++rank) {
+        const HeadSlice s = tensor_parallel_slice(model, tp, rank);
+        const std::string what = std::to_string(model.num_qo_heads) + "/" + std::to_string(model.num_kv_heads) +
+                                 " tp " + std::to_string(tp) + " rank " + std::to_string(rank);
+        EXPECT_NO_THROW(s.heads.validate()) << what;
+        EXPECT_EQ(s.heads.head_dim, model.head_dim) << what;
+        EXPECT_EQ(s.heads.scale(), model.scale()) << what;
+        for (int h = 0; h < s.heads.num_qo_heads; ++h) {
+          const int global = s.qo_begin + h;
+          ++qo_held[std::size_t(global)];
+          // the model's kv head of this query head is the rank's kv head of its local one
+          EXPECT_EQ(global / model.group(), s.kv_begin + h / s.heads.group()) << what << " head " << h;
+        }
+        for (int k = 0; k < s.heads.num_kv_heads; ++k) ++kv_held[std::size_t(s.kv_begin + k)];
+      }
+      const int copies = tp > model.num_kv_heads ? tp / model.num_kv_heads : 1;
+      for (const int n : qo_held) EXPECT_EQ(n, 1) << "tp " << tp;
+      for (const int n : kv_held) EXPECT_EQ(n, copies) << "tp " << tp;
+    }
+  }
+}
+
+TEST(TensorParallel, RefusesGroupsThatDoNotSplitTheHeads) {
+  EXPECT_TRUE(throws_with([] { tensor_parallel_slice(heads(32, 8, 128), 3, 0); },
+                          "tensor-parallel size 3 does not divide num_qo_heads 32"));
+  EXPECT_TRUE(throws_with([] { tensor_parallel_slice(heads(24, 6, 128), 4, 0); },
+                          "tensor-parallel size 4 and num_kv_heads 6: neither divides the other"));
+  EXPECT_TRUE(throws_with([] { tensor_parallel_slice(heads(32, 8, 128), 0, 0); },
+                          "tensor-parallel size 0 must be >= 1"));
+  EXPECT_TRUE(throws_with([] { tensor_parallel_slice(heads(32, 8, 128), 2, 2); }, "rank 2 is outside [0, 2)"));
+  EXPECT_TRUE(throws_with([] { tensor_parallel_slice(heads(32, 8, 128), 2, -1); }, "rank -1 is outside [0, 2)"));
+  EXPECT_TRUE(throws_with([] { tensor_parallel_slice(heads(30, 8, 128), 2, 0); },
+                          "num_qo_heads 30 is not a multiple of num_kv_heads 8"));
+}
+
 }  // namespace
 }  // namespace codec

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -105,6 +106,78 @@ TEST(CpuEngine, MatchesReferenceAcrossHeadsDtypesAndPageSizes) {
   };
   for (const EngineCase& c : cases)
     for (std::uint64_t seed = 1; seed <= 3; ++seed) check_case(c, seed);
+}
+
+// Σ over a plan's tasks of query rows × KV tokens: the attention's work.
+std::int64_t query_token_pairs(const Plan& plan) {
+  const PlanView p = plan.view();
+  std::int64_t n = 0;
+  for (int i = 0; i < p.num_tasks; ++i)
+    n += std::int64_t(p.tasks[i].row_end - p.tasks[i].row_begin) * (p.tasks[i].kv_end - p.tasks[i].kv_begin);
+  return n;
+}
+
+// Tensor parallelism without a second device: each rank's head slice runs on
+// views of the whole batch's q, KV and output (what a rank holds, and where an
+// all-gather over heads puts its rows). Every rank plans the same plan; the
+// ranks together do the whole plan's work (query rows × KV tokens) and write
+// every row, equal to the reference.
+TEST(CpuEngine, TensorParallelSlicesMakeTheWholeRun) {
+  struct TpCase {
+    HeadConfig heads;
+    DType dtype;
+    int tp;
+  };
+  const TpCase cases[] = {{{32, 8, 128}, DType::bf16, 2}, {{32, 8, 128}, DType::bf16, 8},
+                          {{40, 8, 64}, DType::f16, 4},   {{32, 1, 64}, DType::f16, 4},  // MQA: one kv head on 4 ranks
+                          {{8, 2, 128}, DType::f32, 8}};
+  for (const TpCase& c : cases) {
+    const test::RandomBatchSpec spec = test::engine_spec(7, c.heads, c.dtype, 16, 6, 7, 0.3, 4);
+    const test::RandomBatch b = test::make_random_batch(spec);
+    const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, b.q.data());
+    const Forest forest = derive_forest(b.table());
+    PlannerOptions opt;
+    opt.num_blocks = 6;
+    const Plan whole = make_plan(forest, c.heads, c.dtype, RooflineCostModel(RooflineParams::h200(), c.heads, c.dtype),
+                                 opt);
+    const int D = c.heads.head_dim;
+    const std::int64_t elem = std::int64_t(dtype_size(c.dtype));
+    Outputs o;
+    const AttentionIO all = contiguous_io(whole, b.q.data(), o);
+    std::int64_t kv_tokens = 0, work = 0;
+    std::vector<std::byte> first_plan;
+    for (int rank = 0; rank < c.tp; ++rank) {
+      const HeadSlice slice = tensor_parallel_slice(c.heads, c.tp, rank);
+      const Plan plan = make_plan(forest, slice.heads, c.dtype,
+                                  RooflineCostModel(RooflineParams::h200(), slice.heads, c.dtype), opt);
+      const std::span<const std::byte> bytes = plan.bytes();
+      if (rank == 0) first_plan.assign(bytes.begin(), bytes.end());
+      EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), first_plan.begin(), first_plan.end()))
+          << "rank " << rank << " planned differently";
+      kv_tokens += plan.stats().kv_tokens_read;
+      work += query_token_pairs(plan);
+      PagedKV kv = b.kv();
+      kv.k = static_cast<const std::byte*>(kv.k) + slice.kv_begin * kv.stride_head * elem;
+      kv.v = static_cast<const std::byte*>(kv.v) + slice.kv_begin * kv.stride_head * elem;
+      kv.num_kv_heads = slice.heads.num_kv_heads;
+      AttentionIO io = all;
+      io.q.data = b.q.data() + slice.qo_begin * D * elem;
+      io.q.heads = io.out.heads = io.lse.heads = slice.heads.num_qo_heads;
+      io.out.data = o.out.data() + std::size_t(slice.qo_begin) * D;
+      io.lse.data = o.lse.data() + slice.qo_begin;
+      Workspace ws(plan.workspace().bytes);
+      run_cpu(plan, kv, io, ws.bytes, {2});
+    }
+    const std::string what = spec.describe() + " tp " + std::to_string(c.tp);
+    EXPECT_EQ(work, query_token_pairs(whole)) << what;
+    // Without replicated kv heads the ranks read the whole plan's KV. A kv head
+    // on several ranks is read by each, in fewer row tiles (G / copies rows per
+    // request), so that sum is not the whole plan's.
+    if (c.tp <= c.heads.num_kv_heads) {
+      EXPECT_EQ(kv_tokens, whole.stats().kv_tokens_read) << what;
+    }
+    expect_matches(o, ref, what);
+  }
 }
 
 TEST(CpuEngine, EdgeCases) {
