@@ -25,7 +25,9 @@ upload), which is on the step's critical path. Correctness: every backend's
 logprobs against sdpa's on the steps whose token history both runs share
 (bench/e2e_check.py; relative L2 and largest difference).
 
-  python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa] [--layers 36]
+  python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
+
+Workloads (NAME:N, WORKLOADS below): loogle, sysprompt, samples, distinct.
 """
 
 import argparse
@@ -50,17 +52,35 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+WORKLOADS = {  # name: (what N counts, default N)
+    "loogle": ("documents of 12k-30k tokens, 8 questions of 20-200 tokens each (8·N requests)", 4),
+    "sysprompt": ("requests sharing one 4,096-token system prompt, each with 20-200 tokens of its own", 64),
+    "samples": ("samples of one 8,192-token prompt (parallel sampling)", 64),
+    "distinct": ("distinct 8,192-token prompts (nothing shared: the control)", 64),
+}
+
+
 def prompts(workload, seed=0):
-    """loogle:N: N documents of 12k-30k tokens, 8 questions of 20-200 tokens each."""
+    """The prompts of NAME:N (WORKLOADS); token ids are random."""
     kind, _, n = workload.partition(":")
+    if kind not in WORKLOADS:
+        raise SystemExit(f"unknown workload {workload!r}: " + ", ".join(f"{k}:N ({v[0]})" for k, v in WORKLOADS.items()))
+    n = int(n) if n else WORKLOADS[kind][1]
     rng = np.random.default_rng(seed)
-    if kind != "loogle":
-        raise SystemExit(f"unknown workload {workload!r}")
-    out = []
-    for _ in range(int(n or 4)):
-        doc = rng.integers(10, 150000, int(rng.integers(12000, 30001))).tolist()
-        out += [doc + rng.integers(10, 150000, int(rng.integers(20, 201))).tolist() for _ in range(8)]
-    return out
+    tokens = lambda count: rng.integers(10, 150000, count).tolist()  # noqa: E731
+    own = lambda: tokens(int(rng.integers(20, 201)))  # noqa: E731
+    if kind == "loogle":
+        out = []
+        for _ in range(n):
+            doc = tokens(int(rng.integers(12000, 30001)))
+            out += [doc + own() for _ in range(8)]
+        return out
+    if kind == "sysprompt":
+        system = tokens(4096)
+        return [system + own() for _ in range(n)]
+    if kind == "samples":
+        return [tokens(8192)] * n
+    return [tokens(8192) for _ in range(n)]
 
 
 class TimedPlans(codec_tf.PagedAttention):
@@ -186,7 +206,7 @@ def run(model, impl, attention, inputs, new_tokens, block_size, block_tables, cu
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--workload", default="loogle:4")
+    p.add_argument("--workload", default="loogle:4", help="NAME:N, NAME one of " + ", ".join(WORKLOADS))
     p.add_argument("--backends", default="codec,noop,fi_decode,fi_cascade,noop@ri,sdpa@ri")
     p.add_argument("--layers", type=int, default=36)
     p.add_argument("--new-tokens", type=int, default=64)

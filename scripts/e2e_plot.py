@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""TPOT against batch size, one panel per workload family and a line per
+backend, from bench/e2e_decode.py's result files (e2e_<workload>.json, the
+one per workload, not the per-backend ones); several runs of one workload:
+the latest file given wins. Needs matplotlib.
+
+  python3 scripts/e2e_plot.py OUT.png results/h200/runN/e2e/*.json
+"""
+import json
+import sys
+from collections import defaultdict
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = defaultdict(dict)  # family -> {(backend, requests): tpot}
+    for path in sys.argv[2:]:
+        result = json.load(open(path))
+        if "rows" not in result:
+            continue  # a per-backend file
+        family = result["workload"].partition(":")[0]
+        for backend, row in result["rows"].items():
+            points[family][(backend, result["requests"])] = row["tpot_ms"]
+    if not points:
+        sys.exit("no e2e_<workload>.json result among the files")
+    fig, axes = plt.subplots(1, len(points), figsize=(5 * len(points), 4), squeeze=False)
+    for ax, (family, data) in zip(axes[0], sorted(points.items())):
+        for backend in sorted({b for b, _ in data}):
+            xs = sorted(n for b, n in data if b == backend)
+            ax.plot(xs, [data[(backend, n)] for n in xs], marker="o", label=backend)
+        ax.set_title(family)
+        ax.set_xlabel("requests")
+        ax.set_ylabel("TPOT (ms)")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(sys.argv[1], dpi=120)
+    print(f"wrote {sys.argv[1]}: {', '.join(f'{k} ({len(v)} points)' for k, v in sorted(points.items()))}")
+
+
+if __name__ == "__main__":
+    main()
