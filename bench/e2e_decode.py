@@ -152,11 +152,8 @@ class FlashInferCascade(TimedPlans):
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
-        from peers import cascade_levels
-        f = codec.derive_forest(step.indptr, step.indices, step.last_page_len, cache.block_size)
-        forest = {"nodes": [{"parent": int(f.parent[i]), "pages": f.node_pages(i).tolist(),
-                             "num_tokens": int(f.num_tokens[i])} for i in range(f.num_nodes)],
-                  "request_node": f.request_node.tolist()}
+        from peers import cascade_levels, forest_json
+        forest = forest_json(codec.derive_forest(step.indptr, step.indices, step.last_page_len, cache.block_size))
         levels = cascade_levels(forest, cache.block_size)
         if levels is None:  # one level: every request its own node
             n = step.indptr.size - 1

@@ -15,6 +15,10 @@ alone, CUDA-graph replays, median):
               of the prefix forest (requests reordered so that every node's
               requests are contiguous, as the wrapper requires), on its default
               (auto: FA3 on sm_90) and its FA2 prefill backend
+  hydragen    a Hydragen-style decomposition (bench/hydragen.py): each shared
+              node's attention for all its queries as two batched matrix
+              products, single-request nodes batched padded, combined by lse;
+              K/V gathered per node outside the timing
   sdpa        PyTorch scaled_dot_product_attention, cuDNN backend, over dense
               per-request K/V (only where every request has the same length)
   flex        PyTorch flex_attention, compiled (torch.compile, its decoding
@@ -112,6 +116,13 @@ def load_dump(d):
         "out": dev("out.npy", torch.float32),
     }
     return data
+
+
+def forest_json(f):
+    """A codec.Forest in the JSON form `codec bench --dump` writes (forest.json)."""
+    return {"nodes": [{"parent": int(f.parent[i]), "pages": f.node_pages(i).tolist(), "num_tokens": int(f.num_tokens[i])}
+                      for i in range(f.num_nodes)],
+            "request_node": f.request_node.tolist()}
 
 
 def cascade_levels(forest, page_size):
@@ -248,6 +259,12 @@ def run_workload(name, d, timer, results, peers):
             del cas
         del qp
 
+    if "hydragen" in peers:
+        from hydragen import Hydragen
+        hyd = Hydragen(data["forest"], k, v, hq, meta["sm_scale"])
+        measure("hydragen", "matmul", lambda: hyd(q), ref)
+        del hyd
+
     if "sdpa" in peers or "flex" in peers:
         time_dense(data, measure, row, peers)
     results.append(row)
@@ -263,15 +280,15 @@ def main():
                     "depth:6,ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64,"
                     "sysprompt:512,sysprompt:512@1",
                     help="built-in workloads, comma-separated; NAME@P runs NAME at page size P")
-    ap.add_argument("--peers", default="fi_decode,fi_cascade,sdpa,flex", help="peer families to time")
+    ap.add_argument("--peers", default="fi_decode,fi_cascade,hydragen,sdpa,flex", help="peer families to time")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--scratch", default="/tmp/codec_peers", help="where dumps go (deleted after each workload)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     peers = args.peers.split(",")
-    unknown = set(peers) - {"fi_decode", "fi_cascade", "sdpa", "flex"}
+    unknown = set(peers) - {"fi_decode", "fi_cascade", "hydragen", "sdpa", "flex"}
     if unknown:
-        ap.error(f"--peers: unknown families {sorted(unknown)} (fi_decode, fi_cascade, sdpa, flex)")
+        ap.error(f"--peers: unknown families {sorted(unknown)} (fi_decode, fi_cascade, hydragen, sdpa, flex)")
     versions = f"torch {torch.__version__}"
     if "fi_decode" in peers or "fi_cascade" in peers:
         import flashinfer
