@@ -5,11 +5,14 @@
 # to the folder given as $1 (default: results/gpu-local).
 #   bash scripts/gpu_run.sh "$OUT"
 # Set CODEC_GPU_STEPS to a subset of "build test python arch fuzz sanitize profile bench roofline ablation ncu
-# peers pybench" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
-# results/h200/run5), peers (FlashInfer, cuDNN and flex_attention side by side: FlashInfer needs the wheels
+# peers pybench e2e" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
+# results/h200/run5), peers (FlashInfer, Hydragen-style, cuDNN and flex_attention side by side: FlashInfer needs the wheels
 # scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
 # workloads and peer families) and pybench (bench/python_api.py: host time of plan and run through the
-# Python API beside FlashInfer's, and its kernel time against codec bench's).
+# Python API beside FlashInfer's, and its kernel time against codec bench's), and e2e (bench/e2e_decode.py,
+# decode in transformers' continuous batching per backend, for each workload of CODEC_E2E_WORKLOADS, default
+# loogle:2, with CODEC_E2E_BACKENDS if set; after the python step, which installs the package; ~1 min of
+# prefill per backend and 16 requests: keep one device call under 10 minutes).
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
 #           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there)
 #   arch:   a build for sm_80 only must refuse this GPU with a clear error, not fail a launch
@@ -134,6 +137,14 @@ fi
 if step pybench; then
   install_wheels
   run python_api python3 bench/python_api.py --codec build-gpu/codec --out "$out"
+fi
+if step e2e; then
+  install_wheels
+  mkdir -p "$out/e2e"
+  for w in ${CODEC_E2E_WORKLOADS:-loogle:2}; do
+    run "e2e/${w/:/_}" python3 bench/e2e_decode.py --out "$out/e2e" --workload "$w" \
+      ${CODEC_E2E_BACKENDS:+--backends "$CODEC_E2E_BACKENDS"}
+  done
 fi
 echo "== gpu_run status $status"
 exit $status
