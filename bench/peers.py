@@ -19,6 +19,11 @@ alone, CUDA-graph replays, median):
               node's attention for all its queries as two batched matrix
               products, single-request nodes batched padded, combined by lse;
               K/V gathered per node outside the timing
+  pat         PAT (ASPLOS'26; scripts/fetch_pat.sh, built by gpu_run.sh's pat
+              step), its prefix tree from the same page tables, built and packed
+              outside the timing; timed eagerly (it launches on the legacy
+              stream and creates streams per call: no graph capture). It takes
+              pages of 16 tokens or more, head_dim 64 or 128, G of 1, 2, 4 or 8
   sdpa        PyTorch scaled_dot_product_attention, cuDNN backend, over dense
               per-request K/V (only where every request has the same length)
   flex        PyTorch flex_attention, compiled (torch.compile, its decoding
@@ -66,23 +71,12 @@ class Timer:
         self.reps = reps
         self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
 
-    def __call__(self, fn):
+    def __call__(self, fn, graph=True):
         fn()  # JIT, lazy allocations
         torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-            torch.cuda.current_stream().wait_stream(s)
-            with torch.cuda.graph(graph):
-                fn()
-            run, mode = graph.replay, "graph"
-        except Exception as e:  # noqa: BLE001 - any capture failure: time eager calls instead
-            log(f"    graph capture failed ({type(e).__name__}: {e}); timing eager calls")
-            torch.cuda.synchronize()
-            run, mode = fn, "eager"
+        run, mode = fn, "eager"
+        if graph:
+            run, mode = self.capture(fn)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for i in range(WARMUP + self.reps):
@@ -94,6 +88,24 @@ class Timer:
             if i >= WARMUP:
                 times.append(start.elapsed_time(stop))
         return float(np.median(times)), mode
+
+    @staticmethod
+    def capture(fn):
+        """A replay of fn's CUDA graph, or fn itself where capture fails."""
+        graph = torch.cuda.CUDAGraph()
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(graph):
+                fn()
+            return graph.replay, "graph"
+        except Exception as e:  # noqa: BLE001 - any capture failure: time eager calls instead
+            log(f"    graph capture failed ({type(e).__name__}: {e}); timing eager calls")
+            torch.cuda.synchronize()
+            return fn, "eager"
 
 
 def load_dump(d):
@@ -164,6 +176,44 @@ def cascade_levels(forest, page_size):
     return order, qo, kv_indptr, kv_indices, last
 
 
+# PAT's tile shapes (rows, KV tokens, warps) to pack into: its default set, less (16, 128, 1) for
+# pages under 32 tokens, which that shape refuses
+PAT_TILES = [[64, 128, 4], [64, 64, 4], [64, 32, 4], [32, 128, 2], [32, 64, 2], [32, 32, 2], [32, 16, 2],
+             [16, 128, 1], [16, 64, 1], [16, 32, 1], [16, 16, 1]]
+
+
+def make_pat(data):
+    """PAT over the batch: its radix tree from the padded block table, packed
+    into tiles, on the GPU; returns the call to time (out [B, Hq, D])."""
+    from prefix_attn import PrefixTreeCPP, prefix_attn_with_kvcache
+    meta = data["meta"]
+    hq, hkv, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["page_size"]
+    if ps % 16 or meta["head_dim"] not in (64, 128) or hq // hkv not in (1, 2, 4, 8):
+        raise ValueError(f"PAT takes pages of a multiple of 16 tokens, head_dim 64 or 128, G 1/2/4/8; not page {ps}, "
+                         f"head_dim {meta['head_dim']}, G {hq // hkv}")
+    indptr = data["indptr"].cpu().long()
+    pages = indptr[1:] - indptr[:-1]
+    table = torch.zeros((pages.numel(), int(pages.max())), dtype=torch.int32)
+    indices = data["indices"].cpu()
+    for r in range(pages.numel()):
+        table[r, : pages[r]] = indices[indptr[r]: indptr[r + 1]]
+    lens = ((pages - 1) * ps + data["last"].cpu().long()).to(torch.int32)
+    tree = PrefixTreeCPP(ps)
+    tree.build_radix_tree(lens, table)
+    tree.pack_schedule([t for t in PAT_TILES if ps >= 32 or t != [16, 128, 1]], hq // hkv, hkv)
+    tree.kernel_info.to_gpu(torch.device("cuda"))
+    q = data["q"].unsqueeze(1)  # [B, 1, Hq, D]
+    out = torch.empty_like(q)
+
+    def run():
+        prefix_attn_with_kvcache(q=q, k_cache_paged=data["k"], v_cache_paged=data["v"], tree=tree,
+                                 softmax_scale=meta["sm_scale"], out=out)
+        return out.view(q.shape[0], hq, -1)
+
+    run.keep = (tree, table, lens)  # the tree reads these host buffers
+    return run
+
+
 def time_dense(data, measure, row, peers):
     """cuDNN SDPA and compiled flex_attention over dense per-request K/V, gathered
     from the pages outside the timing; only where every request has the same length."""
@@ -212,10 +262,10 @@ def run_workload(name, d, timer, results, peers):
     row = {"workload": name}
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
-    def measure(key, variant, fn, ref_rows):
+    def measure(key, variant, fn, ref_rows, graph=True):
         out = fn()
         err = rel_l2(out, ref_rows)
-        ms, mode = timer(fn)
+        ms, mode = timer(fn, graph)
         row[f"{key}_{variant}_ms"], row[f"{key}_{variant}_err"], row[f"{key}_{variant}_mode"] = ms, err, mode
         log(f"  {key} {variant:6s} {ms:.4f} ms ({mode}), err {err:.2e}")
         if err <= 1e-2 and ms < row.get(f"{key}_ms", float("inf")):  # the family's best correct variant
@@ -265,6 +315,17 @@ def run_workload(name, d, timer, results, peers):
         measure("hydragen", "matmul", lambda: hyd(q), ref)
         del hyd
 
+    if "pat" in peers:
+        try:
+            t0 = time.perf_counter()
+            pat = make_pat(data)
+            row["pat_plan_ms"] = (time.perf_counter() - t0) * 1e3
+            measure("pat", "tree", pat, ref, graph=False)
+            del pat
+        except (RuntimeError, ValueError, ImportError) as e:  # a refusal of the shape, or no build
+            row["pat_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            log("  pat", row["pat_note"])
+
     if "sdpa" in peers or "flex" in peers:
         time_dense(data, measure, row, peers)
     results.append(row)
@@ -280,15 +341,16 @@ def main():
                     "depth:6,ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64,"
                     "sysprompt:512,sysprompt:512@1",
                     help="built-in workloads, comma-separated; NAME@P runs NAME at page size P")
-    ap.add_argument("--peers", default="fi_decode,fi_cascade,hydragen,sdpa,flex", help="peer families to time")
+    ap.add_argument("--peers", default="fi_decode,fi_cascade,hydragen,sdpa,flex",
+                    help="peer families to time (also: pat, once scripts/fetch_pat.sh and gpu_run.sh's pat step built it)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--scratch", default="/tmp/codec_peers", help="where dumps go (deleted after each workload)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     peers = args.peers.split(",")
-    unknown = set(peers) - {"fi_decode", "fi_cascade", "hydragen", "sdpa", "flex"}
+    unknown = set(peers) - {"fi_decode", "fi_cascade", "hydragen", "pat", "sdpa", "flex"}
     if unknown:
-        ap.error(f"--peers: unknown families {sorted(unknown)} (fi_decode, fi_cascade, hydragen, sdpa, flex)")
+        ap.error(f"--peers: unknown families {sorted(unknown)} (fi_decode, fi_cascade, hydragen, pat, sdpa, flex)")
     versions = f"torch {torch.__version__}"
     if "fi_decode" in peers or "fi_cascade" in peers:
         import flashinfer

@@ -5,10 +5,10 @@
 # to the folder given as $1 (default: results/gpu-local).
 #   bash scripts/gpu_run.sh "$OUT"
 # Set CODEC_GPU_STEPS to a subset of "build test python arch fuzz sanitize profile bench roofline ablation ncu
-# peers pybench e2e" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
+# peers pat pybench e2e" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
 # results/h200/run5), peers (FlashInfer, Hydragen-style, cuDNN and flex_attention side by side: FlashInfer needs the wheels
 # scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
-# workloads and peer families) and pybench (bench/python_api.py: host time of plan and run through the
+# workloads and peer families; pat builds PAT from .pat/, scripts/fetch_pat.sh, for the peers' pat family) and pybench (bench/python_api.py: host time of plan and run through the
 # Python API beside FlashInfer's, and its kernel time against codec bench's), and e2e (bench/e2e_decode.py,
 # decode in transformers' continuous batching per backend, for each workload of CODEC_E2E_WORKLOADS, default
 # loogle:2, with CODEC_E2E_BACKENDS if set; after the python step, which installs the package; ~1 min of
@@ -128,6 +128,21 @@ if step ncu; then
   done
   python3 scripts/ncu_summary.py "$out" | tee "$out/ncu_summary.txt"
 fi
+if step pat; then
+  # PAT (bench/peers.py's pat family) from the source scripts/fetch_pat.sh put in .pat/: a torch
+  # extension on CUTLASS (the headers the FlashInfer wheel ships), built for this GPU alone.
+  install_wheels
+  if [ -f .pat/setup.py ]; then
+    rm -rf build-gpu/pat && cp -r .pat build-gpu/pat
+    sed -i 's/"-arch=compute_80",//' build-gpu/pat/setup.py  # TORCH_CUDA_ARCH_LIST picks the target instead
+    (cd build-gpu/pat && CUTLASS_ROOT=$PWD/../site/flashinfer/data/cutlass TORCH_CUDA_ARCH_LIST=9.0a \
+       python3 setup.py build_ext --inplace) > "$out/pat_build.log" 2>&1 || { echo "!! pat build failed"; status=1; }
+    tail -n 5 "$out/pat_build.log"
+  else
+    echo "!! pat: no .pat/ (bash scripts/fetch_pat.sh, then carry .pat)"; status=1
+  fi
+fi
+export PYTHONPATH="$PWD/build-gpu/pat:$PYTHONPATH"
 if step peers; then
   install_wheels
   mkdir -p "$out/peers"

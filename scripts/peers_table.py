@@ -12,7 +12,7 @@ import sys
 best = "--best" in sys.argv[1:]
 rows = json.load(open([a for a in sys.argv[1:] if a != "--best"][0]))
 families = [("fi_decode", "FlashInfer decode"), ("fi_cascade", "FlashInfer cascade"), ("hydragen", "Hydragen-style"),
-            ("sdpa", "cuDNN SDPA"), ("flex", "flex_attention")]
+            ("pat", "PAT"), ("sdpa", "cuDNN SDPA"), ("flex", "flex_attention")]
 peers = [(key, name) for key, name in families if any(f"{key}_ms" in r for r in rows)]  # the families that ran
 
 
