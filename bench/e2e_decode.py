@@ -1,7 +1,8 @@
 """Decode inside a real engine: Hugging Face transformers' continuous batching
 on Qwen3-4B's shape (random bf16 weights), one attention backend at a time on
-the same prompts, in eager mode (or, with --cuda-graph, the engine's graph
-mode).
+the same prompts, in eager mode (with --cuda-graph the engine's graph mode,
+for sdpa@ri alone: the other backends plan at layer 0 on the host, which a
+captured forward cannot do).
 
 Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
 @ri the block-table path, codec.integrations.transformers.enable_block_tables):
@@ -20,8 +21,9 @@ TPOT is the median interval between successive tokens of a request, over all
 requests, from the second generated token on, taken from the engine's own
 timestamps (`record_timestamps`); with every request submitted at once the
 prefills come first, so the intervals are those of decode steps. `plan_ms` (median
-and mean) is the backend's host time per decode step in its plan (page tables, planning,
-upload), which is on the step's critical path. Correctness: every backend's
+and mean) is the backend's host time per decode step in its plan (planning and
+upload; the step's page tables are read before it), which is on the step's
+critical path. Correctness: every backend's
 logprobs against sdpa's on the steps whose token history both runs share
 (bench/e2e_check.py; relative L2 and largest difference).
 
@@ -149,6 +151,7 @@ class FlashInferCascade(TimedPlans):
     def __init__(self) -> None:
         super().__init__()
         self._spaces = weakref.WeakKeyDictionary()
+        self._wrappers = {}  # one per number of levels: each allocates its buffers once
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
@@ -160,7 +163,10 @@ class FlashInferCascade(TimedPlans):
             levels = (list(range(n)), [list(range(n + 1))], [step.indptr], [step.indices], [step.last_page_len])
         order, qo, kp, ki, kl = levels
         self.order = torch.tensor(order, dtype=torch.int64, device=query.device)
-        self.cascade = flashinfer.MultiLevelCascadeAttentionWrapper(len(qo), workspace(cache, self._spaces), "NHD")
+        if len(qo) not in self._wrappers:
+            self._wrappers[len(qo)] = flashinfer.MultiLevelCascadeAttentionWrapper(
+                len(qo), workspace(cache, self._spaces), "NHD")
+        self.cascade = self._wrappers[len(qo)]
         self.cascade.plan([host(x) for x in qo], [host(x) for x in kp], [host(x) for x in ki], [host(x) for x in kl],
                           query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size, causal=False,
                           sm_scale=scale, q_data_type=query.dtype, kv_data_type=query.dtype)
@@ -222,6 +228,9 @@ def main():
     inputs = prompts(a.workload)
     log(f"{a.workload}: {len(inputs)} requests, {sum(map(len, inputs))} prompt tokens, {a.layers} layers")
     rows, traces = {}, {}
+    if a.cuda_graph and a.backends != "sdpa@ri":
+        raise SystemExit("--cuda-graph runs sdpa@ri alone: CoDec's and FlashInfer's backends plan on the host at "
+                         "layer 0, which the engine's captured forward cannot replay")
     for b in a.backends.split(","):
         kind, _, path = b.partition("@")
         if kind not in names or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):

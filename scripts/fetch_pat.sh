@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # PAT (ASPLOS'26, prefix-aware decode attention; MIT licence) as a peer for
 # bench/peers.py: its source goes into .pat/ (ignored by git, carried to an
-# offline GPU machine, where `CODEC_GPU_STEPS="build pat peers"` builds and
-# times it). The commit is pinned; SOURCE is a clone URL or a local clone.
+# offline GPU machine, where `CODEC_GPU_STEPS="build pat peers"` builds it and
+# CODEC_PEERS=fi_decode,fi_cascade,hydragen,pat times it). The commit is
+# pinned; SOURCE is a clone URL or a local clone.
 #   bash scripts/fetch_pat.sh [SOURCE]      # default https://github.com/flashserve/PAT
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -138,6 +138,8 @@ if step pat; then
     (cd build-gpu/pat && CUTLASS_ROOT=$PWD/../site/flashinfer/data/cutlass TORCH_CUDA_ARCH_LIST=9.0a \
        python3 setup.py build_ext --inplace) > "$out/pat_build.log" 2>&1 || { echo "!! pat build failed"; status=1; }
     tail -n 5 "$out/pat_build.log"
+    PYTHONPATH="$PWD/build-gpu/pat:$PYTHONPATH" python3 -c "import prefix_attn" >> "$out/pat_build.log" 2>&1 ||
+      { echo "!! pat: the build does not import (pat_build.log)"; status=1; }
   else
     echo "!! pat: no .pat/ (bash scripts/fetch_pat.sh, then carry .pat)"; status=1
   fi

@@ -6,6 +6,7 @@ the model's collectives gather the heads afterwards."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 from . import _codec
@@ -36,4 +37,5 @@ def tensor_parallel_slice(num_qo_heads: int, num_kv_heads: int, tp_size: int, ra
     and their query heads when tp_size ≤ Hkv; one kv head, replicated on
     tp_size / Hkv ranks, and Hq / tp_size of its query heads when tp_size >
     Hkv. Raises ValueError, naming the value, when the heads do not split."""
-    return HeadSlice(*_codec.tensor_parallel_slice(int(num_qo_heads), int(num_kv_heads), int(tp_size), int(rank)))
+    counts = [operator.index(x) for x in (num_qo_heads, num_kv_heads, tp_size, rank)]  # no silent truncation
+    return HeadSlice(*_codec.tensor_parallel_slice(*counts))

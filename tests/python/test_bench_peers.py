@@ -1,7 +1,8 @@
-"""The peers that bench/peers.py builds itself, checked on the CPU against
-float64 before any GPU time goes to them: the Hydragen-style decomposition
-(bench/hydragen.py) and the cascade levels FlashInfer's cascade gets. Where
-torch is installed."""
+"""The peers that bench/peers.py builds itself, checked on the CPU before any
+GPU time goes to them: the Hydragen-style decomposition (bench/hydragen.py)
+against float64, and the structure of the cascade levels FlashInfer's
+cascade gets (each level's groups cover every request once; their KV lists
+are the forest's nodes). Where torch is installed."""
 
 import pathlib
 import sys
@@ -40,3 +41,10 @@ def test_cascade_levels_group_every_nodes_requests():
     for lvl in range(len(qo)):  # each level's groups cover the requests once, in order
         assert qo[lvl][0] == 0 and qo[lvl][-1] == b.batch_size and np.all(np.diff(qo[lvl]) > 0)
         assert len(kv_indptr[lvl]) == len(qo[lvl]) and kv_indptr[lvl][-1] == len(kv_indices[lvl])
+    # concatenated over the levels, a request's KV pages are its page table
+    for pos, r in enumerate(order):
+        pages = []
+        for lvl in range(len(qo)):
+            g = int(np.searchsorted(qo[lvl], pos, side="right")) - 1
+            pages += kv_indices[lvl][kv_indptr[lvl][g]:kv_indptr[lvl][g + 1]]
+        assert pages == b.indices[b.indptr[r]:b.indptr[r + 1]].tolist(), r

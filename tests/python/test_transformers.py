@@ -144,3 +144,58 @@ def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tabl
         assert np.linalg.norm(first_got - first_ref) / np.linalg.norm(first_ref) <= 2e-2
         same = np.mean([got[k][0] == ref[k][0] for k in ref])
         assert same >= 0.85, f"only {same:.0%} of the requests generated the reference's tokens"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_requests_past_the_block_tables_decode_on_the_slot_list(device, monkeypatch):
+    """Block tables sized for 64 tokens (enable_block_tables(manager, 20)): a
+    request growing past them sends its steps back to the slot-list path,
+    with the same tokens as paged|sdpa either way."""
+    torch = pytest.importorskip("torch")
+    ctf = load_backend()
+    import codec
+    if device == "cuda" and not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device")
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    model = tiny_qwen3(device, torch.float32 if device == "cpu" else torch.bfloat16)
+    if device == "cpu":
+        import transformers.generation.continuous_batching.cache as cb_cache
+        monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    paths = []
+
+    class Recording(ctf.PagedAttention):
+        def plan(self, cache, step, query, scale):
+            paths.append(step.write_slots is not None)
+            super().plan(cache, step, query, scale)
+
+    rng = np.random.default_rng(5)
+    inputs = [[int(x) for x in rng.integers(1, 999, n)] for n in (40, 58)]  # the second passes 64 tokens
+    ref = generate(model, "paged|sdpa", inputs, device)
+    model.set_attn_implementation(ctf.register("paged|codec_fallback", Recording()))
+    gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=1024, return_logprobs=True,
+                                  use_cuda_graph=False)
+    manager = model.init_continuous_batching(generation_config=gen, continuous_batching_config=cb)
+    ctf.enable_block_tables(manager, 20)  # ceil(20 / 16) + 1 = 3, rounded up to 4 blocks of 16
+    with pytest.raises(ValueError, match="max_sequence_length 0 must be >= 1"):
+        ctf.enable_block_tables(manager, 0)
+    manager.start()
+    try:
+        with pytest.raises(ValueError, match="has started or warmed up"):
+            ctf.enable_block_tables(manager, 20)
+        ids = manager.add_requests(inputs=inputs, max_new_tokens=10)
+        got = {}
+        while len(got) < len(ids):
+            r = manager.get_result(timeout=1)
+            if r is not None and r.is_finished():
+                got[r.request_id] = r
+            assert r is not None or manager.is_running(), "the generation thread stopped"
+    finally:
+        manager.stop(block=True, timeout=60)
+        manager.destroy()
+    assert True in paths and False in paths, paths  # both decode paths ran
+    for k, i in zip(ids, ref):
+        assert got[k].error is None, got[k].error
+        if device == "cpu":
+            assert list(got[k].generated_tokens) == ref[i][0], k

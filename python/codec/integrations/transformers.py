@@ -206,11 +206,18 @@ def enable_block_tables(manager: Any, max_sequence_length: int) -> None:
     implementations without "flash" in their name; this sets it, as its
     workload hints would, for requests of up to ``max_sequence_length`` tokens
     (prompt and generated: longer ones decode on the slot-list path)."""
-    if manager.is_running():
-        raise ValueError("enable_block_tables: the manager has started; call it before manager.start()")
+    if manager.is_running() or manager.batch_processor is not None:
+        raise ValueError("enable_block_tables: the manager has started or warmed up (its cache and block tables "
+                         "exist); call it right after model.init_continuous_batching")
     if max_sequence_length < 1:
         raise ValueError(f"enable_block_tables: max_sequence_length {max_sequence_length} must be >= 1")
     config = manager.continuous_batching_config
+    # Graph capture and compilation pad the step's inputs (block tables past the real requests) and
+    # would capture the layer-0 planning, which reads the step's lengths on the host.
+    if any(config.cuda_graph_booleans) or config.varlen_compile_config or config.decode_compile_config:
+        raise ValueError("enable_block_tables: paged|codec runs in the engine's eager mode; this manager uses "
+                         f"CUDA graphs {config.cuda_graph_booleans} or compilation: set use_cuda_graph=False "
+                         "and no compile configs")
     blocks = math.ceil(max_sequence_length / config.block_size) + 1
     config.max_blocks_per_request = max(config.max_blocks_per_request, blocks + blocks % 2)
 
@@ -220,22 +227,23 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
                    block_tables: bool = True) -> Dict[str, Any]:
     """``model.generate_batch`` (transformers' continuous batching, eager
     mode), with the engine's block-table decode path on (``block_tables``):
-    a dict of request id to GenerationOutput, in the order of ``inputs``.
-    Unlike the engine's own, it raises when the generation thread stops or a
-    request fails rather than only logging it."""
+    a dict of request id to GenerationOutput, the requests of ``inputs`` in
+    their order, then (with ``num_return_sequences`` > 1) their other
+    sequences. Unlike the engine's own, it raises when the generation thread
+    stops or a request fails rather than only logging it."""
     from transformers.generation.continuous_batching.utils import WorkloadHints
 
     if not inputs:
         return {}
     config = model.generation_config if generation_config is None else generation_config
-    new_tokens = config.max_new_tokens or 0
-    hints = WorkloadHints(max_prompt_length=max(map(len, inputs)), max_generated_length=new_tokens,
+    new_tokens = config.max_new_tokens  # None: no limit, as for the engine
+    hints = WorkloadHints(max_prompt_length=max(map(len, inputs)), max_generated_length=new_tokens or 0,
                           num_requests=len(inputs) * (config.num_return_sequences or 1))
     manager = model.init_continuous_batching(generation_config=generation_config,
                                              continuous_batching_config=continuous_batching_config,
                                              workload_hints=hints)
-    if block_tables:
-        enable_block_tables(manager, hints.max_prompt_length + new_tokens)
+    if block_tables:  # sized as the hints would size it (without a generation limit: the prompts)
+        enable_block_tables(manager, hints.max_prompt_length + hints.max_generated_length)
     manager.start()
     results: Dict[str, Any] = {}
     try:
@@ -253,4 +261,5 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
     failed = {k: r.error for k, r in results.items() if r.error is not None}
     if failed:
         raise RuntimeError(f"{len(failed)} requests failed, e.g. {next(iter(failed.items()))}")
-    return {k: results[k] for k in ids}
+    parents = set(ids)
+    return {**{k: results[k] for k in ids}, **{k: r for k, r in results.items() if k not in parents}}
