@@ -13,14 +13,25 @@ once, outside the timed call, as Hydragen keeps a prefix contiguous."""
 import torch
 
 
-def _node_requests(forest):
-    """The requests under each node of a forest (JSON form: nodes with parent,
-    pages, num_tokens; request_node), from their root-to-leaf paths."""
-    reqs = [[] for _ in forest["nodes"]]
-    for r, x in enumerate(forest["request_node"]):
+def request_paths(forest):
+    """Each request's nodes, root first, in a forest of JSON form (nodes with
+    parent, pages, num_tokens; request_node), as `codec bench --dump` writes it."""
+    paths = []
+    for x in forest["request_node"]:
+        path = []
         while x >= 0:
-            reqs[x].append(r)
+            path.append(x)
             x = forest["nodes"][x]["parent"]
+        paths.append(path[::-1])
+    return paths
+
+
+def _node_requests(forest):
+    """The requests under each node of a forest."""
+    reqs = [[] for _ in forest["nodes"]]
+    for r, path in enumerate(request_paths(forest)):
+        for x in path:
+            reqs[x].append(r)
     return reqs
 
 

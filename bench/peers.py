@@ -142,14 +142,9 @@ def cascade_levels(forest, page_size):
     indptr, kv indices, last page lengths), or None if some request's path
     does not reach every level (the wrapper needs one group per request per
     level)."""
+    from hydragen import request_paths
     nodes = forest["nodes"]
-    paths = []
-    for leaf in forest["request_node"]:
-        path, x = [], leaf
-        while x >= 0:
-            path.append(x)
-            x = nodes[x]["parent"]
-        paths.append(path[::-1])
+    paths = request_paths(forest)
     levels = max(len(p) for p in paths)
     if any(len(p) != levels for p in paths):
         return None

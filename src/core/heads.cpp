@@ -7,11 +7,15 @@
 
 namespace codec {
 
-void HeadConfig::validate() const {
+void HeadConfig::validate_counts() const {
   CODEC_CHECK(num_qo_heads >= 1, "num_qo_heads ", num_qo_heads, " must be >= 1");
   CODEC_CHECK(num_kv_heads >= 1, "num_kv_heads ", num_kv_heads, " must be >= 1");
   CODEC_CHECK(num_qo_heads % num_kv_heads == 0, "num_qo_heads ", num_qo_heads,
               " is not a multiple of num_kv_heads ", num_kv_heads);
+}
+
+void HeadConfig::validate() const {
+  validate_counts();
   CODEC_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, "unsupported head_dim ",
               head_dim, " (supported: 64, 128, 256)");
   CODEC_CHECK(std::isfinite(sm_scale) && sm_scale >= 0.f, "sm_scale ", sm_scale,
@@ -19,11 +23,7 @@ void HeadConfig::validate() const {
 }
 
 HeadSlice tensor_parallel_slice(const HeadConfig& model, int tp_size, int rank) {
-  // head_dim and scale pass through unchecked: a slice is about head counts
-  CODEC_CHECK(model.num_qo_heads >= 1, "num_qo_heads ", model.num_qo_heads, " must be >= 1");
-  CODEC_CHECK(model.num_kv_heads >= 1, "num_kv_heads ", model.num_kv_heads, " must be >= 1");
-  CODEC_CHECK(model.num_qo_heads % model.num_kv_heads == 0, "num_qo_heads ", model.num_qo_heads,
-              " is not a multiple of num_kv_heads ", model.num_kv_heads);
+  model.validate_counts();  // head_dim and scale pass through: a slice is about head counts
   CODEC_CHECK(tp_size >= 1, "tensor-parallel size ", tp_size, " must be >= 1");
   CODEC_CHECK(rank >= 0 && rank < tp_size, "rank ", rank, " is outside [0, ", tp_size, ")");
   CODEC_CHECK(model.num_qo_heads % tp_size == 0, "tensor-parallel size ", tp_size,

@@ -13,7 +13,8 @@ struct HeadConfig {
 
   int group() const { return num_qo_heads / num_kv_heads; }  // G = Hq / Hkv
   float scale() const { return sm_scale > 0.f ? sm_scale : 1.f / std::sqrt(float(head_dim)); }
-  void validate() const;  // throws codec::Error naming the offending field
+  void validate() const;         // throws codec::Error naming the offending field
+  void validate_counts() const;  // the head counts alone (Hq, Hkv, Hq % Hkv)
 };
 
 // The heads one rank of a tensor-parallel group of tp_size ranks holds: its
