@@ -1,8 +1,9 @@
 """Decode inside a real engine: Hugging Face transformers' continuous batching
 on Qwen3-4B's shape (random bf16 weights), one attention backend at a time on
 the same prompts, in eager mode (with --cuda-graph the engine's graph mode,
-for sdpa@ri alone: the other backends plan at layer 0 on the host, which a
-captured forward cannot do).
+@ri backends only, where a backend that fails in it has its error recorded:
+CoDec's and FlashInfer's plan at layer 0 from the step's lengths on the host,
+which a captured forward cannot do).
 
 Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
 @ri the block-table path, codec.integrations.transformers.enable_block_tables):
@@ -17,15 +18,28 @@ Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
   sdpa        the engine's own paged|sdpa (slot-list path only)
 All but sdpa compute prefill chunks alike (codec's causal SDPA).
 
+The prefixes a workload's requests share (each document, the system prompt,
+the sampled prompt) are prefilled first, in the same engine, so that their
+full blocks sit in its prefix cache; then every request is submitted at
+once, prefills only its own tokens, and the requests decode together
+(--no-prefix-warmup: each request prefills its whole prompt instead, and the
+engine's cache fits fewer of them at a time).
+
 TPOT is the median interval between successive tokens of a request, over all
 requests, from the second generated token on, taken from the engine's own
-timestamps (`record_timestamps`); with every request submitted at once the
-prefills come first, so the intervals are those of decode steps. `plan_ms` (median
+timestamps (`record_timestamps`); the prefills come first, so the intervals
+are those of decode steps, unless prefill chunks run beside decode rows (a
+workload whose requests cannot all decode at once). `decode_step_ms` is the
+median host interval from one decode-only step's first layer to the next
+step's, mixed steps left out (the backends but sdpa). `plan_ms` (median
 and mean) is the backend's host time per decode step in its plan (planning and
 upload; the step's page tables are read before it), which is on the step's
-critical path. Correctness: every backend's
-logprobs against sdpa's on the steps whose token history both runs share
-(bench/e2e_check.py; relative L2 and largest difference).
+critical path. `attention_gpu_ms` (median and mean over the decode steps) is
+the GPU time of a step's decode attention, all layers, from CUDA events around
+each layer's call: unlike TPOT minus the floor it does not drown in the
+engine's host-time noise. Correctness: every backend's logprobs against
+sdpa@ri's (or, where that did not run, fi_decode's) on the steps whose token
+history both runs share (bench/e2e_check.py; relative L2, largest difference).
 
   python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
 
@@ -63,7 +77,8 @@ WORKLOADS = {  # name: (what N counts, default N)
 
 
 def prompts(workload, seed=0):
-    """The prompts of NAME:N (WORKLOADS); token ids are random."""
+    """The prompts of NAME:N (WORKLOADS), and the prefixes they share, which
+    the engine prefills first (generate_batch's shared_prefixes); token ids are random."""
     kind, _, n = workload.partition(":")
     if kind not in WORKLOADS:
         raise SystemExit(f"unknown workload {workload!r}: " + ", ".join(f"{k}:N ({v[0]})" for k, v in WORKLOADS.items()))
@@ -72,33 +87,67 @@ def prompts(workload, seed=0):
     tokens = lambda count: rng.integers(10, 150000, count).tolist()  # noqa: E731
     own = lambda: tokens(int(rng.integers(20, 201)))  # noqa: E731
     if kind == "loogle":
-        out = []
-        for _ in range(n):
-            doc = tokens(int(rng.integers(12000, 30001)))
-            out += [doc + own() for _ in range(8)]
-        return out
+        docs = [tokens(int(rng.integers(12000, 30001))) for _ in range(n)]
+        return [doc + own() for doc in docs for _ in range(8)], docs
     if kind == "sysprompt":
         system = tokens(4096)
-        return [system + own() for _ in range(n)]
+        return [system + own() for _ in range(n)], [system]
     if kind == "samples":
-        return [tokens(8192)] * n
-    return [tokens(8192) for _ in range(n)]
+        prompt = tokens(8192)
+        return [prompt] * n, [prompt]
+    return [tokens(8192) for _ in range(n)], []
 
 
 class TimedPlans(codec_tf.PagedAttention):
-    """paged|codec, recording the host time of each step's plan."""
+    """paged|codec, recording the host time of each step's plan and, through
+    CUDA events around every layer's decode call, the GPU time of the step's
+    decode attention (the events' span: kernels and any gaps between them)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.plan_ms = []
+        self.plan_ms, self.events, self.rows, self.starts = [], [], [], []
+
+    def clear(self):
+        for x in (self.plan_ms, self.events, self.rows, self.starts):
+            x.clear()
+
+    def __call__(self, module, *args, **kwargs):
+        t = time.perf_counter()
+        out = super().__call__(module, *args, **kwargs)
+        if module.layer_idx == 0:  # a step starts: when, and whether all its rows decode
+            step = self._steps[kwargs["cache"]]
+            self.starts.append((t, step.all_decode))
+        return out
+
+    def decode_step_ms(self):
+        """The host interval from each decode-only step's first layer to the next step's."""
+        return [(b[0] - a[0]) * 1e3 for a, b in zip(self.starts, self.starts[1:]) if a[1]]
 
     def plan(self, cache, step, query, scale):
         t0 = time.perf_counter()
         self.plan_step(cache, step, query, scale)
         self.plan_ms.append((time.perf_counter() - t0) * 1e3)
+        self.events.append([])
+        self.rows.append(int(step.decode.size))
 
     def plan_step(self, cache, step, query, scale):
         super().plan(cache, step, query, scale)
+
+    def decode(self, cache, q, pages, out):
+        if not q.is_cuda:  # the CPU engine (tests): no GPU time to take
+            return self.attend(cache, q, pages, out)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self.attend(cache, q, pages, out)
+        end.record()
+        self.events[-1].append((start, end))
+
+    def attend(self, cache, q, pages, out):
+        super().decode(cache, q, pages, out)
+
+    def attention_ms(self):
+        """The decode attention's GPU time of each planned step (after a synchronize)."""
+        return [sum(a.elapsed_time(b) for a, b in step) for step in self.events if step]
 
 
 class NoDecodeAttention(TimedPlans):
@@ -107,7 +156,7 @@ class NoDecodeAttention(TimedPlans):
     def plan_step(self, cache, step, query, scale):
         pass
 
-    def decode(self, cache, q, pages, out):
+    def attend(self, cache, q, pages, out):
         out.zero_()
 
 
@@ -139,7 +188,7 @@ class FlashInferDecode(TimedPlans):
                           cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
                           kv_data_type=query.dtype, sm_scale=scale)
 
-    def decode(self, cache, q, pages, out):
+    def attend(self, cache, q, pages, out):
         out.copy_(self.wrapper.run(q.contiguous(), pages))
 
 
@@ -171,24 +220,28 @@ class FlashInferCascade(TimedPlans):
                           query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size, causal=False,
                           sm_scale=scale, q_data_type=query.dtype, kv_data_type=query.dtype)
 
-    def decode(self, cache, q, pages, out):
+    def attend(self, cache, q, pages, out):
         out[self.order] = self.cascade.run(q[self.order], pages)
 
 
-def run(model, impl, attention, inputs, new_tokens, block_size, block_tables, cuda_graph):
+def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph):
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=cuda_graph,
                                   max_requests_per_batch=len(inputs))
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
+    cuda = model.device.type == "cuda"  # else the CPU engine (tests)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     if attention is not None:
-        attention.plan_ms.clear()
+        attention.clear()
     t0 = time.perf_counter()
-    out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables)
-    torch.cuda.synchronize()
+    out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables,
+                                  shared_prefixes=prefixes)
+    if cuda:
+        torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     intervals = np.concatenate([np.diff(np.asarray(o.timestamps, dtype=np.float64))[1:] for o in out.values()])
     trace = {k: (list(o.generated_tokens), [float(x) for x in o.logprobs]) for k, o in out.items()}
@@ -196,13 +249,24 @@ def run(model, impl, attention, inputs, new_tokens, block_size, block_tables, cu
     row = {"tpot_ms": tpot, "tpot_p90_ms": float(np.percentile(intervals, 90)) * 1e3, "wall_s": wall,
            "tokens": sum(len(o.generated_tokens) for o in out.values()),
            "tokens_per_s": sum(len(o.generated_tokens) for o in out.values()) / wall,
-           "decode_tokens_per_s": len(out) / (tpot / 1e3), "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9,
+           "decode_tokens_per_s": len(out) / (tpot / 1e3), "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0,
            "block_tables": block_tables, "cuda_graph": cuda_graph}
     if attention is not None and attention.plan_ms:
         row["plan_ms_mean"] = float(np.mean(attention.plan_ms))  # FlashInfer's first plans include its JIT builds
         row["plan_ms_median"] = float(np.median(attention.plan_ms))
         row["plan_share_of_tpot"] = row["plan_ms_mean"] / tpot
         row["decode_steps_planned"] = len(attention.plan_ms)
+        row["decode_requests_per_step_median"] = float(np.median(attention.rows))
+        row["decode_requests_per_step_max"] = int(np.max(attention.rows))
+        steps = attention.decode_step_ms()
+        if steps:  # the issue's TPOT: decode-only steps alone, prefill chunks and mixed steps left out
+            row["decode_step_ms_median"] = float(np.median(steps))
+            row["decode_only_steps"] = len(steps)
+        gpu = attention.attention_ms()
+        if gpu:
+            row["attention_gpu_ms_median"] = float(np.median(gpu))  # all layers of a step
+            row["attention_gpu_ms_mean"] = float(np.mean(gpu))
+            row["attention_gpu_share"] = row["attention_gpu_ms_median"] / tpot
     return row, trace
 
 
@@ -215,6 +279,9 @@ def main():
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--cuda-graph", action="store_true", help="the engine's CUDA-graph mode (use_cuda_graph=True)")
+    p.add_argument("--no-prefix-warmup", action="store_true",
+                   help="submit every request at once without prefilling the shared prefixes first (each request "
+                        "then prefills its whole prompt, and fewer decode together)")
     a = p.parse_args()
     from transformers import Qwen3Config, Qwen3ForCausalLM
     cfg = Qwen3Config(**{**QWEN3_4B, "num_hidden_layers": a.layers})
@@ -225,45 +292,62 @@ def main():
                  "fi_cascade": FlashInferCascade()}
     names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
     names["sdpa"] = "paged|sdpa"
-    inputs = prompts(a.workload)
-    log(f"{a.workload}: {len(inputs)} requests, {sum(map(len, inputs))} prompt tokens, {a.layers} layers")
+    inputs, prefixes = prompts(a.workload)
+    if a.no_prefix_warmup:
+        prefixes = []
+    log(f"{a.workload}: {len(inputs)} requests, {sum(map(len, inputs))} prompt tokens, {len(prefixes)} shared "
+        f"prefixes prefilled first, {a.layers} layers")
     rows, traces = {}, {}
-    if a.cuda_graph and a.backends != "sdpa@ri":
-        raise SystemExit("--cuda-graph runs sdpa@ri alone: CoDec's and FlashInfer's backends plan on the host at "
-                         "layer 0, which the engine's captured forward cannot replay")
+    if a.cuda_graph and any(not b.endswith("@ri") for b in a.backends.split(",")):
+        raise SystemExit("--cuda-graph takes @ri backends only: the engine's graph mode pads the block tables")
     for b in a.backends.split(","):
         kind, _, path = b.partition("@")
         if kind not in names or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
             raise SystemExit(f"unknown backend {b!r}: codec, noop, fi_decode, fi_cascade (each also @ri), sdpa@ri")
         log(f"== {b}")
-        rows[b], traces[b] = run(model, names[kind], attention.get(kind), inputs, a.new_tokens, a.block_size,
-                                 block_tables=path != "ri", cuda_graph=a.cuda_graph)
+        try:
+            rows[b], traces[b] = run(model, names[kind], attention.get(kind), inputs, prefixes, a.new_tokens,
+                                     a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph)
+        except RuntimeError as e:  # in graph mode: what stops a backend there, recorded
+            if not a.cuda_graph:
+                raise
+            rows[b] = {"error": f"{type(e).__name__}: {e}"[:2000], "cuda_graph": True}
         log(rows[b])
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}_{b.replace('@', '_')}.json"), "w") as f:
             json.dump(rows[b], f, indent=2)
-    if "sdpa@ri" in traces:
-        for b in traces:
-            if not b.startswith("noop"):  # noop's decode attention is zeros: nothing to check
-                rows[b]["vs_sdpa"] = compare_on_shared_history(traces["sdpa@ri"], traces[b])
-    for b in rows:  # against the floor of the same decode path
-        floor = rows.get("noop@ri" if b.endswith("@ri") else "noop", {}).get("tpot_ms")
-        if floor is not None:
-            rows[b]["tpot_minus_floor_ms"] = rows[b]["tpot_ms"] - floor
+    # the engine's own sdpa is the reference; where it did not run (slow at many requests), FlashInfer's decode
+    reference = next((b for b in ("sdpa@ri", "fi_decode", "fi_decode@ri") if b in traces), None)
+    for b in traces:
+        if reference and b != reference and not b.startswith("noop"):  # noop's attention is zeros: nothing to check
+            rows[b]["vs_reference"] = {"reference": reference,
+                                       **compare_on_shared_history(traces[reference], traces[b])}
+    for b in traces:  # against the floor of the same decode path
+        floor = rows.get("noop@ri" if b.endswith("@ri") else "noop", {})
+        if "tpot_ms" in floor:
+            rows[b]["tpot_minus_floor_ms"] = rows[b]["tpot_ms"] - floor["tpot_ms"]
             rows[b]["attention_share"] = rows[b]["tpot_minus_floor_ms"] / rows[b]["tpot_ms"]
-    result = {"workload": a.workload, "requests": len(inputs), "layers": a.layers, "block_size": a.block_size,
+        if "decode_step_ms_median" in floor and "decode_step_ms_median" in rows[b]:
+            rows[b]["decode_step_minus_floor_ms"] = rows[b]["decode_step_ms_median"] - floor["decode_step_ms_median"]
+    result = {"workload": a.workload, "requests": len(inputs), "shared_prefixes_prefilled_first": len(prefixes),
+              "layers": a.layers, "block_size": a.block_size,
               "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "device": torch.cuda.get_device_name(),
               "rows": rows}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}.json"), "w") as f:
         json.dump(result, f, indent=2)
     nan = float("nan")
-    print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'plan ms':>8} {'tok/s':>7} {'GB':>6} "
-          f"{'logprob err':>12} {'steps':>6}")
+    print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'step ms':>8} {'- floor':>8} {'attn ms':>8} "
+          f"{'plan ms':>8} {'tok/s':>7} {'GB':>6} {'logprob err':>12} {'steps':>6}")
     for b, r in rows.items():
-        check = r.get("vs_sdpa", {})
+        if "error" in r:
+            print(f"{b:>13} failed: {r['error'][:300]}")
+            continue
+        check = r.get("vs_reference", {})
         print(f"{b:>13} {r['tpot_ms']:9.2f} {r['tpot_p90_ms']:8.2f} {r.get('tpot_minus_floor_ms', nan):8.2f} "
-              f"{r.get('plan_ms_median', nan):8.3f} {r['tokens_per_s']:7.1f} {r['peak_gpu_gb']:6.1f} "
+              f"{r.get('decode_step_ms_median', nan):8.2f} {r.get('decode_step_minus_floor_ms', nan):8.2f} "
+              f"{r.get('attention_gpu_ms_median', nan):8.3f} {r.get('plan_ms_median', nan):8.3f} "
+              f"{r['tokens_per_s']:7.1f} {r['peak_gpu_gb']:6.1f} "
               f"{check.get('logprob_rel_l2', nan):12.2e} {check.get('steps_compared', 0):6d}")
 
 

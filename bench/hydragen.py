@@ -4,7 +4,11 @@ Inference with Shared Prefixes", 2024): attention over a shared prefix is
 computed for all the queries that share it at once, as two batched matrix
 products (inter-sequence batching: the prefix's K and V are read once and
 the products run on tensor cores), each request's own suffix alone, and the
-parts are combined through their softmax denominators (log-sum-exp). Here
+parts are combined through their softmax denominators (log-sum-exp). The
+paper runs the prefix part on a fused attention kernel; kernel="flash" does
+that here (torch's FlashAttention op, which returns the log-sum-exp, with
+the query heads of a KV head folded into its query length), and
+kernel="matmul" materialises the scores as two plain products. Here
 every node of the prefix forest with several requests is one such prefix;
 the nodes of a single request are batched together, padded to the longest.
 Torch only, any device: K and V are gathered per node into dense tensors
@@ -39,7 +43,10 @@ class Hydragen:
     """Attention of q [B, Hq, D] over the forest's KV, pages k and v [pages,
     page_size, Hkv, D] (NHD); __call__ returns out [B, Hq, D] in q's dtype."""
 
-    def __init__(self, forest, k, v, num_qo_heads, sm_scale):
+    def __init__(self, forest, k, v, num_qo_heads, sm_scale, kernel="matmul"):
+        if kernel not in ("matmul", "flash"):
+            raise ValueError(f"kernel: 'matmul' or 'flash', not {kernel!r}")
+        self.kernel = kernel
         self.hq, self.hkv, self.dim = num_qo_heads, k.shape[2], k.shape[3]
         self.scale = sm_scale
         self.batch = len(forest["request_node"])
@@ -84,6 +91,15 @@ class Hydragen:
         p = torch.exp(s - lse[..., None]).to(v.dtype)
         return torch.matmul(p, v).float(), lse
 
+    def _prefix_parts(self, q, k, v):
+        """Attention of q [Hkv, M, D] over one prefix's k, v [Hkv, n, D]: o (fp32) and lse."""
+        if self.kernel == "matmul":
+            return self._softmax_parts(torch.matmul(q, k.transpose(1, 2)).float() * self.scale, v)
+        op = (torch.ops.aten._scaled_dot_product_flash_attention if q.is_cuda
+              else torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
+        o, lse = op(q[None], k[None], v[None], scale=self.scale)[:2]
+        return o[0].float(), lse[0]
+
     def __call__(self, q):
         g = self.hq // self.hkv
         out = torch.zeros((self.batch, self.hq, self.dim), dtype=torch.float32, device=q.device)
@@ -98,8 +114,7 @@ class Hydragen:
         for reqs, kn, vn in self.shared:  # every query row under the node in one product per kv head
             r = reqs.numel()
             qn = q[reqs].view(r, self.hkv, g, self.dim).permute(1, 0, 2, 3).reshape(self.hkv, r * g, self.dim)
-            s = torch.matmul(qn, kn.transpose(1, 2)).float() * self.scale  # [Hkv, r·G, n]
-            o, l = self._softmax_parts(s, vn)
+            o, l = self._prefix_parts(qn, kn, vn)  # [Hkv, r·G, D], [Hkv, r·G]
             combine(reqs, o.view(self.hkv, r, g, self.dim).permute(1, 0, 2, 3).reshape(r, self.hq, self.dim),
                     l.view(self.hkv, r, g).permute(1, 0, 2).reshape(r, self.hq))
         for reqs, kb, vb, valid in self.single:  # [L, Hkv, G, D] against [L, Hkv, n, D]

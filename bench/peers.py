@@ -16,8 +16,9 @@ alone, CUDA-graph replays, median):
               requests are contiguous, as the wrapper requires), on its default
               (auto: FA3 on sm_90) and its FA2 prefill backend
   hydragen    a Hydragen-style decomposition (bench/hydragen.py): each shared
-              node's attention for all its queries as two batched matrix
-              products, single-request nodes batched padded, combined by lse;
+              node's attention for all its queries at once, on torch's
+              FlashAttention (flash) or as two batched matrix products (matmul),
+              single-request nodes batched padded, combined by lse;
               K/V gathered per node outside the timing
   pat         PAT (ASPLOS'26; scripts/fetch_pat.sh, built by gpu_run.sh's pat
               step), its prefix tree from the same page tables, built and packed
@@ -194,7 +195,7 @@ def make_pat(data):
         table[r, : pages[r]] = indices[indptr[r]: indptr[r + 1]]
     lens = ((pages - 1) * ps + data["last"].cpu().long()).to(torch.int32)
     tree = PrefixTreeCPP(ps)
-    tree.build_radix_tree(lens, table)
+    tree.build_radix_tree(lens.tolist(), table)  # its binding takes a list (not a tensor from torch)
     tree.pack_schedule([t for t in PAT_TILES if ps >= 32 or t != [16, 128, 1]], hq // hkv, hkv)
     tree.kernel_info.to_gpu(torch.device("cuda"))
     q = data["q"].unsqueeze(1)  # [B, 1, Hq, D]
@@ -306,9 +307,10 @@ def run_workload(name, d, timer, results, peers):
 
     if "hydragen" in peers:
         from hydragen import Hydragen
-        hyd = Hydragen(data["forest"], k, v, hq, meta["sm_scale"])
-        measure("hydragen", "matmul", lambda: hyd(q), ref)
-        del hyd
+        for kernel in ("flash", "matmul"):
+            hyd = Hydragen(data["forest"], k, v, hq, meta["sm_scale"], kernel)
+            measure("hydragen", kernel, lambda: hyd(q), ref)
+            del hyd
 
     if "pat" in peers:
         try:

@@ -8,13 +8,15 @@
 # peers pat pybench e2e" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
 # results/h200/run5), peers (FlashInfer, Hydragen-style, cuDNN and flex_attention side by side: FlashInfer needs the wheels
 # scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
-# workloads and peer families; pat builds PAT from .pat/, scripts/fetch_pat.sh, for the peers' pat family) and pybench (bench/python_api.py: host time of plan and run through the
+# workloads and peer families; pat builds PAT from .pat/, scripts/fetch_pat.sh, for the peers' pat family, on the kernels
+# scripts/prebuild_pat.sh compiled where they are there) and pybench (bench/python_api.py: host time of plan and run through the
 # Python API beside FlashInfer's, and its kernel time against codec bench's), and e2e (bench/e2e_decode.py,
 # decode in transformers' continuous batching per backend, for each workload of CODEC_E2E_WORKLOADS, default
-# loogle:2, with CODEC_E2E_BACKENDS if set; after the python step, which installs the package; ~1 min of
-# prefill per backend and 16 requests: keep one device call under 10 minutes).
+# loogle:2, with CODEC_E2E_BACKENDS and the extra arguments CODEC_E2E_ARGS if set; after the python step, which
+# installs the package; keep one device call under 10 minutes).
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
-#           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there)
+#           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there), or
+#           those CODEC_PYTESTS names (test files or node ids)
 #   arch:   a build for sm_80 only must refuse this GPU with a clear error, not fail a launch
 #   fuzz:   codec fuzz --backend cuda, 1,000 random cases against the fp64 reference
 set -uo pipefail
@@ -67,7 +69,7 @@ if step python; then
   # Offline, with the machine's scikit-build-core and nanobind, for this GPU only (a faster build).
   run pip_install python3 -m pip install --no-build-isolation --no-deps --upgrade --target build-gpu/pysite \
     -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=build-gpu/python .
-  run pytest python3 -m pytest -rs -q -p no:cacheprovider tests/python
+  run pytest python3 -m pytest -rs -q -p no:cacheprovider ${CODEC_PYTESTS:-tests/python}
 fi
 if step arch; then
   run configure_sm80 cmake -S . -B build-sm80 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=80-real \
@@ -135,6 +137,10 @@ if step pat; then
   if [ -f .pat/setup.py ]; then
     rm -rf build-gpu/pat && cp -r .pat build-gpu/pat
     sed -i 's/"-arch=compute_80",//' build-gpu/pat/setup.py  # TORCH_CUDA_ARCH_LIST picks the target instead
+    if compgen -G ".pat/prebuilt/*.o" > /dev/null; then  # scripts/prebuild_pat.sh's kernels: link them, compile the bindings
+      sed -i '/_sm80.cu",/d; s|sources=\[|extra_objects=sorted(__import__("glob").glob(os.path.join(HERE, "prebuilt", "*.o"))), sources=[|' \
+        build-gpu/pat/setup.py
+    fi
     (cd build-gpu/pat && CUTLASS_ROOT=$PWD/../site/flashinfer/data/cutlass TORCH_CUDA_ARCH_LIST=9.0a \
        python3 setup.py build_ext --inplace) > "$out/pat_build.log" 2>&1 || { echo "!! pat build failed"; status=1; }
     tail -n 5 "$out/pat_build.log"
@@ -160,7 +166,7 @@ if step e2e; then
   mkdir -p "$out/e2e"
   for w in ${CODEC_E2E_WORKLOADS:-loogle:2}; do
     run "e2e/${w/:/_}" python3 bench/e2e_decode.py --out "$out/e2e" --workload "$w" \
-      ${CODEC_E2E_BACKENDS:+--backends "$CODEC_E2E_BACKENDS"}
+      ${CODEC_E2E_BACKENDS:+--backends "$CODEC_E2E_BACKENDS"} ${CODEC_E2E_ARGS:-}
   done
 fi
 echo "== gpu_run status $status"

@@ -19,15 +19,23 @@ from hydragen import Hydragen  # noqa: E402
 from peers import cascade_levels, forest_json  # noqa: E402
 
 
+@pytest.mark.parametrize("kernel", ["matmul", "flash"])
 @pytest.mark.parametrize("seed,hq,hkv,page_size,requests,fork", [
     (1, 8, 2, 16, 6, 0.2), (2, 32, 8, 16, 9, 0.3), (3, 4, 4, 5, 7, 0.0), (4, 16, 1, 1, 5, 0.5), (5, 8, 2, 3, 1, 0.0)])
-def test_hydragen_matches_float64(seed, hq, hkv, page_size, requests, fork):
+def test_hydragen_matches_float64(seed, hq, hkv, page_size, requests, fork, kernel):
     b = random_batch(seed, hq, hkv, 64, page_size, requests=requests, fork_prob=fork)
     forest = forest_json(codec.derive_forest(b.indptr, b.indices, b.last_page_len, page_size))
     assert any(len(n["pages"]) for n in forest["nodes"])
-    hyd = Hydragen(forest, torch.from_numpy(b.k), torch.from_numpy(b.v), hq, 1 / 8)
+    hyd = Hydragen(forest, torch.from_numpy(b.k), torch.from_numpy(b.v), hq, 1 / 8, kernel)
     out = hyd(torch.from_numpy(b.q)).numpy()
     assert rel_l2(out, reference(b)[0]) <= 1e-5
+
+
+def test_hydragen_refuses_an_unknown_kernel():
+    b = random_batch(1, 8, 2, 64, 16, requests=2)
+    forest = forest_json(codec.derive_forest(b.indptr, b.indices, b.last_page_len, 16))
+    with pytest.raises(ValueError, match="kernel: 'matmul' or 'flash', not 'cudnn'"):
+        Hydragen(forest, torch.from_numpy(b.k), torch.from_numpy(b.v), 8, 1 / 8, "cudnn")
 
 
 def test_cascade_levels_group_every_nodes_requests():

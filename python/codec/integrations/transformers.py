@@ -84,26 +84,16 @@ class Step:
             self.indptr, self.indices, self.last_page_len = page_tables_from_slots(starts, seq_lens, block_size)
 
 
-_PREFILL_SCORE_BYTES = 1 << 30  # scores a masked prefill sub-chunk may materialise
-
-
 def _causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
     """Attention of a prefill chunk's rows q (Hq, Lq, D), the last Lq of the
-    request's Lk tokens, over keys and values (Hkv, Lk, D), causally. Without
-    a past the fused causal kernel runs; with one the rows go in sub-chunks
-    whose masked scores stay under _PREFILL_SCORE_BYTES (the engine leaves
-    little memory beside its cache)."""
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    request's Lk tokens, over keys and values (Hkv, Lk, D), causally: row i
+    sees keys up to Lk - Lq + i (torch's lower-right causal bias, which runs
+    the fused kernels without a mask in memory)."""
+    from torch.nn.attention.bias import causal_lower_right
     lq, lk = q.shape[1], keys.shape[1]
-    if lq == lk:
-        return sdpa(q, keys, values, is_causal=True, scale=scale, enable_gqa=True)
-    rows = max(1, _PREFILL_SCORE_BYTES // (4 * q.shape[0] * lk))
-    parts = []
-    for r0 in range(0, lq, rows):
-        r1 = min(lq, r0 + rows)
-        visible = torch.arange(lk, device=q.device)[None, :] <= (lk - lq + torch.arange(r0, r1, device=q.device))[:, None]
-        parts.append(sdpa(q[:, r0:r1], keys, values, attn_mask=visible, scale=scale, enable_gqa=True))
-    return torch.cat(parts, dim=1)
+    mask = None if lq == lk else causal_lower_right(lq, lk)
+    return torch.nn.functional.scaled_dot_product_attention(
+        q[None], keys[None], values[None], attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)[0]
 
 
 class PagedAttention:
@@ -222,22 +212,48 @@ def enable_block_tables(manager: Any, max_sequence_length: int) -> None:
     config.max_blocks_per_request = max(config.max_blocks_per_request, blocks + blocks % 2)
 
 
+def _wait(manager: Any, ids: List[str], count: int) -> Dict[str, Any]:
+    """The manager's next ``count`` finished requests (``ids`` and their other sequences)."""
+    results: Dict[str, Any] = {}
+    while len(results) < count:
+        result = manager.get_result(timeout=1)
+        if result is not None and result.is_finished():
+            results[result.request_id] = result
+        elif result is None and not manager.is_running():
+            raise RuntimeError(f"the generation thread stopped with {len(results)} of {count} requests finished "
+                               "(its log says why)")
+    failed = {k: r.error for k, r in results.items() if r.error is not None}
+    if failed:
+        raise RuntimeError(f"{len(failed)} requests failed, e.g. {next(iter(failed.items()))}")
+    parents = set(ids)
+    return {**{k: results[k] for k in ids}, **{k: r for k, r in results.items() if k not in parents}}
+
+
 def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any = None,
                    continuous_batching_config: Any = None, record_timestamps: bool = False,
-                   block_tables: bool = True) -> Dict[str, Any]:
+                   block_tables: bool = True, shared_prefixes: Optional[List[List[int]]] = None) -> Dict[str, Any]:
     """``model.generate_batch`` (transformers' continuous batching, eager
     mode), with the engine's block-table decode path on (``block_tables``):
     a dict of request id to GenerationOutput, the requests of ``inputs`` in
     their order, then (with ``num_return_sequences`` > 1) their other
     sequences. Unlike the engine's own, it raises when the generation thread
-    stops or a request fails rather than only logging it."""
+    stops or a request fails rather than only logging it.
+
+    ``shared_prefixes`` (token lists) are prefilled first, on the same
+    manager, two generated tokens each: their full blocks stay in the
+    engine's prefix cache, so the requests of ``inputs`` that start with one
+    prefill only the rest, and all of them can decode together. Submitted at
+    once without it, requests with a common prefix prefill it each."""
     from transformers.generation.continuous_batching.utils import WorkloadHints
 
     if not inputs:
         return {}
     config = model.generation_config if generation_config is None else generation_config
     new_tokens = config.max_new_tokens  # None: no limit, as for the engine
-    hints = WorkloadHints(max_prompt_length=max(map(len, inputs)), max_generated_length=new_tokens or 0,
+    prefixes = [list(p) for p in shared_prefixes or []]
+    if any(not p for p in prefixes):
+        raise ValueError("generate_batch: shared_prefixes holds an empty prompt")
+    hints = WorkloadHints(max_prompt_length=max(map(len, inputs + prefixes)), max_generated_length=new_tokens or 0,
                           num_requests=len(inputs) * (config.num_return_sequences or 1))
     manager = model.init_continuous_batching(generation_config=generation_config,
                                              continuous_batching_config=continuous_batching_config,
@@ -245,21 +261,13 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
     if block_tables:  # sized as the hints would size it (without a generation limit: the prompts)
         enable_block_tables(manager, hints.max_prompt_length + hints.max_generated_length)
     manager.start()
-    results: Dict[str, Any] = {}
     try:
+        if prefixes:
+            # two tokens: a request that ends with its prefill step is finished before the engine marks its blocks full
+            warm = manager.add_requests(inputs=prefixes, max_new_tokens=2)
+            _wait(manager, warm, len(warm) * (config.num_return_sequences or 1))
         ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
-        while len(results) < hints.num_requests:
-            result = manager.get_result(timeout=1)
-            if result is not None and result.is_finished():
-                results[result.request_id] = result
-            elif result is None and not manager.is_running():
-                raise RuntimeError(f"the generation thread stopped with {len(results)} of {hints.num_requests} "
-                                   "requests finished (its log says why)")
+        return _wait(manager, ids, hints.num_requests)
     finally:
         manager.stop(block=True, timeout=60)
         manager.destroy()
-    failed = {k: r.error for k, r in results.items() if r.error is not None}
-    if failed:
-        raise RuntimeError(f"{len(failed)} requests failed, e.g. {next(iter(failed.items()))}")
-    parents = set(ids)
-    return {**{k: results[k] for k in ids}, **{k: r for k, r in results.items() if k not in parents}}

@@ -1,0 +1,50 @@
+"""bench/e2e_decode.py's workloads and bookkeeping, on the CPU engine before
+any GPU time goes to them: the prompts and the prefixes they share, and a
+run through transformers' continuous batching on a tiny Qwen3 whose step
+records (decode-only steps, requests per step, plans) add up. Where torch
+and transformers are installed."""
+
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: the benchmark is torch code")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import e2e_decode  # noqa: E402
+
+
+@pytest.mark.parametrize("workload,requests,prefixes", [("loogle:2", 16, 2), ("sysprompt:5", 5, 1),
+                                                        ("samples:3", 3, 1), ("distinct:4", 4, 0)])
+def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefixes):
+    inputs, shared = e2e_decode.prompts(workload)
+    assert len(inputs) == requests and len(shared) == prefixes
+    for p in shared:  # each prefix heads the requests that share it
+        heads = sum(x[:len(p)] == p for x in inputs)
+        assert heads == {"loogle": 8}.get(workload.partition(":")[0], requests), workload
+    with pytest.raises(SystemExit, match="unknown workload"):
+        e2e_decode.prompts("docs:4")
+
+
+def test_a_run_records_its_decode_steps(monkeypatch):
+    if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
+        pytest.skip("this transformers has no continuous batching")
+    import transformers.generation.continuous_batching.cache as cb_cache
+    monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+                                   max_position_embeddings=4096)
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    doc = list(range(1, 71))  # 4 full blocks of 16 shared, then a partial one
+    inputs = [doc + [100 + i, 200 + i, 300 + i] for i in range(5)]
+    attention = e2e_decode.TimedPlans()
+    name = e2e_decode.codec_tf.register("paged|e2e_test", attention)
+    row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=6, block_size=16,
+                                block_tables=True, cuda_graph=False)
+    assert len(trace) == 5 and all(len(t[0]) == 6 for t in trace.values())
+    assert row["decode_requests_per_step_max"] == 5  # prefilled past the shared prefix, they decode together
+    assert 4 <= row["decode_only_steps"] <= row["decode_steps_planned"]
+    assert row["decode_step_ms_median"] > 0 and row["plan_ms_median"] > 0
+    assert "attention_gpu_ms_median" not in row  # no GPU: no GPU time
