@@ -108,6 +108,35 @@ void validate_table(const CostTable& t, const std::string& where) {
       CODEC_CHECK(std::isfinite(t.us[i][j]) && t.us[i][j] > 0, where, ": us[", i, "][", j,
                   "] = ", t.us[i][j], " must be > 0");
   }
+  // The merge grid: all three fields or none.
+  const bool merge = !t.merge_rows.empty() || !t.merge_partials.empty() || !t.merge_us.empty();
+  if (!merge) return;
+  CODEC_CHECK(!t.merge_rows.empty() && !t.merge_partials.empty(), where,
+              ": merge_rows and merge_partials come together, with merge_us (", t.merge_rows.size(), " and ",
+              t.merge_partials.size(), " entries)");
+  for (std::size_t i = 0; i < t.merge_rows.size(); ++i) {
+    CODEC_CHECK(t.merge_rows[i] >= 1, where, ": merge_rows[", i, "] = ", t.merge_rows[i], " must be >= 1");
+    CODEC_CHECK(i == 0 || t.merge_rows[i] > t.merge_rows[i - 1], where, ": merge_rows[", i, "] = ",
+                t.merge_rows[i], " must be > merge_rows[", i - 1, "] = ", t.merge_rows[i - 1],
+                " (strictly increasing)");
+  }
+  for (std::size_t j = 0; j < t.merge_partials.size(); ++j) {
+    CODEC_CHECK(t.merge_partials[j] >= 2, where, ": merge_partials[", j, "] = ", t.merge_partials[j],
+                " must be >= 2 (a row with one partial does not merge)");
+    CODEC_CHECK(j == 0 || t.merge_partials[j] > t.merge_partials[j - 1], where, ": merge_partials[", j, "] = ",
+                t.merge_partials[j], " must be > merge_partials[", j - 1, "] = ", t.merge_partials[j - 1],
+                " (strictly increasing)");
+  }
+  CODEC_CHECK(t.merge_us.size() == t.merge_rows.size(), where, ": merge_us has ", t.merge_us.size(),
+              " rows, expected ", t.merge_rows.size(), " (one per merge_rows entry)");
+  for (std::size_t i = 0; i < t.merge_us.size(); ++i) {
+    CODEC_CHECK(t.merge_us[i].size() == t.merge_partials.size(), where, ": merge_us[", i, "] has ",
+                t.merge_us[i].size(), " values, expected ", t.merge_partials.size(),
+                " (one per merge_partials entry)");
+    for (std::size_t j = 0; j < t.merge_us[i].size(); ++j)
+      CODEC_CHECK(std::isfinite(t.merge_us[i][j]) && t.merge_us[i][j] >= 0, where, ": merge_us[", i, "][", j,
+                  "] = ", t.merge_us[i][j], " must be >= 0");
+  }
 }
 
 const json& field(const json& doc, const char* name, const std::string& where) {
@@ -140,6 +169,22 @@ std::vector<Int> integers(const json& doc, const char* name, const std::string& 
   out.reserve(array.size());
   for (std::size_t i = 0; i < array.size(); ++i)
     out.push_back(integer<Int>(array[i], where, std::string(name) + "[" + std::to_string(i) + "]"));
+  return out;
+}
+
+std::vector<std::vector<double>> grid(const json& doc, const char* name, const std::string& where) {
+  const json& g = field(doc, name, where);
+  CODEC_CHECK(g.is_array(), where, ": ", name, " must be an array of arrays, got ", g.type_name());
+  std::vector<std::vector<double>> out;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    CODEC_CHECK(g[i].is_array(), where, ": ", name, "[", i, "] must be an array, got ", g[i].type_name());
+    std::vector<double>& row = out.emplace_back();
+    for (std::size_t j = 0; j < g[i].size(); ++j) {
+      const json& v = g[i][j];
+      CODEC_CHECK(v.is_number(), where, ": ", name, "[", i, "][", j, "] = ", v.dump(), " must be a number");
+      row.push_back(v.get<double>());
+    }
+  }
   return out;
 }
 
@@ -178,17 +223,11 @@ CostTable CostTable::parse(const std::string& json_text, const std::string& sour
                 " must be >= 1");
   t.rows = integers<int>(doc, "rows", where);
   t.kv_len = integers<long>(doc, "kv_len", where);
-
-  const json& us = field(doc, "us", where);
-  CODEC_CHECK(us.is_array(), where, ": us must be an array of arrays, got ", us.type_name());
-  for (std::size_t i = 0; i < us.size(); ++i) {
-    CODEC_CHECK(us[i].is_array(), where, ": us[", i, "] must be an array, got ", us[i].type_name());
-    std::vector<double>& row = t.us.emplace_back();
-    for (std::size_t j = 0; j < us[i].size(); ++j) {
-      const json& v = us[i][j];
-      CODEC_CHECK(v.is_number(), where, ": us[", i, "][", j, "] = ", v.dump(), " must be a number");
-      row.push_back(v.get<double>());
-    }
+  t.us = grid(doc, "us", where);
+  if (doc.contains("merge_rows") || doc.contains("merge_partials") || doc.contains("merge_us")) {
+    t.merge_rows = integers<std::int64_t>(doc, "merge_rows", where);
+    t.merge_partials = integers<int>(doc, "merge_partials", where);
+    t.merge_us = grid(doc, "merge_us", where);
   }
   validate_table(t, where);
   return t;
@@ -205,9 +244,14 @@ CostTable CostTable::load(const std::string& path) {
 
 void CostTable::save(const std::string& path) const {
   validate_table(*this, "cost table " + path);
-  const json doc = {
+  json doc = {
       {"device", device}, {"head_dim", head_dim}, {"dtype", std::string(to_string(dtype))},
       {"rows", rows},     {"kv_len", kv_len},     {"us", us}};
+  if (!merge_rows.empty()) {
+    doc["merge_rows"] = merge_rows;
+    doc["merge_partials"] = merge_partials;
+    doc["merge_us"] = merge_us;
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   CODEC_CHECK(out, "cost table ", path, ": cannot open file for writing");
   out << doc.dump(2) << '\n';  // doubles are written with round-trip precision
@@ -271,6 +315,36 @@ double TableCostModel::cost_us(int rows, long kv_len) const {
   return lo + w * (row_cost(table_, i, kv_len) - lo);
 }
 
+namespace {
+
+// ys over the increasing xs at x: flat below xs, linear between, and beyond
+// the last point linear with the last interval's slope, never negative.
+double interpolate(const auto& xs, const std::vector<double>& ys, double x) {
+  if (x <= double(xs.front())) return ys.front();
+  const std::size_t n = xs.size();
+  if (x >= double(xs.back())) {
+    const double slope = n < 2 ? 0 : std::max(0.0, (ys[n - 1] - ys[n - 2]) / double(xs[n - 1] - xs[n - 2]));
+    return ys.back() + slope * (x - double(xs.back()));
+  }
+  const std::size_t j = std::size_t(std::upper_bound(xs.begin(), xs.end(), x,
+                                                     [](double v, auto e) { return v < double(e); }) - xs.begin());
+  const double w = (x - double(xs[j - 1])) / double(xs[j] - xs[j - 1]);
+  return ys[j - 1] + w * (ys[j] - ys[j - 1]);
+}
+
+}  // namespace
+
+double TableCostModel::merge_us(std::int64_t rows, int partials) const {
+  CODEC_CHECK(rows >= 1, "cost model: merge rows ", rows, " must be >= 1");
+  CODEC_CHECK(partials >= 2, "cost model: merge partials ", partials, " must be >= 2");
+  if (!prices_merge()) return 0;
+  std::vector<double> at_partials;  // each merge_rows line at `partials`
+  at_partials.reserve(table_.merge_rows.size());
+  for (const std::vector<double>& line : table_.merge_us)
+    at_partials.push_back(interpolate(table_.merge_partials, line, partials));
+  return interpolate(table_.merge_rows, at_partials, double(rows));
+}
+
 std::string TableCostModel::describe() const {
   const CostTable& t = table_;
   double lo = t.us[0][0], hi = t.us[0][0];
@@ -281,6 +355,9 @@ std::string TableCostModel::describe() const {
      << ": rows " << t.rows.front() << ".." << t.rows.back() << " (" << t.rows.size()
      << " points) x kv_len " << t.kv_len.front() << ".." << t.kv_len.back() << " ("
      << t.kv_len.size() << " points), " << lo << ".." << hi << " us";
+  if (prices_merge())
+    os << "; merge: rows " << t.merge_rows.front() << ".." << t.merge_rows.back() << " x partials "
+       << t.merge_partials.front() << ".." << t.merge_partials.back();
   return os.str();
 }
 

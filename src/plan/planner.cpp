@@ -403,6 +403,27 @@ class Planning {
       node_class_[i] = it->second;
       classes_[it->second].nodes.push_back(i);
     }
+    if (cost_.prices_merge()) merge_paths();
+  }
+
+  // The classes on each request's path, as a count per class, and how many
+  // requests share each such path: what the merge's price depends on.
+  void merge_paths() {
+    std::map<std::vector<std::pair<int, int>>, std::int64_t> requests_of;
+    std::vector<int> on_path;
+    for (int r = 0; r < forest_.num_requests(); ++r) {
+      on_path.clear();
+      for (int x = forest_.request_node[r]; x >= 0; x = forest_.nodes[x].parent)
+        if (node_class_[x] >= 0) on_path.push_back(node_class_[x]);
+      std::sort(on_path.begin(), on_path.end());
+      std::vector<std::pair<int, int>> counts;
+      for (const int c : on_path) {
+        if (counts.empty() || counts.back().first != c) counts.push_back({c, 0});
+        ++counts.back().second;
+      }
+      ++requests_of[counts];
+    }
+    paths_.assign(requests_of.begin(), requests_of.end());
   }
 
   // 2. Lower bound (the paper's cost_l). A plan whose dearest chunk costs tau
@@ -599,6 +620,7 @@ class Planning {
     for (int r = 0; r < st.num_requests; ++r)
       st.merged_requests += a.partial_indptr[r + 1] - a.partial_indptr[r] > 1;
     st.makespan_us = makespan_;
+    st.merge_us = merge_of(splits_);
     st.lower_bound_us = lower_bound_;
     st.cost_l_us = cost_l_;
     st.kv_tokens_read = kv_tokens_read_;
@@ -616,6 +638,30 @@ class Planning {
     task_groups(classes_, s, cost_, align_, slice_heads_, groups_);
     return lpt_(groups_, slice_blocks_, NoAssign{}, limit);
   }
+  // The cost model's price of the merge under split vector s: its rows with
+  // more than one partial, and the most partials a row has (0 when the model
+  // prices no merge).
+  double merge_of(const std::vector<int>& s) const {
+    if (paths_.empty()) return 0;
+    chunks_.resize(classes_.size());
+    for (std::size_t ci = 0; ci < classes_.size(); ++ci)
+      chunks_[ci] = chunking(classes_[ci].tokens, s[ci], align_).count;
+    std::int64_t requests = 0;
+    int most = 0;
+    for (const auto& [counts, n] : paths_) {
+      int partials = 0;
+      for (const auto& [c, k] : counts) partials += k * chunks_[c];
+      if (partials > 1) requests += n;
+      most = std::max(most, partials);
+    }
+    return requests ? cost_.merge_us(requests * G_ * kv_heads_, most) : 0;
+  }
+  // What the search minimises: the makespan and the merge it causes (a time
+  // ≥ limit when that is no less).
+  double objective(const std::vector<int>& s, double limit = INFINITY) const {
+    const double merge = merge_of(s);
+    return merge + makespan_of(s, limit - merge);
+  }
 
   // Every split vector within the caps that fits, the least makespan kept.
   void search_exhaustively(const std::vector<int>& cap) {
@@ -624,19 +670,19 @@ class Planning {
     CODEC_CHECK(vectors <= double(kMaxExhaustivePlans), "exhaustive split search: ", vectors, " split vectors over ",
                 classes_.size(), " node classes exceed ", kMaxExhaustivePlans);
     std::vector<int> s(classes_.size(), 1);
-    double best = makespan_of(s);
+    double best = objective(s);
     while (true) {  // odometer over s[ci] ∈ [1, cap[ci]]
       std::size_t ci = 0;
       while (ci < s.size() && s[ci] == cap[ci]) s[ci++] = 1;
       if (ci == s.size()) break;
       ++s[ci];
       if (!fits(s)) continue;
-      if (const double t = makespan_of(s, best); t < best) best = t, splits_ = s;
+      if (const double t = objective(s, best); t < best) best = t, splits_ = s;
     }
   }
 
   void search_adaptively(const std::vector<int>& cap) {
-    double best = makespan_of(splits_);
+    double best = objective(splits_);
     std::vector<int> by_cost(classes_.size()), by_chunk(classes_.size());
     // Targets and pattern moves often propose a vector already tried (at 64
     // requests 16 of 81): a second look cannot change the best.
@@ -645,7 +691,7 @@ class Planning {
       if (!tried.insert(s).second) return;
       if (!fits(s)) return;
       const double bar = best * (1 - 1e-9);  // better beyond rounding
-      if (const double t = makespan_of(s, bar); t < bar) best = t, splits_ = s;
+      if (const double t = objective(s, bar); t < bar) best = t, splits_ = s;
     };
     // Targets span 2·cost_l (small trees: fewer, larger chunks may pack
     // better) down to cost_l / 16, below the finest capped chunk (~cost_l / 8).
@@ -692,7 +738,10 @@ class Planning {
   const Search search_;
   mutable Lpt lpt_;                         // scratch of makespan_of and place_tasks
   mutable std::vector<TaskGroup> groups_;  // scratch of makespan_of
+  mutable std::vector<int> chunks_;        // scratch of merge_of
   std::vector<NodeClass> classes_;
+  // merge_paths: each distinct path as (class, nodes of it) pairs, and its requests
+  std::vector<std::pair<std::vector<std::pair<int, int>>, std::int64_t>> paths_;
   std::vector<int> node_class_;  // class of each node, −1 for a node without work
   double lower_bound_ = 0, cost_l_ = 0;
   std::int64_t max_slots_ = 0, max_tasks_ = 0;  // 0: no limit

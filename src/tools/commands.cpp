@@ -350,6 +350,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"plan_ms", shared.stats().plan_ms},
                       {"plan_quality", shared.stats().quality()},
                       {"max_splits", shared.stats().max_splits},
+                      {"predicted_merge_us", shared.stats().merge_us},
                       {"blocks", opt.num_blocks},
                       {"cost_model", cost->describe()},
                       {"pass", pass}});
@@ -383,8 +384,8 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
   const std::vector<std::string> specs = expand_workloads(args.workload);
   nlohmann::json rows = nlohmann::json::array();
   if (!args.json)
-    std::printf("%-14s %5s %6s %6s %7s %6s %6s %11s %11s %8s %9s %8s\n", "workload", "reqs", "nodes", "units",
-                "tasks", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "derive_ms", "plan_ms");
+    std::printf("%-14s %5s %6s %6s %7s %6s %6s %11s %11s %8s %8s %9s %8s\n", "workload", "reqs", "nodes", "units",
+                "tasks", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "merge_us", "derive_ms", "plan_ms");
   for (const std::string& spec : specs) {
     const Workload w = load_workload(spec, args, 1.0, /*with_batch=*/false);
     const WorkloadTables tables = workload_page_tables(w);
@@ -410,16 +411,17 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"makespan_us", s.makespan_us},
                     {"lower_bound_us", s.lower_bound_us},
                     {"ratio", s.quality()},
+                    {"merge_us", s.merge_us},
                     {"derive_ms", derive_ms},
                     {"plan_ms", s.plan_ms},
                     {"kv_tokens_read", s.kv_tokens_read},
                     {"unique_kv_tokens", s.unique_kv_tokens},
                     {"cost_model", cost->describe()}});
     if (!args.json)
-      std::printf("%-14s %5d %6d %6d %7d %6d %6d %11s %11s %8s %9s %8s\n", w.name.c_str(), s.num_requests,
+      std::printf("%-14s %5d %6d %6d %7d %6d %6d %11s %11s %8s %8s %9s %8s\n", w.name.c_str(), s.num_requests,
                   s.num_nodes, s.num_units, s.num_tasks, s.num_blocks, s.max_splits, fixed(s.makespan_us, 2).c_str(),
-                  fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(), fixed(derive_ms, 3).c_str(),
-                  fixed(s.plan_ms, 3).c_str());
+                  fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(), fixed(s.merge_us, 2).c_str(),
+                  fixed(derive_ms, 3).c_str(), fixed(s.plan_ms, 3).c_str());
   }
   if (args.json) std::cout << rows.dump(2) << "\n";
   return 0;

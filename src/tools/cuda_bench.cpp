@@ -111,11 +111,11 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   return m;
 }
 
-double CudaBench::time(const Plan& plan, int reps) {
+double CudaBench::time(const Plan& plan, int reps, CudaStages stages) {
   DeviceBuffer workspace(cuda_workspace_bytes(plan));
   const std::span<std::byte> ws(workspace.bytes(), cuda_workspace_bytes(plan));
   cuda_upload_plan(plan, ws, impl_->stream);
-  return time_graph(plan, ws, reps, CudaStages::all);
+  return time_graph(plan, ws, reps, stages);
 }
 
 double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps, CudaStages stages) {

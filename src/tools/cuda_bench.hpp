@@ -30,8 +30,9 @@ class CudaBench {
   // and `reps` direct calls the host time of one run_cuda call.
   Measured run(const Plan& plan, const ReferenceResult& ref, int reps, const char* label);
   // Median time of `reps` graph replays of a plan over this batch, unchecked
-  // (the plan may use any subset of the batch's pages and requests).
-  double time(const Plan& plan, int reps);
+  // (the plan may use any subset of the batch's pages and requests), of the
+  // whole run or its partial attention alone.
+  double time(const Plan& plan, int reps, CudaStages stages = CudaStages::all);
   std::string device_name() const;
 
  private:

@@ -1,5 +1,6 @@
 // codec profile: measures the PAC kernel on the current GPU over a grid of
-// (query rows, KV length) and writes the cost table the planner reads.
+// (query rows, KV length), and the merge over a grid of (rows, partials per
+// row), and writes the cost table the planner reads.
 #include <cstdio>
 #include <cctype>
 #include <filesystem>
@@ -17,6 +18,67 @@ namespace {
 // way it is in a real plan, where a block walks many tasks.
 constexpr int kTasksPerBlock = 2;
 const long kKvLens[] = {16, 64, 256, 1024, 4096, 16384};
+
+// The merge grid: requests (each row of theirs merging p partials) and p.
+const int kMergeRequests[] = {1, 8, 64, 512};
+const int kMergePartials[] = {2, 4, 8, 16, 32};
+constexpr long kMergeNodeTokens = 2048;  // 64 tokens a chunk at the most partials
+
+// Page tables (into indptr, indices, lasts) of the first `take` requests of
+// each of the first `nodes` nodes of a batch with `per_node` requests a node,
+// each cut to its first `pages` pages, the last of them holding `last` tokens.
+PageTable first_requests(const ForestManager::Tables& t, int nodes, int per_node, int take, std::int32_t pages,
+                         std::int32_t last, int page_size, std::int64_t num_pages, std::vector<std::int32_t>& indptr,
+                         std::vector<std::int32_t>& indices, std::vector<std::int32_t>& lasts) {
+  indptr.assign(1, 0);
+  indices.clear();
+  lasts.clear();
+  for (int i = 0; i < nodes; ++i)
+    for (int j = 0; j < take; ++j) {
+      const std::int32_t* p = t.indices.data() + t.indptr[i * per_node + j];
+      indices.insert(indices.end(), p, p + pages);
+      indptr.push_back(std::int32_t(indices.size()));
+      lasts.push_back(last);
+    }
+  return PageTable{indptr, indices, lasts, page_size, num_pages};
+}
+
+// What the merge adds to the partial attention when each of n requests' rows
+// merges p partials: every request has a node of its own, cut into p equal
+// chunks (SplitPolicy::fixed), and the run is timed whole and PAC alone.
+void profile_merge(const Workload& base, const CostModel& cost, int reps, CostTable& table) {
+  Workload w = base;
+  w.name = "profile-merge";
+  w.nodes.clear();
+  w.requests.clear();
+  const int most = kMergeRequests[std::size(kMergeRequests) - 1];
+  for (int i = 0; i < most; ++i) w.nodes.push_back({std::to_string(i), -1, kMergeNodeTokens});
+  for (int i = 0; i < most; ++i) w.requests.push_back(i);
+  const Batch batch = materialize(w);
+  CudaBench bench(batch);
+  PlannerOptions opt = cuda_planner_options(w.heads, w.dtype);
+  opt.split = SplitPolicy::fixed;
+  const std::int32_t pages = std::int32_t((kMergeNodeTokens + w.page_size - 1) / w.page_size);
+  const std::int32_t last = std::int32_t(kMergeNodeTokens - std::int64_t(pages - 1) * w.page_size);
+  std::vector<std::int32_t> indptr, indices, lasts;
+  table.merge_partials.assign(std::begin(kMergePartials), std::end(kMergePartials));
+  for (const int n : kMergeRequests) {
+    // the first n nodes, of one request each
+    const Forest forest = derive_forest(first_requests(batch.tables, n, 1, 1, pages, last, w.page_size,
+                                                       batch.num_pages, indptr, indices, lasts));
+    std::vector<double> line;
+    for (const int p : kMergePartials) {
+      opt.fixed_splits = p;
+      const Plan plan = make_plan(forest, w.heads, w.dtype, cost, opt);
+      const double all = bench.time(plan, reps), pac = bench.time(plan, reps, CudaStages::partial_attention);
+      line.push_back(std::max(0.0, (all - pac) * 1e3));  // a difference of medians: noise may make it negative
+      std::fprintf(stderr, "  merge: rows %6lld  partials %3d  %8.3f us\n",
+                   static_cast<long long>(n) * w.heads.num_qo_heads, p, line.back());
+    }
+    table.merge_rows.push_back(std::int64_t(n) * w.heads.num_qo_heads);
+    table.merge_us.push_back(line);
+  }
+}
 
 }  // namespace
 
@@ -54,27 +116,23 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps) {
   table.kv_len.assign(std::begin(kKvLens), std::end(kKvLens));
   const RooflineCostModel cost(RooflineParams::h200(), h, w.dtype);  // all tasks are equal: any model will do
   const ForestManager::Tables& t = batch.tables;
+  std::vector<std::int32_t> indptr, indices, lasts;
   for (const int r : rows) {
     std::vector<double> line;
     for (const long n : kKvLens) {
       // The first r/G requests of every node, cut to their first n tokens.
-      std::vector<std::int32_t> indptr{0}, indices, last;
       const std::int32_t pages = std::int32_t((n + w.page_size - 1) / w.page_size);
-      for (int i = 0; i < nodes; ++i)
-        for (int j = 0; j < r / G; ++j) {
-          const std::int32_t* p = t.indices.data() + t.indptr[i * max_reqs + j];
-          indices.insert(indices.end(), p, p + pages);
-          indptr.push_back(std::int32_t(indices.size()));
-          last.push_back(std::int32_t(n - std::int64_t(pages - 1) * w.page_size));
-        }
-      const PageTable table_view{indptr, indices, last, w.page_size, batch.num_pages};
-      const Plan plan = make_plan(derive_forest(table_view), h, w.dtype, cost, opt);
+      const std::int32_t last = std::int32_t(n - std::int64_t(pages - 1) * w.page_size);
+      const PageTable view = first_requests(t, nodes, max_reqs, r / G, pages, last, w.page_size, batch.num_pages,
+                                            indptr, indices, lasts);
+      const Plan plan = make_plan(derive_forest(view), h, w.dtype, cost, opt);
       const double us = bench.time(plan, reps) * 1e3 / kTasksPerBlock;
       std::fprintf(stderr, "  rows %3d  kv_len %6ld  %9.3f us per task\n", r, n, us);
       line.push_back(us);
     }
     table.us.push_back(line);
   }
+  profile_merge(w, cost, reps, table);
   const std::string path = out.empty() ? default_cost_table_path(device.name, h, w.dtype) : out;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   table.save(path);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -379,6 +380,83 @@ TEST(TableFile, ValidateAndConstructorReject) {
   t.us[0][2] = std::numeric_limits<double>::infinity();
   EXPECT_TRUE(throws_with([&] { t.validate(); }, "us[0][2] = inf must be > 0"));
   EXPECT_TRUE(throws_with([] { TableCostModel{CostTable{}}; }, "head_dim = 0"));
+}
+
+// sample_table with a merge grid: rows {32, 256} × partials {2, 8}.
+CostTable merge_table() {
+  CostTable t = sample_table();
+  t.merge_rows = {32, 256};
+  t.merge_partials = {2, 8};
+  t.merge_us = {{1, 4}, {2, 8}};
+  return t;
+}
+
+TEST(Merge, ModelsWithoutAGridDoNotPriceIt) {
+  const TableCostModel table(sample_table());
+  EXPECT_FALSE(table.prices_merge());
+  EXPECT_EQ(table.merge_us(1000, 16), 0);
+  const RooflineCostModel roofline(simple_params(), kQwen, DType::bf16);
+  EXPECT_FALSE(roofline.prices_merge());
+  EXPECT_EQ(roofline.merge_us(1000, 16), 0);
+}
+
+TEST(Merge, BilinearFlatBelowAndLinearBeyond) {
+  const TableCostModel model(merge_table());
+  EXPECT_TRUE(model.prices_merge());
+  EXPECT_DOUBLE_EQ(model.merge_us(32, 2), 1);
+  EXPECT_DOUBLE_EQ(model.merge_us(256, 8), 8);
+  EXPECT_DOUBLE_EQ(model.merge_us(32, 5), 2.5);     // along partials
+  EXPECT_DOUBLE_EQ(model.merge_us(144, 2), 1.5);    // along rows
+  EXPECT_DOUBLE_EQ(model.merge_us(144, 5), 3.75);   // (2.5 + 5) / 2
+  EXPECT_DOUBLE_EQ(model.merge_us(1, 8), 4);        // fewer rows than measured: the first line
+  EXPECT_DOUBLE_EQ(model.merge_us(32, 14), 4 + 3);  // beyond the partials: the last slope, 0.5 per partial
+  EXPECT_DOUBLE_EQ(model.merge_us(480, 2), 3);      // beyond the rows: 1/224 us per row
+  EXPECT_TRUE(throws_with([&] { model.merge_us(0, 4); }, "merge rows 0 must be >= 1"));
+  EXPECT_TRUE(throws_with([&] { model.merge_us(32, 1); }, "merge partials 1 must be >= 2"));
+  EXPECT_NE(model.describe().find("merge: rows 32..256 x partials 2..8"), std::string::npos) << model.describe();
+}
+
+TEST(Merge, NeverCheaperBeyondTheGridWhenTheLastStepFalls) {
+  CostTable t = merge_table();
+  t.merge_us = {{1, 4}, {5, 3}};  // falls along partials at 256 rows, and along rows at 8: noise in a measurement
+  const TableCostModel model(t);
+  EXPECT_DOUBLE_EQ(model.merge_us(256, 20), 3);  // no negative tail slope
+  EXPECT_DOUBLE_EQ(model.merge_us(1000, 8), 3);  // nor in rows
+}
+
+TEST(Merge, SavesLoadsAndValidatesTheGrid) {
+  const CostTable t = merge_table();
+  const std::string path = temp_path("merge_round_trip.json");
+  t.save(path);
+  const CostTable back = CostTable::load(path);
+  std::remove(path.c_str());
+  EXPECT_EQ(back.merge_rows, t.merge_rows);
+  EXPECT_EQ(back.merge_partials, t.merge_partials);
+  EXPECT_EQ(back.merge_us, t.merge_us);
+  const std::string plain = temp_path("no_merge.json");
+  sample_table().save(plain);
+  std::ifstream in(plain);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(plain.c_str());
+  EXPECT_EQ(text.find("merge"), std::string::npos);  // a table without the grid writes none of it
+  EXPECT_TRUE(CostTable::parse(text, "t.json").merge_rows.empty());
+
+  auto fails = [&](auto edit, const std::string& needle) {
+    CostTable bad = merge_table();
+    edit(bad);
+    return throws_with([&] { bad.validate(); }, needle);
+  };
+  EXPECT_TRUE(fails([](CostTable& b) { b.merge_partials = {1, 8}; },
+                    "merge_partials[0] = 1 must be >= 2 (a row with one partial does not merge)"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.merge_rows = {256, 32}; },
+                    "merge_rows[1] = 32 must be > merge_rows[0] = 256 (strictly increasing)"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.merge_us[1] = {2}; }, "merge_us[1] has 1 values, expected 2"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.merge_us.pop_back(); }, "merge_us has 1 rows, expected 2"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.merge_us[0][1] = -0.5; }, "merge_us[0][1] = -0.5 must be >= 0"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.merge_partials.clear(); },
+                    "merge_rows and merge_partials come together, with merge_us (2 and 0 entries)"));
+  EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"merge_rows\": [8], \"us\""),
+                          "cost table t.json: missing field 'merge_partials'"));
 }
 
 // The tables `codec profile` measured and the repository ships: each must load,

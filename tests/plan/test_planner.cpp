@@ -263,6 +263,76 @@ TEST(Planner, AdaptiveSearchComesCloseToExhaustiveSearch) {
   }
 }
 
+// The roofline's PAC prices with a merge that costs `per_partial` µs for each
+// partial of the row that has the most, whatever the rows.
+class MergePriced final : public CostModel {
+ public:
+  MergePriced(const HeadConfig& heads, double per_partial) : pac_(roofline(heads)), per_partial_(per_partial) {}
+  double cost_us(int rows, long kv_len) const override { return pac_.cost_us(rows, kv_len); }
+  bool prices_merge() const override { return true; }
+  double merge_us(std::int64_t rows, int partials) const override {
+    EXPECT_GE(rows, 1);
+    EXPECT_GE(partials, 2);
+    return per_partial_ * partials;
+  }
+  std::string describe() const override { return "roofline with a merge price"; }
+
+ private:
+  RooflineCostModel pac_;
+  double per_partial_;
+};
+
+// The most partials any request's rows merge, and how many requests merge at all.
+std::pair<int, int> merges(const Plan& plan) {
+  const PlanView v = plan.view();
+  int most = 0, merged = 0;
+  for (int r = 0; r < v.num_requests; ++r) {
+    const int n = v.partial_indptr[r + 1] - v.partial_indptr[r];
+    most = std::max(most, n);
+    merged += n > 1;
+  }
+  return {most, merged};
+}
+
+// depth:2 (a 1,024-token root, two 1,024-token leaves) on 264 blocks: priced
+// for PAC alone the search cuts the nodes finely to fill the blocks; with a
+// merge that grows with the partials it cuts them less, and its objective,
+// makespan plus merge, is no worse than the PAC-only plan's under that price.
+TEST(Planner, AMergePriceStopsSplittingSmallTrees) {
+  const Workload w = builtin_workload("depth:2");
+  const Forest forest = derive_forest(workload_page_tables(w).view());
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  const Plan pac_only = make_plan(forest, w.heads, w.dtype, roofline(w.heads), opt);
+  const MergePriced priced(w.heads, 0.5);
+  const Plan aware = make_plan(forest, w.heads, w.dtype, priced, opt);
+  const auto [most_pac, merged_pac] = merges(pac_only);
+  const auto [most_aware, merged_aware] = merges(aware);
+  EXPECT_EQ(pac_only.stats().merge_us, 0);  // the roofline prices no merge
+  EXPECT_GE(most_pac, 6) << "the PAC-only plan is expected to split finely";
+  EXPECT_LT(most_aware, most_pac);
+  EXPECT_DOUBLE_EQ(aware.stats().merge_us, most_aware > 1 ? 0.5 * most_aware : 0.0);
+  const double pac_only_objective = pac_only.stats().makespan_us + (most_pac > 1 ? 0.5 * most_pac : 0.0);
+  EXPECT_LE(aware.stats().makespan_us + aware.stats().merge_us, pac_only_objective * (1 + 1e-9));
+  EXPECT_GT(aware.stats().makespan_us, pac_only.stats().makespan_us);  // PAC alone got slower: the merge paid
+  EXPECT_EQ(merged_pac, 2);
+  EXPECT_LE(merged_aware, 2);
+}
+
+// A merge that costs nothing leaves every plan as the PAC-only search makes it.
+TEST(Planner, AFreeMergeChangesNoPlan) {
+  for (const char* name : {"depth:2", "shape:4", "batch:16", "fewshot"}) {
+    const Workload w = builtin_workload(name);
+    const Forest forest = derive_forest(workload_page_tables(w).view());
+    PlannerOptions opt;
+    opt.num_blocks = 264;
+    const Plan pac_only = make_plan(forest, w.heads, w.dtype, roofline(w.heads), opt);
+    const Plan free_merge = make_plan(forest, w.heads, w.dtype, MergePriced(w.heads, 0), opt);
+    ASSERT_EQ(pac_only.bytes().size(), free_merge.bytes().size()) << name;
+    EXPECT_EQ(0, std::memcmp(pac_only.bytes().data(), free_merge.bytes().data(), pac_only.bytes().size())) << name;
+  }
+}
+
 TEST(Planner, ExhaustiveSearchRefusesHugeSpaces) {
   const Workload w = builtin_workload("loogle:16");
   const Forest forest = derive_forest(workload_page_tables(w).view());

@@ -3,6 +3,7 @@
 // attention task (rows query rows against kv_len keys of one kv head) on one
 // of the m concurrently running blocks. The planner only compares costs, so
 // what matters is the shape of C, not its absolute accuracy.
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,12 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   virtual double cost_us(int rows, long kv_len) const = 0;
+  // Predicted time of the merge that follows the partial attention, in
+  // microseconds, when `rows` query rows merge up to `partials` partial states
+  // each (partials ≥ 2). Models that do not price it return 0 (prices_merge()
+  // false), and the planner then weighs PAC tasks alone.
+  virtual bool prices_merge() const { return false; }
+  virtual double merge_us(std::int64_t /*rows*/, int /*partials*/) const { return 0; }
   virtual std::string describe() const = 0;
 };
 
@@ -61,6 +68,11 @@ class RooflineCostModel final : public CostModel {
 //   {"device": "...", "head_dim": 128, "dtype": "bf16",
 //    "rows": [1, 4, ...], "kv_len": [16, 64, ...], "us": [[...], ...]}
 // with us[i][j] the time of a task of rows[i] rows and kv_len[j] keys.
+// Optionally the merge's time (what it adds to the partial attention's), over
+// a grid of (rows that merge, partials per row):
+//    "merge_rows": [32, ...], "merge_partials": [2, 4, ...], "merge_us": [[...], ...]
+// bilinear between grid points, flat below the grid, linear with a
+// non-negative slope beyond it.
 struct CostTable {
   std::string device;
   int head_dim = 0;
@@ -68,6 +80,9 @@ struct CostTable {
   std::vector<int> rows;       // strictly increasing, ≥ 1
   std::vector<long> kv_len;    // strictly increasing, ≥ 1
   std::vector<std::vector<double>> us;  // [rows.size()][kv_len.size()], > 0
+  std::vector<std::int64_t> merge_rows;       // strictly increasing, ≥ 1; empty: the merge is not priced
+  std::vector<int> merge_partials;            // strictly increasing, ≥ 2
+  std::vector<std::vector<double>> merge_us;  // [merge_rows.size()][merge_partials.size()], ≥ 0
 
   void validate() const;
   static CostTable load(const std::string& path);  // throws naming the file and field
@@ -79,6 +94,8 @@ class TableCostModel final : public CostModel {
  public:
   explicit TableCostModel(CostTable table);
   double cost_us(int rows, long kv_len) const override;
+  bool prices_merge() const override { return !table_.merge_rows.empty(); }
+  double merge_us(std::int64_t rows, int partials) const override;
   std::string describe() const override;
   const CostTable& table() const { return table_; }
 

@@ -106,6 +106,7 @@ struct PlanStats {
   int num_slots = 0;
   int merged_requests = 0;  // requests whose rows merge more than one partial
   double makespan_us = 0;     // slowest block's predicted time
+  double merge_us = 0;        // the merge's predicted time after it (0: the cost model prices none)
   double lower_bound_us = 0;  // no plan under this cost model can be faster
   double cost_l_us = 0;       // the paper's mean-load bound, which sets the split caps
   double plan_ms = 0;         // host time of make_plan
