@@ -42,6 +42,7 @@ sdpa@ri's (or, where that did not run, fi_decode's) on the steps whose token
 history both runs share (bench/e2e_check.py; relative L2, largest difference).
 
   python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
+                               [--rounds 3]
 
 Workloads (NAME:N, WORKLOADS below): loogle, sysprompt, samples, distinct.
 """
@@ -249,7 +250,8 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     row = {"tpot_ms": tpot, "tpot_p90_ms": float(np.percentile(intervals, 90)) * 1e3, "wall_s": wall,
            "tokens": sum(len(o.generated_tokens) for o in out.values()),
            "tokens_per_s": sum(len(o.generated_tokens) for o in out.values()) / wall,
-           "decode_tokens_per_s": len(out) / (tpot / 1e3), "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0,
+           "decode_tokens_per_s": len(out) / (tpot / 1e3),
+           "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0,
            "block_tables": block_tables, "cuda_graph": cuda_graph}
     if attention is not None and attention.plan_ms:
         row["plan_ms_mean"] = float(np.mean(attention.plan_ms))  # FlashInfer's first plans include its JIT builds
@@ -270,7 +272,25 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     return row, trace
 
 
-def main():
+ROUND_KEYS = ("tpot_ms", "decode_step_ms_median", "attention_gpu_ms_median")  # listed per round as well
+
+
+def combine_rounds(runs):
+    """One backend's rows of several rounds as one: each number that every
+    round has, its median; the first round's other fields; and the main
+    timings of every round (`<key>_rounds`), whose spread is the noise."""
+    row = dict(runs[0])
+    for k, v in runs[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and all(k in r for r in runs):
+            row[k] = float(np.median([r[k] for r in runs]))
+    for k in ROUND_KEYS:
+        if all(k in r for r in runs):
+            row[f"{k}_rounds"] = [r[k] for r in runs]
+    row["rounds"] = len(runs)
+    return row
+
+
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--workload", default="loogle:4", help="NAME:N, NAME one of " + ", ".join(WORKLOADS))
@@ -279,14 +299,18 @@ def main():
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--cuda-graph", action="store_true", help="the engine's CUDA-graph mode (use_cuda_graph=True)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the backend list this many times, in turn, and report each number's median over the "
+                        "rounds (the engine's TPOT moves by several ms from one run to the next)")
     p.add_argument("--no-prefix-warmup", action="store_true",
                    help="submit every request at once without prefilling the shared prefixes first (each request "
                         "then prefills its whole prompt, and fewer decode together)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     from transformers import Qwen3Config, Qwen3ForCausalLM
     cfg = Qwen3Config(**{**QWEN3_4B, "num_hidden_layers": a.layers})
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU engine: tests
+    with torch.device(device):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
     attention = {"codec": TimedPlans(), "noop": NoDecodeAttention(), "fi_decode": FlashInferDecode(),
                  "fi_cascade": FlashInferCascade()}
@@ -298,24 +322,36 @@ def main():
     log(f"{a.workload}: {len(inputs)} requests, {sum(map(len, inputs))} prompt tokens, {len(prefixes)} shared "
         f"prefixes prefilled first, {a.layers} layers")
     rows, traces = {}, {}
-    if a.cuda_graph and any(not b.endswith("@ri") for b in a.backends.split(",")):
+    backends = a.backends.split(",")
+    if a.rounds < 1 or len(set(backends)) < len(backends):
+        raise SystemExit(f"--rounds {a.rounds} must be >= 1, and --backends {a.backends} name each backend once")
+    if a.cuda_graph and any(not b.endswith("@ri") for b in backends):
         raise SystemExit("--cuda-graph takes @ri backends only: the engine's graph mode pads the block tables")
-    for b in a.backends.split(","):
+    for b in backends:
         kind, _, path = b.partition("@")
         if kind not in names or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
             raise SystemExit(f"unknown backend {b!r}: codec, noop, fi_decode, fi_cascade (each also @ri), sdpa@ri")
-        log(f"== {b}")
-        try:
-            rows[b], traces[b] = run(model, names[kind], attention.get(kind), inputs, prefixes, a.new_tokens,
-                                     a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph)
-        except RuntimeError as e:  # in graph mode: what stops a backend there, recorded
-            if not a.cuda_graph:
-                raise
-            rows[b] = {"error": f"{type(e).__name__}: {e}"[:2000], "cuda_graph": True}
-        log(rows[b])
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}_{b.replace('@', '_')}.json"), "w") as f:
-            json.dump(rows[b], f, indent=2)
+    runs = {b: [] for b in backends}
+    for rnd in range(a.rounds):
+        for b in backends:
+            kind, _, path = b.partition("@")
+            log(f"== {b}, round {rnd + 1} of {a.rounds}")
+            try:
+                row, trace = run(model, names[kind], attention.get(kind), inputs, prefixes, a.new_tokens,
+                                 a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph)
+                runs[b].append(row)
+                traces.setdefault(b, trace)  # the first round's tokens and logprobs
+            except RuntimeError as e:  # in graph mode: what stops a backend there, recorded
+                if not a.cuda_graph:
+                    raise
+                rows[b] = {"error": f"{type(e).__name__}: {e}"[:2000], "cuda_graph": True}
+            if runs[b]:
+                rows[b] = combine_rounds(runs[b])
+            log(rows[b])
+            os.makedirs(a.out, exist_ok=True)
+            with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}_{b.replace('@', '_')}.json"),
+                      "w") as f:
+                json.dump(rows[b], f, indent=2)
     # the engine's own sdpa is the reference; where it did not run (slow at many requests), FlashInfer's decode
     reference = next((b for b in ("sdpa@ri", "fi_decode", "fi_decode@ri") if b in traces), None)
     for b in traces:
@@ -331,7 +367,8 @@ def main():
             rows[b]["decode_step_minus_floor_ms"] = rows[b]["decode_step_ms_median"] - floor["decode_step_ms_median"]
     result = {"workload": a.workload, "requests": len(inputs), "shared_prefixes_prefilled_first": len(prefixes),
               "layers": a.layers, "block_size": a.block_size,
-              "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "device": torch.cuda.get_device_name(),
+              "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds,
+              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "rows": rows}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}.json"), "w") as f:

@@ -48,3 +48,37 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     assert 4 <= row["decode_only_steps"] <= row["decode_steps_planned"]
     assert row["decode_step_ms_median"] > 0 and row["plan_ms_median"] > 0
     assert "attention_gpu_ms_median" not in row  # no GPU: no GPU time
+
+
+def test_rounds_combine_to_medians_and_keep_their_spread():
+    runs = [{"tpot_ms": 50.0, "decode_step_ms_median": 48.0, "tokens": 64, "block_tables": True, "plan_ms_mean": 0.7},
+            {"tpot_ms": 62.0, "decode_step_ms_median": 60.0, "tokens": 64, "block_tables": True},
+            {"tpot_ms": 53.0, "decode_step_ms_median": 51.0, "tokens": 64, "block_tables": True}]
+    row = e2e_decode.combine_rounds(runs)
+    assert row["tpot_ms"] == 53.0 and row["decode_step_ms_median"] == 51.0 and row["tokens"] == 64
+    assert row["tpot_ms_rounds"] == [50.0, 62.0, 53.0] and row["rounds"] == 3
+    assert row["block_tables"] is True  # not a number to take the median of
+    assert row["plan_ms_mean"] == 0.7  # in one round only: that round's
+    assert "attention_gpu_ms_median_rounds" not in row
+
+
+def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_path):
+    """The whole benchmark on the CPU engine: a narrow 2-layer model of the
+    vocabulary the prompts need, two backends, two rounds."""
+    if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
+        pytest.skip("this transformers has no continuous batching")
+    import json
+    import transformers.generation.continuous_batching.cache as cb_cache
+    monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    monkeypatch.setattr(e2e_decode, "QWEN3_4B", {**e2e_decode.QWEN3_4B, "hidden_size": 64, "intermediate_size": 128,
+                                                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64})
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:3", "--backends", "codec,noop", "--layers", "2",
+                     "--new-tokens", "4", "--rounds", "2"])
+    result = json.loads((tmp_path / "e2e_sysprompt_3.json").read_text())
+    assert result["requests"] == 3 and result["rounds"] == 2 and result["shared_prefixes_prefilled_first"] == 1
+    for b in ("codec", "noop"):
+        row = result["rows"][b]
+        assert len(row["tpot_ms_rounds"]) == 2 and row["decode_requests_per_step_max"] == 3, row
+    assert "decode_step_minus_floor_ms" in result["rows"]["codec"]
+    with pytest.raises(SystemExit, match="name each backend once"):
+        e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,codec"])
