@@ -131,7 +131,8 @@ class BatchPrefixDecodeWrapper:
 
     @property
     def plan_stats(self) -> dict:
-        """The current plan's statistics (tasks, blocks, makespan over its lower bound, planning time)."""
+        """The current plan's statistics: tasks, blocks, makespan and its lower bound, the merge's predicted
+        time (0 where the cost model prices none), planning time."""
         _require(self._planned, "no plan yet: call plan() first")
         return self._plan.stats
 

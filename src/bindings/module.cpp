@@ -307,6 +307,7 @@ nb::dict stats_of(const Plan& p) {
   d["merged_requests"] = s.merged_requests;
   d["makespan_us"] = s.makespan_us;
   d["lower_bound_us"] = s.lower_bound_us;
+  d["merge_us"] = s.merge_us;
   d["plan_ms"] = s.plan_ms;
   d["kv_tokens_read"] = s.kv_tokens_read;
   d["unique_kv_tokens"] = s.unique_kv_tokens;

@@ -112,8 +112,8 @@ void validate_table(const CostTable& t, const std::string& where) {
   const bool merge = !t.merge_rows.empty() || !t.merge_partials.empty() || !t.merge_us.empty();
   if (!merge) return;
   CODEC_CHECK(!t.merge_rows.empty() && !t.merge_partials.empty(), where,
-              ": merge_rows and merge_partials come together, with merge_us (", t.merge_rows.size(), " and ",
-              t.merge_partials.size(), " entries)");
+              ": merge_rows, merge_partials and merge_us come together (", t.merge_rows.size(), ", ",
+              t.merge_partials.size(), " and ", t.merge_us.size(), " entries)");
   for (std::size_t i = 0; i < t.merge_rows.size(); ++i) {
     CODEC_CHECK(t.merge_rows[i] >= 1, where, ": merge_rows[", i, "] = ", t.merge_rows[i], " must be >= 1");
     CODEC_CHECK(i == 0 || t.merge_rows[i] > t.merge_rows[i - 1], where, ": merge_rows[", i, "] = ",

@@ -656,14 +656,17 @@ class Planning {
     }
     return requests ? cost_.merge_us(requests * G_ * kv_heads_, most) : 0;
   }
-  // What the search minimises: the makespan and the merge it causes (a time
-  // ≥ limit when that is no less).
+  // What the search minimises: the makespan and the merge it causes
+  // (infinity when that is no less than limit, so that an abandoned LPT
+  // cannot pass for a better plan by a rounding).
   double objective(const std::vector<int>& s, double limit = INFINITY) const {
     const double merge = merge_of(s);
-    return merge + makespan_of(s, limit - merge);
+    if (merge >= limit) return INFINITY;
+    const double pac = makespan_of(s, limit - merge);
+    return pac >= limit - merge ? INFINITY : merge + pac;
   }
 
-  // Every split vector within the caps that fits, the least makespan kept.
+  // Every split vector within the caps that fits, the least objective kept.
   void search_exhaustively(const std::vector<int>& cap) {
     double vectors = 1;
     for (const int c : cap) vectors *= c;

@@ -55,8 +55,11 @@ struct CudaBench::Impl {
     return PagedKV::nhd(k.ptr, v.ptr, batch.dtype, batch.num_pages, batch.page_size, batch.heads.num_kv_heads,
                         batch.heads.head_dim);
   }
-  AttentionIO io() const {
-    const int B = batch.num_requests(), Hq = batch.heads.num_qo_heads, D = batch.heads.head_dim;
+  // The first B requests' rows (a plan over a subset of the batch's requests runs on those).
+  AttentionIO io(int B) const {
+    CODEC_CHECK(B >= 0 && B <= batch.num_requests(), "CudaBench: a plan of ", B, " requests over a batch of ",
+                batch.num_requests());
+    const int Hq = batch.heads.num_qo_heads, D = batch.heads.head_dim;
     return {QueryRows::contiguous(q.ptr, batch.dtype, B, Hq, D), OutputRows::contiguous(out.ptr, batch.dtype, B, Hq, D),
             LseRows::contiguous(static_cast<float*>(lse.ptr), B, Hq)};
   }
@@ -74,7 +77,7 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   DeviceBuffer workspace(cuda_workspace_bytes(plan));
   const std::span<std::byte> ws(workspace.bytes(), cuda_workspace_bytes(plan));
   cuda_upload_plan(plan, ws, s.stream);
-  const AttentionIO io = s.io();
+  const AttentionIO io = s.io(s.batch.num_requests());
   const std::size_t rows = std::size_t(s.batch.num_requests()) * s.batch.heads.num_qo_heads;
   const std::size_t out_elems = rows * s.batch.heads.head_dim;
 
@@ -120,7 +123,7 @@ double CudaBench::time(const Plan& plan, int reps, CudaStages stages) {
 
 double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps, CudaStages stages) {
   Impl& s = *impl_;
-  const AttentionIO io = s.io();
+  const AttentionIO io = s.io(plan.num_requests());
   // One CUDA graph of run_cuda (as a serving engine would replay it).
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;

@@ -454,7 +454,7 @@ TEST(Merge, SavesLoadsAndValidatesTheGrid) {
   EXPECT_TRUE(fails([](CostTable& b) { b.merge_us.pop_back(); }, "merge_us has 1 rows, expected 2"));
   EXPECT_TRUE(fails([](CostTable& b) { b.merge_us[0][1] = -0.5; }, "merge_us[0][1] = -0.5 must be >= 0"));
   EXPECT_TRUE(fails([](CostTable& b) { b.merge_partials.clear(); },
-                    "merge_rows and merge_partials come together, with merge_us (2 and 0 entries)"));
+                    "merge_rows, merge_partials and merge_us come together (2, 0 and 2 entries)"));
   EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"merge_rows\": [8], \"us\""),
                           "cost table t.json: missing field 'merge_partials'"));
 }

@@ -273,9 +273,11 @@ class MergePriced final : public CostModel {
   double merge_us(std::int64_t rows, int partials) const override {
     EXPECT_GE(rows, 1);
     EXPECT_GE(partials, 2);
+    last_rows = rows;
     return per_partial_ * partials;
   }
   std::string describe() const override { return "roofline with a merge price"; }
+  mutable std::int64_t last_rows = 0;  // the rows of the last call: the chosen plan's, after make_plan's stats
 
  private:
   RooflineCostModel pac_;
@@ -317,6 +319,30 @@ TEST(Planner, AMergePriceStopsSplittingSmallTrees) {
   EXPECT_GT(aware.stats().makespan_us, pac_only.stats().makespan_us);  // PAC alone got slower: the merge paid
   EXPECT_EQ(merged_pac, 2);
   EXPECT_LE(merged_aware, 2);
+  EXPECT_EQ(priced.last_rows, std::int64_t(merged_aware) * w.heads.num_qo_heads);  // the rows that merge
+
+  // The same through a measured table's merge grid, and under the exhaustive search.
+  CostTable table;
+  table.device = "test";
+  table.head_dim = w.heads.head_dim;
+  table.rows = {1, 64};
+  table.kv_len = {16, 4096};
+  for (const int r : table.rows)
+    table.us.push_back({roofline(w.heads).cost_us(r, 16), roofline(w.heads).cost_us(r, 4096)});
+  const Plan table_pac = make_plan(forest, w.heads, w.dtype, TableCostModel(table), opt);
+  table.merge_rows = {1, 1 << 20};
+  table.merge_partials = {2, 32};
+  table.merge_us = {{1, 16}, {1, 16}};  // 0.5 us a partial
+  const TableCostModel priced_table(table);
+  const Plan table_aware = make_plan(forest, w.heads, w.dtype, priced_table, opt);
+  EXPECT_LT(merges(table_aware).first, merges(table_pac).first);
+  EXPECT_DOUBLE_EQ(table_aware.stats().merge_us, priced_table.merge_us(2 * w.heads.num_qo_heads,
+                                                                       merges(table_aware).first));
+  opt.split = SplitPolicy::exhaustive;
+  const Plan best = make_plan(forest, w.heads, w.dtype, priced, opt);
+  EXPECT_LE(best.stats().makespan_us + best.stats().merge_us,
+            (aware.stats().makespan_us + aware.stats().merge_us) * (1 + 1e-9));
+  EXPECT_LT(merges(best).first, most_pac);
 }
 
 // A merge that costs nothing leaves every plan as the PAC-only search makes it.

@@ -73,6 +73,7 @@ def test_sm_scale_and_replanning():
     out, lse = w.run(c.q, cache_of(c, "float32", "NHD", "tuple"), return_lse=True)
     check(out, lse, c, "float32")
     assert w.plan_stats["num_requests"] == 11
+    assert w.plan_stats["merge_us"] == 0  # the CPU engine's roofline prices no merge
 
 
 def test_plan_block_table_equals_plan():

@@ -19,7 +19,8 @@ class CostModel {
   virtual double cost_us(int rows, long kv_len) const = 0;
   // Predicted time of the merge that follows the partial attention, in
   // microseconds, when `rows` query rows merge up to `partials` partial states
-  // each (partials ≥ 2). Models that do not price it return 0 (prices_merge()
+  // each (partials ≥ 2); the rows with one partial, which the merge skips,
+  // are not counted. Models that do not price it return 0 (prices_merge()
   // false), and the planner then weighs PAC tasks alone.
   virtual bool prices_merge() const { return false; }
   virtual double merge_us(std::int64_t /*rows*/, int /*partials*/) const { return 0; }
