@@ -83,6 +83,21 @@ def tiny_qwen3(device, dtype):
     return transformers.Qwen3ForCausalLM(cfg).to(device=device, dtype=dtype).eval()
 
 
+def engine_setup(device, monkeypatch):
+    """torch, the backend's module and a tiny Qwen3 on `device` (fp32 on the
+    CPU, bf16 on the GPU), or a skip where one of them is missing."""
+    torch = pytest.importorskip("torch")
+    ctf = load_backend()
+    import codec
+    if device == "cuda" and not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device")
+    model = tiny_qwen3(device, torch.float32 if device == "cpu" else torch.bfloat16)
+    if device == "cpu":  # the engine sizes its cache from GPU memory; give the CPU a budget
+        import transformers.generation.continuous_batching.cache as cb_cache
+        monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    return torch, ctf, model
+
+
 def generate(model, impl, inputs, device, block_tables=None, shared_prefixes=None):
     """The engine's generate_batch, or with block_tables True/False codec's (which raises on errors)."""
     from transformers import GenerationConfig
@@ -130,16 +145,7 @@ def assert_same_generations(got, ref, device):
 @pytest.mark.parametrize("block_tables", [False, True], ids=["read-index", "block-table"])
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tables, monkeypatch):
-    torch = pytest.importorskip("torch")
-    ctf = load_backend()
-    import codec
-    if device == "cuda" and not (torch.cuda.is_available() and codec.cuda_available()):
-        pytest.skip("no CUDA device")
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    model = tiny_qwen3(device, dtype)
-    if device == "cpu":  # the engine sizes its cache from GPU memory; give the CPU a budget
-        import transformers.generation.continuous_batching.cache as cb_cache
-        monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    torch, ctf, model = engine_setup(device, monkeypatch)
     paths = []
 
     class Recording(ctf.PagedAttention):  # which decode path each decode step took
@@ -161,15 +167,7 @@ def test_shared_prefixes_prefill_once(device, monkeypatch):
     requests that share it prefill only their own tokens, on the prefill
     path's causal attention past a cache (rows aligned to the keys' end),
     and generate what paged|sdpa generates without it."""
-    torch = pytest.importorskip("torch")
-    ctf = load_backend()
-    import codec
-    if device == "cuda" and not (torch.cuda.is_available() and codec.cuda_available()):
-        pytest.skip("no CUDA device")
-    model = tiny_qwen3(device, torch.float32 if device == "cpu" else torch.bfloat16)
-    if device == "cpu":
-        import transformers.generation.continuous_batching.cache as cb_cache
-        monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    torch, ctf, model = engine_setup(device, monkeypatch)
     chunks, causal = [], ctf._causal_attention
 
     def recording(q, keys, values, scale):  # (query rows, keys) of every prefill chunk
@@ -194,17 +192,9 @@ def test_requests_past_the_block_tables_decode_on_the_slot_list(device, monkeypa
     """Block tables sized for 64 tokens (enable_block_tables(manager, 20)): a
     request growing past them sends its steps back to the slot-list path,
     with the same tokens as paged|sdpa either way."""
-    torch = pytest.importorskip("torch")
-    ctf = load_backend()
-    import codec
-    if device == "cuda" and not (torch.cuda.is_available() and codec.cuda_available()):
-        pytest.skip("no CUDA device")
+    torch, ctf, model = engine_setup(device, monkeypatch)
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
-    model = tiny_qwen3(device, torch.float32 if device == "cpu" else torch.bfloat16)
-    if device == "cpu":
-        import transformers.generation.continuous_batching.cache as cb_cache
-        monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
     paths = []
 
     class Recording(ctf.PagedAttention):
