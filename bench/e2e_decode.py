@@ -72,14 +72,15 @@ def log(*a):
 WORKLOADS = {  # name: (what N counts, default N)
     "loogle": ("documents of 12k-30k tokens, 8 questions of 20-200 tokens each (8·N requests)", 4),
     "sysprompt": ("requests sharing one 4,096-token system prompt, each with 20-200 tokens of its own", 64),
-    "samples": ("samples of one 8,192-token prompt (parallel sampling)", 64),
+    "samples": ("sequences sampled from one 8,192-token prompt (parallel sampling: num_return_sequences)", 64),
     "distinct": ("distinct 8,192-token prompts (nothing shared: the control)", 64),
 }
 
 
 def prompts(workload, seed=0):
-    """The prompts of NAME:N (WORKLOADS), and the prefixes they share, which
-    the engine prefills first (generate_batch's shared_prefixes); token ids are random."""
+    """The prompts of NAME:N (WORKLOADS), the prefixes they share, which the
+    engine prefills first (generate_batch's shared_prefixes), and the
+    sequences sampled from each prompt; token ids are random."""
     kind, _, n = workload.partition(":")
     if kind not in WORKLOADS:
         raise SystemExit(f"unknown workload {workload!r}: " + ", ".join(f"{k}:N ({v[0]})" for k, v in WORKLOADS.items()))
@@ -89,14 +90,13 @@ def prompts(workload, seed=0):
     own = lambda: tokens(int(rng.integers(20, 201)))  # noqa: E731
     if kind == "loogle":
         docs = [tokens(int(rng.integers(12000, 30001))) for _ in range(n)]
-        return [doc + own() for doc in docs for _ in range(8)], docs
+        return [doc + own() for doc in docs for _ in range(8)], docs, 1
     if kind == "sysprompt":
         system = tokens(4096)
-        return [system + own() for _ in range(n)], [system]
-    if kind == "samples":
-        prompt = tokens(8192)
-        return [prompt] * n, [prompt]
-    return [tokens(8192) for _ in range(n)], []
+        return [system + own() for _ in range(n)], [system], 1
+    if kind == "samples":  # one request, n sequences: the engine forks its blocks after the prefill
+        return [tokens(8192)], [], n
+    return [tokens(8192) for _ in range(n)], [], 1
 
 
 class TimedPlans(codec_tf.PagedAttention):
@@ -225,13 +225,17 @@ class FlashInferCascade(TimedPlans):
         out[self.order] = self.cascade.run(q[self.order], pages)
 
 
-def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph):
+def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph, samples=1):
+    """One backend's generation; greedy, or with samples > 1 that many sampled
+    sequences per prompt (the same seed for every backend)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
-    gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=samples > 1, num_return_sequences=samples,
+                           eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=cuda_graph,
-                                  max_requests_per_batch=len(inputs))
+                                  max_requests_per_batch=len(inputs) * samples)
+    torch.manual_seed(0)
     cuda = model.device.type == "cuda"  # else the CPU engine (tests)
     if cuda:
         torch.cuda.synchronize()
@@ -316,11 +320,11 @@ def main(argv=None):
                  "fi_cascade": FlashInferCascade()}
     names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
     names["sdpa"] = "paged|sdpa"
-    inputs, prefixes = prompts(a.workload)
+    inputs, prefixes, samples = prompts(a.workload)
     if a.no_prefix_warmup:
         prefixes = []
-    log(f"{a.workload}: {len(inputs)} requests, {sum(map(len, inputs))} prompt tokens, {len(prefixes)} shared "
-        f"prefixes prefilled first, {a.layers} layers")
+    log(f"{a.workload}: {len(inputs)} prompts ({sum(map(len, inputs))} tokens) x {samples} sequences, "
+        f"{len(prefixes)} shared prefixes prefilled first, {a.layers} layers")
     rows, traces = {}, {}
     backends = a.backends.split(",")
     if a.rounds < 1 or len(set(backends)) < len(backends):
@@ -338,7 +342,7 @@ def main(argv=None):
             log(f"== {b}, round {rnd + 1} of {a.rounds}")
             try:
                 row, trace = run(model, names[kind], attention.get(kind), inputs, prefixes, a.new_tokens,
-                                 a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph)
+                                 a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph, samples=samples)
                 runs[b].append(row)
                 traces.setdefault(b, trace)  # the first round's tokens and logprobs
             except RuntimeError as e:  # in graph mode: what stops a backend there, recorded
@@ -365,7 +369,8 @@ def main(argv=None):
             rows[b]["attention_share"] = rows[b]["tpot_minus_floor_ms"] / rows[b]["tpot_ms"]
         if "decode_step_ms_median" in floor and "decode_step_ms_median" in rows[b]:
             rows[b]["decode_step_minus_floor_ms"] = rows[b]["decode_step_ms_median"] - floor["decode_step_ms_median"]
-    result = {"workload": a.workload, "requests": len(inputs), "shared_prefixes_prefilled_first": len(prefixes),
+    result = {"workload": a.workload, "requests": len(inputs) * samples, "prompts": len(inputs),
+              "shared_prefixes_prefilled_first": len(prefixes),
               "layers": a.layers, "block_size": a.block_size,
               "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds,
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",

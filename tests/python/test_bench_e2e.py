@@ -15,11 +15,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import e2e_decode  # noqa: E402
 
 
-@pytest.mark.parametrize("workload,requests,prefixes", [("loogle:2", 16, 2), ("sysprompt:5", 5, 1),
-                                                        ("samples:3", 3, 1), ("distinct:4", 4, 0)])
-def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefixes):
-    inputs, shared = e2e_decode.prompts(workload)
-    assert len(inputs) == requests and len(shared) == prefixes
+@pytest.mark.parametrize("workload,requests,prefixes,samples", [("loogle:2", 16, 2, 1), ("sysprompt:5", 5, 1, 1),
+                                                                ("samples:3", 1, 0, 3), ("distinct:4", 4, 0, 1)])
+def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefixes, samples):
+    inputs, shared, n = e2e_decode.prompts(workload)
+    assert len(inputs) == requests and len(shared) == prefixes and n == samples
     for p in shared:  # each prefix heads the requests that share it
         heads = sum(x[:len(p)] == p for x in inputs)
         assert heads == {"loogle": 8}.get(workload.partition(":")[0], requests), workload
@@ -80,5 +80,11 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
         row = result["rows"][b]
         assert len(row["tpot_ms_rounds"]) == 2 and row["decode_requests_per_step_max"] == 3, row
     assert "decode_step_minus_floor_ms" in result["rows"]["codec"]
+    # parallel sampling: one prompt, its sequences forked after the prefill, decoding together
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "samples:3", "--backends", "codec", "--layers", "2",
+                     "--new-tokens", "4"])
+    result = json.loads((tmp_path / "e2e_samples_3.json").read_text())
+    assert result["requests"] == 3 and result["prompts"] == 1
+    assert result["rows"]["codec"]["decode_requests_per_step_max"] == 3 and result["rows"]["codec"]["tokens"] == 12
     with pytest.raises(SystemExit, match="name each backend once"):
         e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,codec"])
