@@ -72,14 +72,20 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
     monkeypatch.setattr(e2e_decode, "QWEN3_4B", {**e2e_decode.QWEN3_4B, "hidden_size": 64, "intermediate_size": 128,
                                                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64})
-    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:3", "--backends", "codec,noop", "--layers", "2",
-                     "--new-tokens", "4", "--rounds", "2"])
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:3", "--backends", "codec,noop,sdpa@ri",
+                     "--layers", "2", "--new-tokens", "4", "--rounds", "2", "--sdpa-new-tokens", "3"])
     result = json.loads((tmp_path / "e2e_sysprompt_3.json").read_text())
     assert result["requests"] == 3 and result["rounds"] == 2 and result["shared_prefixes_prefilled_first"] == 1
     for b in ("codec", "noop"):
         row = result["rows"][b]
         assert len(row["tpot_ms_rounds"]) == 2 and row["decode_requests_per_step_max"] == 3, row
     assert "decode_step_minus_floor_ms" in result["rows"]["codec"]
+    assert result["rows"]["sdpa@ri"]["new_tokens"] == 3 and result["rows"]["codec"]["new_tokens"] == 4
+    # bf16: CoDec's logprobs far closer to the reference's than the negative control's (zeros for attention)
+    check, control = result["rows"]["codec"]["vs_reference"], result["rows"]["noop"]["vs_reference"]
+    assert check["reference"] == "sdpa@ri" and check["steps_compared"] >= 3 * 3
+    assert check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"], (check, control)
+    assert check["logprob_rel_l2"] < 2e-3
     # parallel sampling: one prompt, its sequences forked after the prefill, decoding together
     e2e_decode.main(["--out", str(tmp_path), "--workload", "samples:3", "--backends", "codec", "--layers", "2",
                      "--new-tokens", "4"])
@@ -88,3 +94,5 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     assert result["rows"]["codec"]["decode_requests_per_step_max"] == 3 and result["rows"]["codec"]["tokens"] == 12
     with pytest.raises(SystemExit, match="name each backend once"):
         e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,codec"])
+    with pytest.raises(SystemExit, match="--sdpa-new-tokens 2 0"):
+        e2e_decode.main(["--out", str(tmp_path), "--sdpa-new-tokens", "2"])
