@@ -206,7 +206,7 @@ def make_pat(data):
                                  softmax_scale=meta["sm_scale"], out=out)
         return out.view(q.shape[0], hq, -1)
 
-    run.keep = (tree, table, lens)  # the tree reads these host buffers
+    run.keep = (tree, table)  # the tree reads the table's host buffer
     return run
 
 

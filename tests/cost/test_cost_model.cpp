@@ -244,6 +244,15 @@ TEST(Table, Describe) {
 
 std::string temp_path(const std::string& name) { return ::testing::TempDir() + "codec_" + name; }
 
+// t saved to a temporary file and loaded back.
+CostTable round_trip(const CostTable& t, const char* name) {
+  const std::string path = temp_path(name);
+  t.save(path);
+  const CostTable back = CostTable::load(path);
+  std::remove(path.c_str());
+  return back;
+}
+
 TEST(TableFile, SaveLoadRoundTrip) {
   CostTable t = sample_table();
   t.device = "NVIDIA H200 \"sxm\"";
@@ -252,10 +261,7 @@ TEST(TableFile, SaveLoadRoundTrip) {
   t.us[1][2] = 1.0 / 3.0;  // needs all 17 digits to survive
   t.us[1][1] = 0.25;
   t.us[1][0] = 1e-3;
-  const std::string path = temp_path("round_trip.json");
-  t.save(path);
-  const CostTable back = CostTable::load(path);
-  std::remove(path.c_str());
+  const CostTable back = round_trip(t, "round_trip.json");
   EXPECT_EQ(back.device, t.device);
   EXPECT_EQ(back.head_dim, t.head_dim);
   EXPECT_EQ(back.dtype, t.dtype);
@@ -426,10 +432,7 @@ TEST(Merge, NeverCheaperBeyondTheGridWhenTheLastStepFalls) {
 
 TEST(Merge, SavesLoadsAndValidatesTheGrid) {
   const CostTable t = merge_table();
-  const std::string path = temp_path("merge_round_trip.json");
-  t.save(path);
-  const CostTable back = CostTable::load(path);
-  std::remove(path.c_str());
+  const CostTable back = round_trip(t, "merge_round_trip.json");
   EXPECT_EQ(back.merge_rows, t.merge_rows);
   EXPECT_EQ(back.merge_partials, t.merge_partials);
   EXPECT_EQ(back.merge_us, t.merge_us);

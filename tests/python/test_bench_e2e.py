@@ -15,6 +15,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import e2e_decode  # noqa: E402
 
 
+def cpu_engine(monkeypatch):
+    """Continuous batching on the CPU, with a cache budget (the engine sizes its cache from GPU memory)."""
+    if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
+        pytest.skip("this transformers has no continuous batching")
+    import transformers.generation.continuous_batching.cache as cb_cache
+    monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+
+
 @pytest.mark.parametrize("workload,requests,prefixes,samples", [("loogle:2", 16, 2, 1), ("sysprompt:5", 5, 1, 1),
                                                                 ("samples:3", 1, 0, 3), ("distinct:4", 4, 0, 1)])
 def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefixes, samples):
@@ -28,10 +36,7 @@ def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefix
 
 
 def test_a_run_records_its_decode_steps(monkeypatch):
-    if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
-        pytest.skip("this transformers has no continuous batching")
-    import transformers.generation.continuous_batching.cache as cb_cache
-    monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    cpu_engine(monkeypatch)
     cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                    num_attention_heads=8, num_key_value_heads=2, head_dim=64,
                                    max_position_embeddings=4096)
@@ -65,11 +70,8 @@ def test_rounds_combine_to_medians_and_keep_their_spread():
 def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_path):
     """The whole benchmark on the CPU engine: a narrow 2-layer model of the
     vocabulary the prompts need, two backends, two rounds."""
-    if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
-        pytest.skip("this transformers has no continuous batching")
     import json
-    import transformers.generation.continuous_batching.cache as cb_cache
-    monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    cpu_engine(monkeypatch)
     monkeypatch.setattr(e2e_decode, "QWEN3_4B", {**e2e_decode.QWEN3_4B, "hidden_size": 64, "intermediate_size": 128,
                                                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64})
     e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:3", "--backends", "codec,noop,sdpa@ri",

@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
+from torch.nn.attention.bias import causal_lower_right
 
 from ..decode import BatchPrefixDecodeWrapper
 from .paging import page_starts, page_tables_from_block_table, page_tables_from_slots
@@ -89,7 +90,6 @@ def _causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     request's Lk tokens, over keys and values (Hkv, Lk, D), causally: row i
     sees keys up to Lk - Lq + i (torch's lower-right causal bias, which runs
     the fused kernels without a mask in memory)."""
-    from torch.nn.attention.bias import causal_lower_right
     lq, lk = q.shape[1], keys.shape[1]
     mask = None if lq == lk else causal_lower_right(lq, lk)
     return torch.nn.functional.scaled_dot_product_attention(
