@@ -228,7 +228,29 @@ class FlashInferCascade(TimedPlans):
         out[self.order] = self.cascade.run(q[self.order], pages)
 
 
-def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph, samples=1):
+def admit_first_scheduler():
+    """The name of a scheduler (registered with the engine's own) that admits
+    waiting requests before it schedules decoding ones. The engine's FIFO
+    scheduler charges every scheduled request its whole context against one
+    read budget (the cache's token slots), a shared prefix once per request,
+    and serves decoding requests first: of loogle:8's 64 requests, 36 fill the
+    budget and the other 28 wait until those finish (run 20). Admitting first,
+    every request prefills within the first steps and all decode together;
+    the engine still does the scheduling, the same for every backend."""
+    from transformers.generation.continuous_batching import scheduler
+    from transformers.generation.continuous_batching.requests import RequestStatus
+
+    class AdmitFirst(scheduler.FIFOScheduler):
+        def _process_candidates(self, candidates, *args):
+            decoding_last = sorted(candidates, key=lambda s: s.status == RequestStatus.DECODING)  # a stable sort
+            return super()._process_candidates(decoding_last, *args)
+
+    scheduler.SCHEDULER_MAPPING.setdefault("codec_e2e_admit_first", AdmitFirst)
+    return "codec_e2e_admit_first"
+
+
+def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph, samples=1,
+        scheduler="fifo", cache_blocks=None):
     """One backend's generation; greedy, or with samples > 1 that many sampled
     sequences per prompt (the same seed for every backend)."""
     from transformers import GenerationConfig
@@ -237,7 +259,8 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=samples > 1, num_return_sequences=samples,
                            eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=cuda_graph,
-                                  max_requests_per_batch=len(inputs) * samples)
+                                  max_requests_per_batch=len(inputs) * samples, scheduler_type=scheduler,
+                                  num_blocks=cache_blocks)
     torch.manual_seed(0)
     cuda = model.device.type == "cuda"  # else the CPU engine (tests)
     if cuda:
@@ -312,6 +335,11 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=1,
                    help="run the backend list this many times, in turn, and report each number's median over the "
                         "rounds (the engine's TPOT moves by several ms from one run to the next)")
+    p.add_argument("--scheduler", choices=("admit_first", "fifo"), default="admit_first",
+                   help="the engine's FIFO scheduler, or (default) FIFO that admits waiting requests before it "
+                        "schedules decoding ones, so that all requests decode together (admit_first_scheduler)")
+    p.add_argument("--cache-blocks", type=int, default=None,
+                   help="the engine's cache in blocks (default: as many as free GPU memory holds)")
     p.add_argument("--no-prefix-warmup", action="store_true",
                    help="submit every request at once without prefilling the shared prefixes first (each request "
                         "then prefills its whole prompt, and fewer decode together)")
@@ -326,6 +354,7 @@ def main(argv=None):
                  "fi_cascade": FlashInferCascade()}
     names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
     names["sdpa"] = "paged|sdpa"
+    scheduler = admit_first_scheduler() if a.scheduler == "admit_first" else "fifo"
     inputs, prefixes, samples = prompts(a.workload)
     if a.no_prefix_warmup:
         prefixes = []
@@ -352,7 +381,8 @@ def main(argv=None):
             try:
                 new_tokens = a.sdpa_new_tokens if kind == "sdpa" and a.sdpa_new_tokens else a.new_tokens
                 row, trace = run(model, names[kind], attention.get(kind), inputs, prefixes, new_tokens,
-                                 a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph, samples=samples)
+                                 a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph, samples=samples,
+                                 scheduler=scheduler, cache_blocks=a.cache_blocks)
                 row["new_tokens"] = new_tokens
                 runs[b].append(row)
                 traces.setdefault(b, trace)  # the first round's tokens and logprobs
@@ -382,7 +412,7 @@ def main(argv=None):
             rows[b]["decode_step_minus_floor_ms"] = rows[b]["decode_step_ms_median"] - floor["decode_step_ms_median"]
     result = {"workload": a.workload, "requests": len(inputs) * samples, "prompts": len(inputs),
               "shared_prefixes_prefilled_first": len(prefixes),
-              "layers": a.layers, "block_size": a.block_size,
+              "layers": a.layers, "block_size": a.block_size, "scheduler": a.scheduler,
               "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds,
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "rows": rows}

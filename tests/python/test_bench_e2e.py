@@ -98,3 +98,28 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
         e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,codec"])
     with pytest.raises(SystemExit, match="--sdpa-new-tokens 2 0"):
         e2e_decode.main(["--out", str(tmp_path), "--sdpa-new-tokens", "2"])
+
+
+def test_admitting_first_lets_every_request_decode_together(monkeypatch):
+    """A cache whose read budget (its 256 token slots) holds four of five
+    requests as the scheduler charges them (the 64 cached prefix tokens each
+    finds on admission): FIFO then serves its decoding requests first and
+    keeps the fifth waiting until the first four finish; admitting first
+    brings all five in."""
+    cpu_engine(monkeypatch)
+    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                   max_position_embeddings=4096)
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    doc = list(range(1, 71))
+    inputs = [doc + [100 + i, 200 + i, 300 + i] for i in range(5)]
+    attention = e2e_decode.TimedPlans()
+    name = e2e_decode.codec_tf.register("paged|e2e_sched", attention)
+    most = {}
+    for sched in ("fifo", e2e_decode.admit_first_scheduler()):
+        row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=8, block_size=16,
+                                    block_tables=True, cuda_graph=False, scheduler=sched, cache_blocks=16)
+        assert len(trace) == 5 and all(len(t[0]) == 8 for t in trace.values())
+        most[sched] = row["decode_requests_per_step_max"]
+    assert most == {"fifo": 4, "codec_e2e_admit_first": 5}
