@@ -37,8 +37,10 @@ upload; the step's page tables are read before it), which is on the step's
 critical path. `attention_gpu_ms` (median and mean over the decode steps) is
 the GPU time of a step's decode attention, all layers, from CUDA events around
 each layer's call: unlike TPOT minus the floor it does not drown in the
-engine's host-time noise. Correctness: every backend's logprobs against
-sdpa@ri's (or, where that did not run, fi_decode's) on the steps whose token
+engine's host-time noise. Correctness, two ways: the decode outputs of the
+first decode steps (up to 8 requests a step, every layer) against attention
+in float64 over the engine's own cache (`attention_rel_l2_max`; noop's is
+1), and every backend's logprobs against sdpa@ri's (or, where that did not run, fi_decode's) on the steps whose token
 history both runs share (bench/e2e_check.py: L2 error relative to the
 logprobs and to their spread, largest difference), noop's included as the
 negative control: random weights keep every logprob near −log(vocabulary),
@@ -51,6 +53,8 @@ Workloads (NAME:N, WORKLOADS below): loogle, sysprompt, samples, distinct.
 """
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import sys
@@ -107,27 +111,38 @@ class TimedPlans(codec_tf.PagedAttention):
     CUDA events around every layer's decode call, the GPU time of the step's
     decode attention (the events' span: kernels and any gaps between them)."""
 
+    checked_steps = 3  # decode steps checked against float64 attention (the prefixes' warm-up has one)
+    checked_requests = 8  # of each, at most this many requests, spread over the batch
+
     def __init__(self) -> None:
         super().__init__()
-        self.plan_ms, self.events, self.rows, self.starts = [], [], [], []
+        self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms = [], [], [], [], [], []
 
     def clear(self):
-        for x in (self.plan_ms, self.events, self.rows, self.starts):
+        for x in (self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms):
             x.clear()
 
     def __call__(self, module, *args, **kwargs):
+        self.layer = module.layer_idx
         t = time.perf_counter()
         out = super().__call__(module, *args, **kwargs)
         if module.layer_idx == 0:  # a step starts: when, and whether all its rows decode
             step = self._steps[kwargs["cache"]]
             self.starts.append((t, step.all_decode))
+            self.host_ms.append(0.0)
+        self.host_ms[-1] += (time.perf_counter() - t) * 1e3
         return out
 
     def decode_step_ms(self):
         """The host interval from each decode-only step's first layer to the next step's."""
         return [(b[0] - a[0]) * 1e3 for a, b in zip(self.starts, self.starts[1:]) if a[1]]
 
+    def decode_host_ms(self):
+        """The host time of each decode-only step's attention calls, all layers (the plan included)."""
+        return [h for h, (_, decode_only) in zip(self.host_ms, self.starts) if decode_only]
+
     def plan(self, cache, step, query, scale):
+        self.scale = scale
         t0 = time.perf_counter()
         self.plan_step(cache, step, query, scale)
         self.plan_ms.append((time.perf_counter() - t0) * 1e3)
@@ -139,12 +154,30 @@ class TimedPlans(codec_tf.PagedAttention):
 
     def decode(self, cache, q, pages, out):
         if not q.is_cuda:  # the CPU engine (tests): no GPU time to take
-            return self.attend(cache, q, pages, out)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        self.attend(cache, q, pages, out)
-        end.record()
-        self.events[-1].append((start, end))
+            self.attend(cache, q, pages, out)
+        else:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.attend(cache, q, pages, out)
+            end.record()
+            self.events[-1].append((start, end))
+        if len(self.plan_ms) <= self.checked_steps:
+            self.check(self._steps[cache], q, pages, out, cache.block_size)
+
+    def check(self, step, q, pages, out, block_size):
+        """The relative L2 error of the decode rows' outputs against attention
+        in float64 over the engine's own cache, for a few requests of the step:
+        unlike the logprobs of a random model, it tells a wrong attention."""
+        n = step.indptr.size - 1
+        for r in np.unique(np.linspace(0, n - 1, min(n, self.checked_requests)).astype(np.int64)):
+            ids = torch.from_numpy(step.indices[step.indptr[r]:step.indptr[r + 1]].astype(np.int64)).to(q.device)
+            length = (ids.numel() - 1) * block_size + int(step.last_page_len[r])
+            k, v = (p[ids].flatten(0, 1)[:length].double() for p in pages)  # (L, Hkv, D)
+            group = q.shape[1] // k.shape[1]
+            qr = q[r].double().view(k.shape[1], group, -1)  # (Hkv, group, D)
+            p = torch.softmax(torch.einsum("hgd,lhd->hgl", qr, k) * self.scale, dim=-1)
+            ref = torch.einsum("hgl,lhd->hgd", p, v).reshape(out.shape[1:])
+            self.errors.append(float(torch.linalg.vector_norm(out[r].double() - ref) / torch.linalg.vector_norm(ref)))
 
     def attend(self, cache, q, pages, out):
         super().decode(cache, q, pages, out)
@@ -228,6 +261,49 @@ class FlashInferCascade(TimedPlans):
         out[self.order] = self.cascade.run(q[self.order], pages)
 
 
+class StepProfile:
+    """The host time of each engine step in the phases of its generation loop
+    (transformers' ContinuousBatchProcessor), read by wrapping the methods of
+    the engine's classes for the duration of a run: `schedule` (scheduling
+    and the step's input tensors), `forward` (the model's forward, logits and
+    sampling, as launched from the host), `gpu_wait` (until the GPU has done
+    the step: the engine's update would wait there too) and `update` (outputs
+    to the requests). Nothing the engine does changes."""
+
+    def __init__(self):
+        self.ms = {k: [] for k in ("schedule", "forward", "gpu_wait", "update")}
+
+    def __enter__(self):
+        from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
+        from transformers.generation.continuous_batching.model_runner import ModelRunner
+        self.saved = [(cls, name, getattr(cls, name)) for cls, name in ((ContinuousBatchProcessor, "prepare_next_batch"),
+                                                                        (ModelRunner, "compute_batch"),
+                                                                        (ContinuousBatchProcessor, "update_batch"))]
+        for (cls, name, fn), phase in zip(self.saved, ("schedule", "forward", "update")):
+            setattr(cls, name, self.timed(phase, fn))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, name, fn in self.saved:
+            setattr(cls, name, fn)
+
+    def timed(self, phase, fn):
+        def call(*args, **kwargs):
+            if phase == "update" and torch.cuda.is_available():
+                t = time.perf_counter()
+                torch.cuda.synchronize()
+                self.ms["gpu_wait"].append((time.perf_counter() - t) * 1e3)
+            t = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self.ms[phase].append((time.perf_counter() - t) * 1e3)
+            return out
+        return call
+
+    def medians(self):
+        """Each phase's median over the run's steps (the decode steps are most of them)."""
+        return {k: float(np.median(v)) for k, v in self.ms.items() if v}
+
+
 def admit_first_scheduler():
     """The name of a scheduler (registered with the engine's own) that admits
     waiting requests before it schedules decoding ones. The engine's FIFO
@@ -250,7 +326,7 @@ def admit_first_scheduler():
 
 
 def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph, samples=1,
-        scheduler="fifo", cache_blocks=None):
+        scheduler="fifo", cache_blocks=None, async_batching=False, step_profile=False):
     """One backend's generation; greedy, or with samples > 1 that many sampled
     sequences per prompt (the same seed for every backend)."""
     from transformers import GenerationConfig
@@ -260,7 +336,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
                            eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=cuda_graph,
                                   max_requests_per_batch=len(inputs) * samples, scheduler_type=scheduler,
-                                  num_blocks=cache_blocks)
+                                  num_blocks=cache_blocks, use_async_batching=async_batching)
     torch.manual_seed(0)
     cuda = model.device.type == "cuda"  # else the CPU engine (tests)
     if cuda:
@@ -268,9 +344,14 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         torch.cuda.reset_peak_memory_stats()
     if attention is not None:
         attention.clear()
+    gc.collect()  # the last run's cache and activations gone before this run sizes its own
+    if cuda:
+        torch.cuda.empty_cache()
+    profile = StepProfile() if step_profile else contextlib.nullcontext()
     t0 = time.perf_counter()
-    out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables,
-                                  shared_prefixes=prefixes)
+    with profile:
+        out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables,
+                                      shared_prefixes=prefixes)
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
@@ -282,7 +363,9 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
            "tokens_per_s": sum(len(o.generated_tokens) for o in out.values()) / wall,
            "decode_tokens_per_s": len(out) / (tpot / 1e3),
            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0,
-           "block_tables": block_tables, "cuda_graph": cuda_graph}
+           "block_tables": block_tables, "cuda_graph": cuda_graph, "async_batching": async_batching}
+    if step_profile:
+        row["step_host_ms_median"] = profile.medians()
     if attention is not None and attention.plan_ms:
         row["plan_ms_mean"] = float(np.mean(attention.plan_ms))  # FlashInfer's first plans include its JIT builds
         row["plan_ms_median"] = float(np.median(attention.plan_ms))
@@ -294,6 +377,12 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         if steps:  # the issue's TPOT: decode-only steps alone, prefill chunks and mixed steps left out
             row["decode_step_ms_median"] = float(np.median(steps))
             row["decode_only_steps"] = len(steps)
+        if attention.errors:
+            row["attention_rel_l2_max"] = max(attention.errors)  # the decode rows checked against float64
+            row["attention_rows_checked"] = len(attention.errors)
+        host = attention.decode_host_ms()
+        if host:
+            row["attention_host_ms_median"] = float(np.median(host))  # all layers' calls of a decode-only step
         gpu = attention.attention_ms()
         if gpu:
             row["attention_gpu_ms_median"] = float(np.median(gpu))  # all layers of a step
@@ -338,6 +427,11 @@ def main(argv=None):
     p.add_argument("--scheduler", choices=("admit_first", "fifo"), default="admit_first",
                    help="the engine's FIFO scheduler, or (default) FIFO that admits waiting requests before it "
                         "schedules decoding ones, so that all requests decode together (admit_first_scheduler)")
+    p.add_argument("--async-batching", action="store_true",
+                   help="the engine's asynchronous batching (the next step prepared while the GPU runs this one), "
+                        "which it turns on by itself only with CUDA graphs")
+    p.add_argument("--step-profile", action="store_true",
+                   help="the host time of each step's phases in the engine's loop (StepProfile)")
     p.add_argument("--cache-blocks", type=int, default=None,
                    help="the engine's cache in blocks (default: as many as free GPU memory holds)")
     p.add_argument("--no-prefix-warmup", action="store_true",
@@ -373,23 +467,27 @@ def main(argv=None):
         kind, _, path = b.partition("@")
         if kind not in names or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
             raise SystemExit(f"unknown backend {b!r}: codec, noop, fi_decode, fi_cascade (each also @ri), sdpa@ri")
-    runs = {b: [] for b in backends}
+    runs, failed = {b: [] for b in backends}, set()
     for rnd in range(a.rounds):
         for b in backends:
             kind, _, path = b.partition("@")
             log(f"== {b}, round {rnd + 1} of {a.rounds}")
             try:
                 new_tokens = a.sdpa_new_tokens if kind == "sdpa" and a.sdpa_new_tokens else a.new_tokens
+                # The engine's own attention prefills through one slot list per request: admitted all at once,
+                # loogle:8's 64 ran out of GPU memory (run 21); under FIFO fewer decode per step, which only
+                # flatters its TPOT.
                 row, trace = run(model, names[kind], attention.get(kind), inputs, prefixes, new_tokens,
                                  a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph, samples=samples,
-                                 scheduler=scheduler, cache_blocks=a.cache_blocks)
+                                 scheduler="fifo" if kind == "sdpa" else scheduler, cache_blocks=a.cache_blocks,
+                                 async_batching=a.async_batching, step_profile=a.step_profile)
                 row["new_tokens"] = new_tokens
                 runs[b].append(row)
                 traces.setdefault(b, trace)  # the first round's tokens and logprobs
-            except RuntimeError as e:  # in graph mode: what stops a backend there, recorded
-                if not a.cuda_graph:
-                    raise
-                rows[b] = {"error": f"{type(e).__name__}: {e}"[:2000], "cuda_graph": True}
+            except RuntimeError as e:  # recorded, and the other backends still run; the exit status says so
+                log(f"!! {b} failed: {e}")
+                failed.add(b)
+                rows[b] = {"error": f"{type(e).__name__}: {e}"[:2000], "cuda_graph": a.cuda_graph}
             if runs[b]:
                 rows[b] = combine_rounds(runs[b])
             log(rows[b])
@@ -413,6 +511,7 @@ def main(argv=None):
     result = {"workload": a.workload, "requests": len(inputs) * samples, "prompts": len(inputs),
               "shared_prefixes_prefilled_first": len(prefixes),
               "layers": a.layers, "block_size": a.block_size, "scheduler": a.scheduler,
+              "async_batching": a.async_batching,
               "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds,
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "rows": rows}
@@ -421,7 +520,7 @@ def main(argv=None):
         json.dump(result, f, indent=2)
     nan = float("nan")
     print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'step ms':>8} {'- floor':>8} {'attn ms':>8} "
-          f"{'plan ms':>8} {'tok/s':>7} {'GB':>6} {'logprob err':>12} {'centered':>9} {'steps':>6}")
+          f"{'plan ms':>8} {'tok/s':>7} {'GB':>6} {'attn err':>9} {'logprob err':>12} {'centered':>9} {'steps':>6}")
     for b, r in rows.items():
         if "error" in r:
             print(f"{b:>13} failed: {r['error'][:300]}")
@@ -430,9 +529,11 @@ def main(argv=None):
         print(f"{b:>13} {r['tpot_ms']:9.2f} {r['tpot_p90_ms']:8.2f} {r.get('tpot_minus_floor_ms', nan):8.2f} "
               f"{r.get('decode_step_ms_median', nan):8.2f} {r.get('decode_step_minus_floor_ms', nan):8.2f} "
               f"{r.get('attention_gpu_ms_median', nan):8.3f} {r.get('plan_ms_median', nan):8.3f} "
-              f"{r['tokens_per_s']:7.1f} {r['peak_gpu_gb']:6.1f} "
+              f"{r['tokens_per_s']:7.1f} {r['peak_gpu_gb']:6.1f} {r.get('attention_rel_l2_max', nan):9.2e} "
               f"{check.get('logprob_rel_l2', nan):12.2e} {check.get('logprob_rel_l2_centered', nan):9.2e} "
               f"{check.get('steps_compared', 0):6d}")
+    if failed:
+        raise SystemExit(f"backends failed: {', '.join(sorted(failed))} (their errors are in the results)")
 
 
 if __name__ == "__main__":

@@ -47,8 +47,13 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     attention = e2e_decode.TimedPlans()
     name = e2e_decode.codec_tf.register("paged|e2e_test", attention)
     row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=6, block_size=16,
-                                block_tables=True, cuda_graph=False)
+                                block_tables=True, cuda_graph=False, step_profile=True)
     assert len(trace) == 5 and all(len(t[0]) == 6 for t in trace.values())
+    phases = row["step_host_ms_median"]  # no GPU to wait for on the CPU engine
+    assert set(phases) == {"schedule", "forward", "update"} and all(v > 0 for v in phases.values()), phases
+    assert 0 < row["attention_host_ms_median"] < phases["forward"]
+    from transformers.generation.continuous_batching.model_runner import ModelRunner
+    assert ModelRunner.compute_batch.__qualname__ == "ModelRunner.compute_batch"  # unwrapped after the run
     assert row["decode_requests_per_step_max"] == 5  # prefilled past the shared prefix, they decode together
     assert 4 <= row["decode_only_steps"] <= row["decode_steps_planned"]
     assert row["decode_step_ms_median"] > 0 and row["plan_ms_median"] > 0
@@ -88,6 +93,11 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     assert check["reference"] == "sdpa@ri" and check["steps_compared"] >= 3 * 3
     assert check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"], (check, control)
     assert check["logprob_rel_l2"] < 2e-3
+    # the decode outputs against float64 attention over the engine's cache: bf16 rounding, and zeros' 1
+    assert result["rows"]["codec"]["attention_rel_l2_max"] < 1e-2
+    assert result["rows"]["noop"]["attention_rel_l2_max"] == 1.0
+    # the warm-up's decode step (its one request), then two of the three requests', two layers each
+    assert result["rows"]["codec"]["attention_rows_checked"] == 2 * (1 + 3 + 3)
     # parallel sampling: one prompt, its sequences forked after the prefill, decoding together
     e2e_decode.main(["--out", str(tmp_path), "--workload", "samples:3", "--backends", "codec", "--layers", "2",
                      "--new-tokens", "4"])
