@@ -270,7 +270,8 @@ class StepProfile:
     the step: the engine's update would wait there too) and `update` (outputs
     to the requests). Nothing the engine does changes."""
 
-    def __init__(self):
+    def __init__(self, cuda):
+        self.cuda = cuda  # else the CPU engine: no GPU to wait for
         self.ms = {k: [] for k in ("schedule", "forward", "gpu_wait", "update")}
 
     def __enter__(self):
@@ -289,7 +290,7 @@ class StepProfile:
 
     def timed(self, phase, fn):
         def call(*args, **kwargs):
-            if phase == "update" and torch.cuda.is_available():
+            if phase == "update" and self.cuda:
                 t = time.perf_counter()
                 torch.cuda.synchronize()
                 self.ms["gpu_wait"].append((time.perf_counter() - t) * 1e3)
@@ -347,7 +348,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     gc.collect()  # the last run's cache and activations gone before this run sizes its own
     if cuda:
         torch.cuda.empty_cache()
-    profile = StepProfile() if step_profile else contextlib.nullcontext()
+    profile = StepProfile(cuda) if step_profile else contextlib.nullcontext()
     t0 = time.perf_counter()
     with profile:
         out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables,
