@@ -410,6 +410,38 @@ def combine_rounds(runs):
     return row
 
 
+def summary(a, requests, prompts, prefixes, device, rows, traces):
+    """The workload's result file (e2e_<workload>.json), rewritten after every
+    backend's run so that a run cut short keeps what it measured: the rows
+    with the correctness check against the reference and the floor's
+    differences added; returns it."""
+    rows = {b: dict(r) for b, r in rows.items()}
+    # the engine's own sdpa is the reference; where it did not run (slow at many requests), FlashInfer's decode
+    reference = next((b for b in ("sdpa@ri", "fi_decode", "fi_decode@ri") if b in traces), None)
+    for b in traces:  # noop too: zeros for the decode attention, the negative control of the check
+        if reference and b != reference:
+            rows[b]["vs_reference"] = {"reference": reference,
+                                       **compare_on_shared_history(traces[reference], traces[b])}
+    for b in traces:  # against the floor of the same decode path
+        floor = rows.get("noop@ri" if b.endswith("@ri") else "noop", {})
+        if "tpot_ms" in floor:
+            rows[b]["tpot_minus_floor_ms"] = rows[b]["tpot_ms"] - floor["tpot_ms"]
+            rows[b]["attention_share"] = rows[b]["tpot_minus_floor_ms"] / rows[b]["tpot_ms"]
+        if "decode_step_ms_median" in floor and "decode_step_ms_median" in rows[b]:
+            rows[b]["decode_step_minus_floor_ms"] = rows[b]["decode_step_ms_median"] - floor["decode_step_ms_median"]
+    result = {"workload": a.workload, "requests": requests, "prompts": prompts,
+              "shared_prefixes_prefilled_first": prefixes,
+              "layers": a.layers, "block_size": a.block_size, "scheduler": a.scheduler,
+              "async_batching": a.async_batching,
+              "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds,
+              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+              "rows": rows}
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
@@ -492,33 +524,8 @@ def main(argv=None):
             if runs[b]:
                 rows[b] = combine_rounds(runs[b])
             log(rows[b])
-            os.makedirs(a.out, exist_ok=True)
-            with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}_{b.replace('@', '_')}.json"),
-                      "w") as f:
-                json.dump(rows[b], f, indent=2)
-    # the engine's own sdpa is the reference; where it did not run (slow at many requests), FlashInfer's decode
-    reference = next((b for b in ("sdpa@ri", "fi_decode", "fi_decode@ri") if b in traces), None)
-    for b in traces:  # noop too: zeros for the decode attention, the negative control of the check
-        if reference and b != reference:
-            rows[b]["vs_reference"] = {"reference": reference,
-                                       **compare_on_shared_history(traces[reference], traces[b])}
-    for b in traces:  # against the floor of the same decode path
-        floor = rows.get("noop@ri" if b.endswith("@ri") else "noop", {})
-        if "tpot_ms" in floor:
-            rows[b]["tpot_minus_floor_ms"] = rows[b]["tpot_ms"] - floor["tpot_ms"]
-            rows[b]["attention_share"] = rows[b]["tpot_minus_floor_ms"] / rows[b]["tpot_ms"]
-        if "decode_step_ms_median" in floor and "decode_step_ms_median" in rows[b]:
-            rows[b]["decode_step_minus_floor_ms"] = rows[b]["decode_step_ms_median"] - floor["decode_step_ms_median"]
-    result = {"workload": a.workload, "requests": len(inputs) * samples, "prompts": len(inputs),
-              "shared_prefixes_prefilled_first": len(prefixes),
-              "layers": a.layers, "block_size": a.block_size, "scheduler": a.scheduler,
-              "async_batching": a.async_batching,
-              "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds,
-              "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "rows": rows}
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}.json"), "w") as f:
-        json.dump(result, f, indent=2)
+            result = summary(a, len(inputs) * samples, len(inputs), len(prefixes), device, rows, traces)
+    rows = result["rows"]
     nan = float("nan")
     print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'step ms':>8} {'- floor':>8} {'attn ms':>8} "
           f"{'plan ms':>8} {'tok/s':>7} {'GB':>6} {'attn err':>9} {'logprob err':>12} {'centered':>9} {'steps':>6}")

@@ -3,9 +3,12 @@
 // documents over questions: 1 root of 2,048 tokens, B/16 documents of
 // 1,024–8,192 tokens, and B questions of 30–456 tokens (a prompt plus tokens
 // generated so far), all lengths different; B = 1,024 gives 1,089 nodes.
-// Plans target the H200 (roofline cost model, 264 blocks).
+// Plans target the H200 (264 blocks) under its roofline cost model and, as
+// .../measured, under the table measured on it (data/cost_tables), whose merge
+// grid the search prices as well.
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -57,33 +60,41 @@ codec::PlannerOptions h200_options() {
   return opt;
 }
 
+// The cost model of a benchmark: the roofline, or (measured = true) the H200's table.
+std::unique_ptr<codec::CostModel> cost_model(bool measured) {
+  if (!measured) return std::make_unique<codec::RooflineCostModel>(codec::RooflineParams::h200(), kHeads, codec::DType::bf16);
+  return std::make_unique<codec::TableCostModel>(codec::CostTable::load(CODEC_H200_COST_TABLE));
+}
+
 void BM_DeriveForest(benchmark::State& state) {
   const Tables t = three_level_tree(int(state.range(0)));
   for (auto _ : state) benchmark::DoNotOptimize(codec::derive_forest(t.view()));
   state.counters["pages"] = double(t.indices.size());
 }
 
-void BM_MakePlan(benchmark::State& state) {
+void BM_MakePlan(benchmark::State& state, bool measured) {
   const Tables t = three_level_tree(int(state.range(0)));
   const codec::Forest forest = codec::derive_forest(t.view());
-  const codec::RooflineCostModel cost(codec::RooflineParams::h200(), kHeads, codec::DType::bf16);
+  const std::unique_ptr<codec::CostModel> cost = cost_model(measured);
   codec::PlanStats stats;
-  for (auto _ : state) stats = codec::make_plan(forest, kHeads, codec::DType::bf16, cost, h200_options()).stats();
+  for (auto _ : state) stats = codec::make_plan(forest, kHeads, codec::DType::bf16, *cost, h200_options()).stats();
   state.counters["nodes"] = forest.num_nodes();
   state.counters["tasks"] = stats.num_tasks;
   state.counters["makespan/bound"] = stats.quality();
 }
 
-void BM_DeriveAndPlan(benchmark::State& state) {
+void BM_DeriveAndPlan(benchmark::State& state, bool measured) {
   const Tables t = three_level_tree(int(state.range(0)));
-  const codec::RooflineCostModel cost(codec::RooflineParams::h200(), kHeads, codec::DType::bf16);
+  const std::unique_ptr<codec::CostModel> cost = cost_model(measured);
   for (auto _ : state)
-    benchmark::DoNotOptimize(codec::make_plan(codec::derive_forest(t.view()), kHeads, codec::DType::bf16, cost, h200_options()));
+    benchmark::DoNotOptimize(codec::make_plan(codec::derive_forest(t.view()), kHeads, codec::DType::bf16, *cost, h200_options()));
 }
 
 }  // namespace
 
 BENCHMARK(BM_DeriveForest)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_MakePlan)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DeriveAndPlan)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MakePlan, roofline, false)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MakePlan, measured, true)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DeriveAndPlan, roofline, false)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_DeriveAndPlan, measured, true)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
 BENCHMARK_MAIN();

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """TPOT against batch size, one panel per workload family and a line per
-backend, from bench/e2e_decode.py's result files (e2e_<workload>.json, the
-one per workload, not the per-backend ones); several runs of one workload:
-the latest file given wins. Needs matplotlib.
+backend, from bench/e2e_decode.py's result files (e2e_<workload>.json; the
+per-backend files of runs before 21 are skipped); several runs of one
+workload: the latest file given wins. Needs matplotlib.
 
   python3 scripts/e2e_plot.py OUT.png results/h200/runN/e2e/*.json
 """
@@ -22,7 +22,7 @@ def main():
     for path in sys.argv[2:]:
         result = json.load(open(path))
         if "rows" not in result:
-            continue  # a per-backend file
+            continue  # an older run's per-backend file
         family = result["workload"].partition(":")[0]
         for backend, row in result["rows"].items():
             points[family][(backend, result["requests"])] = row["tpot_ms"]
