@@ -15,6 +15,10 @@ Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
   fi_cascade  FlashInfer's MultiLevelCascadeAttentionWrapper, one level per
               depth of the step's prefix forest (codec.derive_forest), requests
               reordered per layer so that every node's requests are contiguous
+  busy        noop that keeps the GPU busy instead, a spin kernel of
+              --busy-us per layer (a diagnostic: whether the engine's host
+              time depends on the GPU's load, which made noop's steps slower
+              than codec's in run 21)
   sdpa        the engine's own paged|sdpa (slot-list path only)
 All but sdpa compute prefill chunks alike (codec's causal SDPA).
 
@@ -194,6 +198,27 @@ class NoDecodeAttention(TimedPlans):
         pass
 
     def attend(self, cache, q, pages, out):
+        out.zero_()
+
+
+class BusyDecodeAttention(NoDecodeAttention):
+    """noop with the GPU kept busy: a spin kernel (torch.cuda._sleep) of `us`
+    microseconds per layer in place of the decode attention, no memory read."""
+
+    def __init__(self, us) -> None:
+        super().__init__()
+        self.us, self.cycles_per_us = us, None
+
+    def attend(self, cache, q, pages, out):
+        if self.cycles_per_us is None:  # calibrated once: the spin counts clock cycles
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1 << 20)
+            start.record()
+            torch.cuda._sleep(1 << 24)
+            end.record()
+            end.synchronize()
+            self.cycles_per_us = (1 << 24) / (start.elapsed_time(end) * 1e3)
+        torch.cuda._sleep(int(self.us * self.cycles_per_us))
         out.zero_()
 
 
@@ -463,6 +488,9 @@ def main(argv=None):
     p.add_argument("--async-batching", action="store_true",
                    help="the engine's asynchronous batching (the next step prepared while the GPU runs this one), "
                         "which it turns on by itself only with CUDA graphs")
+    p.add_argument("--busy-us", type=float, default=230.0,
+                   help="the busy backend's spin per layer, microseconds (230: CoDec's attention per layer on "
+                        "loogle:8, run 21)")
     p.add_argument("--step-profile", action="store_true",
                    help="the host time of each step's phases in the engine's loop (StepProfile)")
     p.add_argument("--cache-blocks", type=int, default=None,
@@ -478,7 +506,7 @@ def main(argv=None):
     with torch.device(device):
         model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
     attention = {"codec": TimedPlans(), "noop": NoDecodeAttention(), "fi_decode": FlashInferDecode(),
-                 "fi_cascade": FlashInferCascade()}
+                 "fi_cascade": FlashInferCascade(), "busy": BusyDecodeAttention(a.busy_us)}
     names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
     names["sdpa"] = "paged|sdpa"
     scheduler = admit_first_scheduler() if a.scheduler == "admit_first" else "fifo"
@@ -499,7 +527,10 @@ def main(argv=None):
     for b in backends:
         kind, _, path = b.partition("@")
         if kind not in names or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
-            raise SystemExit(f"unknown backend {b!r}: codec, noop, fi_decode, fi_cascade (each also @ri), sdpa@ri")
+            raise SystemExit(f"unknown backend {b!r}: codec, noop, busy, fi_decode, fi_cascade (each also @ri), "
+                             "sdpa@ri")
+        if kind == "busy" and device != "cuda":
+            raise SystemExit("the busy backend keeps a GPU busy: it needs one")
     runs, failed = {b: [] for b in backends}, set()
     for rnd in range(a.rounds):
         for b in backends:

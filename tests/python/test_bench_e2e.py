@@ -106,6 +106,9 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     assert result["rows"]["codec"]["decode_requests_per_step_max"] == 3 and result["rows"]["codec"]["tokens"] == 12
     with pytest.raises(SystemExit, match="name each backend once"):
         e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,codec"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="busy backend keeps a GPU busy"):
+            e2e_decode.main(["--out", str(tmp_path), "--backends", "busy", "--layers", "1"])
     with pytest.raises(SystemExit, match="--sdpa-new-tokens 2 0"):
         e2e_decode.main(["--out", str(tmp_path), "--sdpa-new-tokens", "2"])
 
