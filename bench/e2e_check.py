@@ -10,7 +10,15 @@ Random weights also put every logprob near −log(vocabulary), so an error
 relative to the logprobs themselves stays small even for a wrong attention
 (zeros for the decode attention: 2.1e-3 on a tiny Qwen3 in bf16, against
 1.0e-4 for CoDec). The error relative to the logprobs' spread about their mean
-separates them (0.71 against 0.029): both are reported."""
+separates them (0.71 against 0.029): both are reported.
+
+As a program it compares two runs of bench/e2e_decode.py backend by backend
+(e.g. tensor-parallel against one GPU) and fails past a tolerance:
+  python3 bench/e2e_check.py REF_traces.json GOT_traces.json [--max-rel-l2 2e-2]"""
+
+import argparse
+import json
+import sys
 
 import numpy as np
 
@@ -39,3 +47,31 @@ def compare_on_shared_history(ref, got):
             "logprob_rel_l2": float(err / norm) if a.size and norm > 0 else 0.0,
             "logprob_rel_l2_centered": float(err / spread) if a.size and spread > 0 else 0.0,
             "logprob_max_abs": float(np.max(np.abs(b - a))) if a.size else 0.0}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("ref", help="a run's e2e_<workload>[_tp<N>]_traces.json")
+    p.add_argument("got", help="another run's, of the same workload")
+    p.add_argument("--max-rel-l2", type=float, default=2e-2,
+                   help="the largest logprob error relative to their norm that passes (issue 15's 2e-2)")
+    a = p.parse_args(argv)
+    ref, got = (json.load(open(path)) for path in (a.ref, a.got))
+    common = sorted(ref.keys() & got.keys())
+    if not common:
+        raise SystemExit(f"{a.ref} and {a.got} share no backend ({sorted(ref)} against {sorted(got)})")
+    worst = 0.0
+    for b in common:
+        c = compare_on_shared_history(ref[b], got[b])
+        worst = max(worst, c["logprob_rel_l2"])
+        print(f"{b:>13} steps {c['steps_compared']:6d} (shared history {c['mean_shared_steps']:.1f} per request) "
+              f"logprob rel. L2 {c['logprob_rel_l2']:.2e}, centered {c['logprob_rel_l2_centered']:.2e}, "
+              f"max abs {c['logprob_max_abs']:.2e}")
+    if worst > a.max_rel_l2:
+        print(f"!! logprob rel. L2 {worst:.2e} > {a.max_rel_l2:.2e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -51,7 +51,13 @@ negative control: random weights keep every logprob near −log(vocabulary),
 so only an error well under noop's says the attention is right.
 
   python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
-                               [--rounds 3]
+                               [--rounds 3] [--tp 2]
+
+With --tp N the model is sharded over N ranks by transformers' own tensor
+parallelism (one process per GPU; the engine keeps the ranks in lockstep, and
+each rank's CoDec plans its own kv heads); rank 0 writes e2e_<workload>_tpN
+files, and bench/e2e_check.py compares their tokens and logprobs with a
+single-GPU run's.
 
 Workloads (NAME:N, WORKLOADS below): loogle, sysprompt, samples, distinct.
 """
@@ -146,7 +152,7 @@ class TimedPlans(codec_tf.PagedAttention):
         return [h for h, (_, decode_only) in zip(self.host_ms, self.starts) if decode_only]
 
     def plan(self, cache, step, query, scale):
-        self.scale = scale
+        self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]  # this rank's, under --tp
         t0 = time.perf_counter()
         self.plan_step(cache, step, query, scale)
         self.plan_ms.append((time.perf_counter() - t0) * 1e3)
@@ -397,6 +403,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         row["plan_ms_median"] = float(np.median(attention.plan_ms))
         row["plan_share_of_tpot"] = row["plan_ms_mean"] / tpot
         row["decode_steps_planned"] = len(attention.plan_ms)
+        row["heads"] = attention.heads  # query and kv heads of the process (a rank's slice under --tp)
         row["decode_requests_per_step_median"] = float(np.median(attention.rows))
         row["decode_requests_per_step_max"] = int(np.max(attention.rows))
         steps = attention.decode_step_ms()
@@ -435,11 +442,17 @@ def combine_rounds(runs):
     return row
 
 
-def summary(a, requests, prompts, prefixes, device, rows, traces):
-    """The workload's result file (e2e_<workload>.json), rewritten after every
-    backend's run so that a run cut short keeps what it measured: the rows
-    with the correctness check against the reference and the floor's
-    differences added; returns it."""
+def result_tag(a):
+    """The name of a run's files: e2e_<workload>[_tp<N>].json and ..._traces.json."""
+    return f"e2e_{a.workload.replace(':', '_')}" + (f"_tp{a.tp}" if a.tp > 1 else "")
+
+
+def summary(a, requests, prompts, prefixes, device, rows, traces, write):
+    """The workload's result (with write, into its file, with the tokens and
+    logprobs of every backend's first round beside it: bench/e2e_check.py
+    compares two runs' files), rewritten after every backend's run so that a
+    run cut short keeps what it measured: the rows with the correctness check
+    against the reference and the floor's differences added."""
     rows = {b: dict(r) for b, r in rows.items()}
     # the engine's own sdpa is the reference; where it did not run (slow at many requests), FlashInfer's decode
     reference = next((b for b in ("sdpa@ri", "fi_decode", "fi_decode@ri") if b in traces), None)
@@ -458,12 +471,15 @@ def summary(a, requests, prompts, prefixes, device, rows, traces):
               "shared_prefixes_prefilled_first": prefixes,
               "layers": a.layers, "block_size": a.block_size, "scheduler": a.scheduler,
               "async_batching": a.async_batching,
-              "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds,
+              "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds, "tp": a.tp,
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
               "rows": rows}
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, f"e2e_{a.workload.replace(':', '_')}.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    if write:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, result_tag(a) + ".json"), "w") as f:
+            json.dump(result, f, indent=2)
+        with open(os.path.join(a.out, result_tag(a) + "_traces.json"), "w") as f:
+            json.dump(traces, f)
     return result
 
 
@@ -498,13 +514,93 @@ def main(argv=None):
     p.add_argument("--no-prefix-warmup", action="store_true",
                    help="submit every request at once without prefilling the shared prefixes first (each request "
                         "then prefills its whole prompt, and fewer decode together)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel ranks, one process per GPU (torch.distributed: NCCL on GPUs, gloo on the "
+                        "CPU engine), the model sharded by transformers' own plan (DistributedConfig, which needs "
+                        "accelerate); rank 0 writes the results")
     a = p.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU engine: tests
+    check_args(a, device)
     from transformers import Qwen3Config, Qwen3ForCausalLM
     cfg = Qwen3Config(**{**QWEN3_4B, "num_hidden_layers": a.layers})
     torch.manual_seed(0)
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU engine: tests
-    with torch.device(device):
-        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+    if a.tp == 1:
+        with torch.device(device):
+            model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+        return measure(a, model, device)
+    # The ranks load one checkpoint of the random weights, each its shards, as transformers' TP does.
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory(prefix="codec_e2e_tp_") as model_dir:
+        Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(model_dir)
+        mp.spawn(tp_rank, args=(a, model_dir, free_port(), device, rank_setup), nprocs=a.tp, join=True)
+
+
+BACKENDS = ("codec", "noop", "busy", "fi_decode", "fi_cascade", "sdpa")
+
+
+def check_args(a, device):
+    """Refuses bad arguments, naming them, before any model exists."""
+    backends = a.backends.split(",")
+    if a.new_tokens < 3 or a.sdpa_new_tokens < 0 or 0 < a.sdpa_new_tokens < 3:
+        raise SystemExit(f"--new-tokens {a.new_tokens} must be >= 3 and --sdpa-new-tokens {a.sdpa_new_tokens} 0 "
+                         "(as --new-tokens) or >= 3: TPOT takes the intervals from the second generated token on")
+    if a.rounds < 1 or len(set(backends)) < len(backends):
+        raise SystemExit(f"--rounds {a.rounds} must be >= 1, and --backends {a.backends} name each backend once")
+    if a.cuda_graph and any(not b.endswith("@ri") for b in backends):
+        raise SystemExit("--cuda-graph takes @ri backends only: the engine's graph mode pads the block tables")
+    for b in backends:
+        kind, _, path = b.partition("@")
+        if kind not in BACKENDS or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
+            raise SystemExit(f"unknown backend {b!r}: codec, noop, busy, fi_decode, fi_cascade (each also @ri), "
+                             "sdpa@ri")
+        if kind == "busy" and device != "cuda":
+            raise SystemExit("the busy backend keeps a GPU busy: it needs one")
+    if a.tp < 1 or (device == "cuda" and a.tp > torch.cuda.device_count()):
+        raise SystemExit(f"--tp {a.tp} must be >= 1 and at most the {torch.cuda.device_count()} GPUs here")
+    if a.tp > 1:
+        import importlib.util
+        if importlib.util.find_spec("accelerate") is None:
+            raise SystemExit(f"--tp {a.tp}: transformers' tensor parallelism needs accelerate (not installed)")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_setup():
+    """Run in every rank before its model loads (tests replace it)."""
+
+
+def tp_rank(rank, a, model_dir, port, device, setup):
+    """One tensor-parallel rank: its shard of the model, the same backends and
+    requests as every other rank, in lockstep through the engine's own TP
+    support (its cache holds the rank's kv heads; CoDec plans them)."""
+    import torch.distributed as dist
+    from transformers import Qwen3ForCausalLM
+    from transformers.distributed import DistributedConfig
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(a.tp),
+                      LOCAL_RANK=str(rank))
+    setup()
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=a.tp, device_id=torch.device("cuda", rank))
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=a.tp)
+    try:
+        model = Qwen3ForCausalLM.from_pretrained(model_dir, distributed_config=DistributedConfig(tp_plan="auto"),
+                                                 dtype=torch.bfloat16).eval()
+        measure(a, model, device, write=rank == 0)
+    finally:
+        dist.destroy_process_group()
+
+
+def measure(a, model, device, write=True):
+    """Every backend of a.backends on the workload, a.rounds times in turn;
+    the results (and with write, their files and table)."""
     attention = {"codec": TimedPlans(), "noop": NoDecodeAttention(), "fi_decode": FlashInferDecode(),
                  "fi_cascade": FlashInferCascade(), "busy": BusyDecodeAttention(a.busy_us)}
     names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
@@ -517,20 +613,6 @@ def main(argv=None):
         f"{len(prefixes)} shared prefixes prefilled first, {a.layers} layers")
     rows, traces = {}, {}
     backends = a.backends.split(",")
-    if a.new_tokens < 3 or a.sdpa_new_tokens < 0 or 0 < a.sdpa_new_tokens < 3:
-        raise SystemExit(f"--new-tokens {a.new_tokens} must be >= 3 and --sdpa-new-tokens {a.sdpa_new_tokens} 0 "
-                         "(as --new-tokens) or >= 3: TPOT takes the intervals from the second generated token on")
-    if a.rounds < 1 or len(set(backends)) < len(backends):
-        raise SystemExit(f"--rounds {a.rounds} must be >= 1, and --backends {a.backends} name each backend once")
-    if a.cuda_graph and any(not b.endswith("@ri") for b in backends):
-        raise SystemExit("--cuda-graph takes @ri backends only: the engine's graph mode pads the block tables")
-    for b in backends:
-        kind, _, path = b.partition("@")
-        if kind not in names or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
-            raise SystemExit(f"unknown backend {b!r}: codec, noop, busy, fi_decode, fi_cascade (each also @ri), "
-                             "sdpa@ri")
-        if kind == "busy" and device != "cuda":
-            raise SystemExit("the busy backend keeps a GPU busy: it needs one")
     runs, failed = {b: [] for b in backends}, set()
     for rnd in range(a.rounds):
         for b in backends:
@@ -555,7 +637,11 @@ def main(argv=None):
             if runs[b]:
                 rows[b] = combine_rounds(runs[b])
             log(rows[b])
-            result = summary(a, len(inputs) * samples, len(inputs), len(prefixes), device, rows, traces)
+            result = summary(a, len(inputs) * samples, len(inputs), len(prefixes), device, rows, traces, write)
+    if failed:
+        log(f"!! backends failed: {', '.join(sorted(failed))} (their errors are in the results)")
+    if not write:
+        return
     rows = result["rows"]
     nan = float("nan")
     print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'step ms':>8} {'- floor':>8} {'attn ms':>8} "

@@ -136,3 +136,39 @@ def test_admitting_first_lets_every_request_decode_together(monkeypatch):
         assert len(trace) == 5 and all(len(t[0]) == 8 for t in trace.values())
         most[sched] = row["decode_requests_per_step_max"]
     assert most == {"fifo": 4, "codec_e2e_admit_first": 5}
+
+
+def cpu_cache_budget():
+    """cpu_engine's cache budget, in a spawned tensor-parallel rank (no monkeypatch there)."""
+    import transformers.generation.continuous_batching.cache as cb_cache
+    cb_cache.get_device_and_memory_breakdown = lambda: (torch.device("cpu"), 8 << 30, 0, 0)
+
+
+def test_two_tensor_parallel_ranks_decode_as_one_process(monkeypatch, tmp_path):
+    """--tp 2 on the CPU engine: two gloo ranks, each with half the heads of
+    the checkpoint transformers shards, decode the same tokens with the same
+    logprobs as one process (bf16: to rounding), codec and the floor alike."""
+    pytest.importorskip("accelerate", reason="transformers' tensor parallelism needs accelerate")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine runs --tp on NCCL, one rank per GPU; this is the CPU engine's gloo rehearsal")
+    import json
+    cpu_engine(monkeypatch)
+    monkeypatch.setattr(e2e_decode, "rank_setup", cpu_cache_budget)
+    monkeypatch.setattr(e2e_decode, "QWEN3_4B", {**e2e_decode.QWEN3_4B, "hidden_size": 128, "intermediate_size": 256,
+                                                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                                                 "vocab_size": 151936})
+    args = ["--out", str(tmp_path), "--workload", "sysprompt:3", "--backends", "codec,noop", "--layers", "2",
+            "--new-tokens", "5"]
+    e2e_decode.main(args + ["--tp", "2"])
+    e2e_decode.main(args)
+    tp = json.loads((tmp_path / "e2e_sysprompt_3_tp2.json").read_text())
+    one_row = json.loads((tmp_path / "e2e_sysprompt_3.json").read_text())["rows"]["codec"]
+    assert tp["tp"] == 2 and tp["rows"]["codec"]["decode_requests_per_step_max"] == 3
+    assert tp["rows"]["codec"]["heads"] == [2, 1] and one_row["heads"] == [4, 2]  # rank 0 planned half the heads
+    assert tp["rows"]["codec"]["attention_rel_l2_max"] < 1e-2  # each rank's heads against float64
+    import e2e_check
+    one, two = (str(tmp_path / f"e2e_sysprompt_3{t}_traces.json") for t in ("", "_tp2"))
+    assert e2e_check.main([one, two, "--max-rel-l2", "1e-2"]) == 0
+    traces = [json.loads(open(f).read()) for f in (one, two)]
+    check = e2e_check.compare_on_shared_history(traces[0]["codec"], traces[1]["codec"])
+    assert check["steps_compared"] >= 3 * 3, check  # the histories agree for most steps
