@@ -133,7 +133,6 @@ class TimedPlans(codec_tf.PagedAttention):
             x.clear()
 
     def __call__(self, module, *args, **kwargs):
-        self.layer = module.layer_idx
         t = time.perf_counter()
         out = super().__call__(module, *args, **kwargs)
         if module.layer_idx == 0:  # a step starts: when, and whether all its rows decode
@@ -297,21 +296,26 @@ class StepProfile:
     (transformers' ContinuousBatchProcessor), read by wrapping the methods of
     the engine's classes for the duration of a run: `schedule` (scheduling
     and the step's input tensors), `forward` (the model's forward, logits and
-    sampling, as launched from the host), `gpu_wait` (until the GPU has done
-    the step: the engine's update would wait there too) and `update` (outputs
-    to the requests). Nothing the engine does changes."""
+    sampling, as launched from the host), `gpu_wait` (the engine's own wait
+    for the step's outputs) and `update` (outputs to the requests). Steps are
+    told decode-only from the scheduled requests' query lengths; the medians
+    are over those steps (none where the engine's asynchronous IOs keep their
+    batch elsewhere)."""
 
-    def __init__(self, cuda):
-        self.cuda = cuda  # else the CPU engine: no GPU to wait for
-        self.ms = {k: [] for k in ("schedule", "forward", "gpu_wait", "update")}
+    def __init__(self):
+        self.steps = []  # (decode only, {phase: ms}) per step, in order
 
     def __enter__(self):
         from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
+        from transformers.generation.continuous_batching.input_outputs import (ContinuousBatchingAsyncIOs,
+                                                                             ContinuousBatchingIOs)
         from transformers.generation.continuous_batching.model_runner import ModelRunner
-        self.saved = [(cls, name, getattr(cls, name)) for cls, name in ((ContinuousBatchProcessor, "prepare_next_batch"),
-                                                                        (ModelRunner, "compute_batch"),
-                                                                        (ContinuousBatchProcessor, "update_batch"))]
-        for (cls, name, fn), phase in zip(self.saved, ("schedule", "forward", "update")):
+        targets = ((ContinuousBatchProcessor, "prepare_next_batch", "schedule"), (ModelRunner, "compute_batch", "forward"),
+                   (ContinuousBatchingIOs, "retrieve_device_outputs", "gpu_wait"),
+                   (ContinuousBatchingAsyncIOs, "retrieve_device_outputs", "gpu_wait"),
+                   (ContinuousBatchProcessor, "update_batch", "update"))
+        self.saved = [(cls, name, getattr(cls, name)) for cls, name, _ in targets]
+        for (cls, name, fn), (_, _, phase) in zip(self.saved, targets):
             setattr(cls, name, self.timed(phase, fn))
         return self
 
@@ -320,20 +324,25 @@ class StepProfile:
             setattr(cls, name, fn)
 
     def timed(self, phase, fn):
-        def call(*args, **kwargs):
-            if phase == "update" and self.cuda:
-                t = time.perf_counter()
-                torch.cuda.synchronize()
-                self.ms["gpu_wait"].append((time.perf_counter() - t) * 1e3)
+        def call(obj, *args, **kwargs):
             t = time.perf_counter()
-            out = fn(*args, **kwargs)
-            self.ms[phase].append((time.perf_counter() - t) * 1e3)
+            out = fn(obj, *args, **kwargs)
+            ms = (time.perf_counter() - t) * 1e3
+            if phase == "schedule":  # a step starts if there was a batch to prepare (the idle loop polls here too)
+                if out:
+                    batch = getattr(obj.inputs_and_outputs, "requests_in_batch", None)
+                    self.steps.append((batch is not None and all(r.query_length == 1 for r in batch), {phase: ms}))
+            elif self.steps:
+                self.steps[-1][1][phase] = self.steps[-1][1].get(phase, 0.0) + ms
             return out
         return call
 
     def medians(self):
-        """Each phase's median over the run's steps (the decode steps are most of them)."""
-        return {k: float(np.median(v)) for k, v in self.ms.items() if v}
+        """Each phase's median over the decode-only steps, and their count."""
+        decode = [p for only, p in self.steps if only]
+        phases = {k for p in decode for k in p}
+        return {"decode_only_steps": len(decode), **{k: float(np.median([p[k] for p in decode if k in p]))
+                                                    for k in sorted(phases)}}
 
 
 def admit_first_scheduler():
@@ -344,14 +353,18 @@ def admit_first_scheduler():
     and serves decoding requests first: of loogle:8's 64 requests, 36 fill the
     budget and the other 28 wait until those finish (run 20). Admitting first,
     every request prefills within the first steps and all decode together;
-    the engine still does the scheduling, the same for every backend."""
+    the engine still does the scheduling, the same for every backend. Below
+    the engine's safety margin of free blocks it schedules as FIFO does:
+    admitting more there would leave the decoding requests no blocks to grow
+    into (the engine then fails to offload, measured on the CPU engine)."""
     from transformers.generation.continuous_batching import scheduler
     from transformers.generation.continuous_batching.requests import RequestStatus
 
     class AdmitFirst(scheduler.FIFOScheduler):
         def _process_candidates(self, candidates, *args):
-            decoding_last = sorted(candidates, key=lambda s: s.status == RequestStatus.DECODING)  # a stable sort
-            return super()._process_candidates(decoding_last, *args)
+            if self.cache.get_num_free_blocks() >= self.safety_margin * self.cache.num_blocks:
+                candidates = sorted(candidates, key=lambda s: s.status == RequestStatus.DECODING)  # a stable sort
+            return super()._process_candidates(candidates, *args)
 
     scheduler.SCHEDULER_MAPPING.setdefault("codec_e2e_admit_first", AdmitFirst)
     return "codec_e2e_admit_first"
@@ -368,7 +381,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
                            eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=cuda_graph,
                                   max_requests_per_batch=len(inputs) * samples, scheduler_type=scheduler,
-                                  num_blocks=cache_blocks, use_async_batching=async_batching)
+                                  num_blocks=cache_blocks, use_async_batching=True if async_batching else None)  # None: the engine's choice
     torch.manual_seed(0)
     cuda = model.device.type == "cuda"  # else the CPU engine (tests)
     if cuda:
@@ -379,7 +392,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     gc.collect()  # the last run's cache and activations gone before this run sizes its own
     if cuda:
         torch.cuda.empty_cache()
-    profile = StepProfile(cuda) if step_profile else contextlib.nullcontext()
+    profile = StepProfile() if step_profile else contextlib.nullcontext()
     t0 = time.perf_counter()
     with profile:
         out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables,
@@ -528,11 +541,16 @@ def main(argv=None):
         with torch.device(device):
             model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
         return measure(a, model, device)
-    # The ranks load one checkpoint of the random weights, each its shards, as transformers' TP does.
+    # The ranks load one checkpoint of the random weights, each its shards, as transformers' TP does; the
+    # weights are drawn on the same device as without --tp, so that the two runs hold the same model.
     import tempfile
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory(prefix="codec_e2e_tp_") as model_dir:
-        Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(model_dir)
+        with torch.device(device):
+            Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(model_dir)
+        gc.collect()
+        if device == "cuda":
+            torch.cuda.empty_cache()
         mp.spawn(tp_rank, args=(a, model_dir, free_port(), device, rank_setup), nprocs=a.tp, join=True)
 
 
@@ -613,7 +631,7 @@ def measure(a, model, device, write=True):
         f"{len(prefixes)} shared prefixes prefilled first, {a.layers} layers")
     rows, traces = {}, {}
     backends = a.backends.split(",")
-    runs, failed = {b: [] for b in backends}, set()
+    runs, failed = {b: [] for b in backends}, {}
     for rnd in range(a.rounds):
         for b in backends:
             kind, _, path = b.partition("@")
@@ -632,22 +650,22 @@ def measure(a, model, device, write=True):
                 traces.setdefault(b, trace)  # the first round's tokens and logprobs
             except RuntimeError as e:  # recorded, and the other backends still run; the exit status says so
                 log(f"!! {b} failed: {e}")
-                failed.add(b)
-                rows[b] = {"error": f"{type(e).__name__}: {e}"[:2000], "cuda_graph": a.cuda_graph}
-            if runs[b]:
-                rows[b] = combine_rounds(runs[b])
+                failed[b] = f"round {rnd + 1}: {type(e).__name__}: {e}"[:2000]
+            rows[b] = combine_rounds(runs[b]) if runs[b] else {"cuda_graph": a.cuda_graph}
+            if b in failed:
+                rows[b]["error"] = failed[b]
             log(rows[b])
             result = summary(a, len(inputs) * samples, len(inputs), len(prefixes), device, rows, traces, write)
-    if failed:
-        log(f"!! backends failed: {', '.join(sorted(failed))} (their errors are in the results)")
     if not write:
+        if failed:  # every rank says so: mp.spawn reports the first that exits with an error
+            raise SystemExit(f"backends failed: {', '.join(sorted(failed))}")
         return
     rows = result["rows"]
     nan = float("nan")
     print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'step ms':>8} {'- floor':>8} {'attn ms':>8} "
           f"{'plan ms':>8} {'tok/s':>7} {'GB':>6} {'attn err':>9} {'logprob err':>12} {'centered':>9} {'steps':>6}")
     for b, r in rows.items():
-        if "error" in r:
+        if "tpot_ms" not in r:
             print(f"{b:>13} failed: {r['error'][:300]}")
             continue
         check = r.get("vs_reference", {})

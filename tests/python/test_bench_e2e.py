@@ -49,8 +49,10 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=6, block_size=16,
                                 block_tables=True, cuda_graph=False, step_profile=True)
     assert len(trace) == 5 and all(len(t[0]) == 6 for t in trace.values())
-    phases = row["step_host_ms_median"]  # no GPU to wait for on the CPU engine
-    assert set(phases) == {"schedule", "forward", "update"} and all(v > 0 for v in phases.values()), phases
+    phases = row["step_host_ms_median"]
+    assert set(phases) == {"decode_only_steps", "schedule", "forward", "gpu_wait", "update"}, phases
+    assert phases["decode_only_steps"] == row["decode_only_steps"] + 1  # the last step has no successor to time
+    assert phases["schedule"] > 0 and phases["update"] > 0 and phases["gpu_wait"] >= 0
     assert 0 < row["attention_host_ms_median"] < phases["forward"]
     from transformers.generation.continuous_batching.model_runner import ModelRunner
     assert ModelRunner.compute_batch.__qualname__ == "ModelRunner.compute_batch"  # unwrapped after the run
@@ -138,6 +140,25 @@ def test_admitting_first_lets_every_request_decode_together(monkeypatch):
     assert most == {"fifo": 4, "codec_e2e_admit_first": 5}
 
 
+def test_admitting_first_yields_to_decoding_requests_when_the_cache_runs_low(monkeypatch):
+    """16 requests that need 80 blocks in a cache of 16: the engine must run
+    them in waves, and admitting past its safety margin would leave the
+    decoding requests no blocks to grow into (the engine then failed)."""
+    cpu_engine(monkeypatch)
+    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                   max_position_embeddings=4096)
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    inputs = [[(7 * i + j) % 900 + 10 for j in range(40)] for i in range(16)]
+    attention = e2e_decode.TimedPlans()
+    name = e2e_decode.codec_tf.register("paged|e2e_waves", attention)
+    row, trace = e2e_decode.run(model, name, attention, inputs, [], new_tokens=40, block_size=16, block_tables=True,
+                                cuda_graph=False, scheduler=e2e_decode.admit_first_scheduler(), cache_blocks=16)
+    assert len(trace) == 16 and all(len(t[0]) == 40 for t in trace.values())
+    assert row["decode_requests_per_step_max"] < 16
+
+
 def cpu_cache_budget():
     """cpu_engine's cache budget, in a spawned tensor-parallel rank (no monkeypatch there)."""
     import transformers.generation.continuous_batching.cache as cb_cache
@@ -169,6 +190,9 @@ def test_two_tensor_parallel_ranks_decode_as_one_process(monkeypatch, tmp_path):
     import e2e_check
     one, two = (str(tmp_path / f"e2e_sysprompt_3{t}_traces.json") for t in ("", "_tp2"))
     assert e2e_check.main([one, two, "--max-rel-l2", "1e-2"]) == 0
+    zeros = tmp_path / "noop_as_codec.json"  # the negative control: the floor's traces in codec's place
+    zeros.write_text(json.dumps({"codec": json.loads(open(one).read())["noop"]}))
+    assert e2e_check.main([one, str(zeros)]) == 1
     traces = [json.loads(open(f).read()) for f in (one, two)]
     check = e2e_check.compare_on_shared_history(traces[0]["codec"], traces[1]["codec"])
     assert check["steps_compared"] >= 3 * 3, check  # the histories agree for most steps
