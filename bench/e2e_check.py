@@ -60,8 +60,10 @@ def main(argv=None):
     p.add_argument("--max-centered", type=float, default=0.3,
                    help="the largest logprob error relative to their spread that passes (on the CPU engine's tiny "
                         "bf16 Qwen3: two tensor-parallel ranks against one process 0.15, zeros for attention 0.71)")
-    p.add_argument("--min-shared", type=float, default=0.5,
-                   help="the least mean shared history, as a share of the reference's tokens per request")
+    p.add_argument("--min-shared", type=float, default=2.0,
+                   help="the least mean shared history per request, tokens (the first is the prefill's, the same "
+                        "whatever the decode attention: zeros for it share 1.0; right ones shared 4.3-33 of 64 "
+                        "tokens on the H200, run 21, as random weights part greedy runs at near ties)")
     a = p.parse_args(argv)
     ref, got = (json.load(open(path)) for path in (a.ref, a.got))
     common = sorted(ref.keys() & got.keys())
@@ -74,8 +76,8 @@ def main(argv=None):
         print(f"{b:>13} steps {c['steps_compared']:6d} (shared history {c['mean_shared_steps']:.1f} of "
               f"{tokens:.1f} tokens per request) logprob rel. L2 {c['logprob_rel_l2']:.2e}, centered "
               f"{c['logprob_rel_l2_centered']:.2e}, max abs {c['logprob_max_abs']:.2e}")
-        if c["mean_shared_steps"] < a.min_shared * tokens:
-            bad.append(f"{b}: shared history {c['mean_shared_steps']:.1f} < {a.min_shared} x {tokens:.1f} tokens")
+        if c["mean_shared_steps"] < a.min_shared:
+            bad.append(f"{b}: shared history {c['mean_shared_steps']:.1f} < {a.min_shared} tokens per request")
         if c["logprob_rel_l2"] > a.max_rel_l2 or c["logprob_rel_l2_centered"] > a.max_centered:
             bad.append(f"{b}: logprob rel. L2 {c['logprob_rel_l2']:.2e} (max {a.max_rel_l2:.2e}), centered "
                        f"{c['logprob_rel_l2_centered']:.2e} (max {a.max_centered:.2e})")
