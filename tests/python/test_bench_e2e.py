@@ -15,12 +15,30 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import e2e_decode  # noqa: E402
 
 
+def cpu_memory():
+    """The memory the engine may size its cache from on the CPU (it reads GPU memory otherwise)."""
+    return torch.device("cpu"), 8 << 30, 0, 0
+
+
 def cpu_engine(monkeypatch):
     """Continuous batching on the CPU, with a cache budget (the engine sizes its cache from GPU memory)."""
     if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
         pytest.skip("this transformers has no continuous batching")
     import transformers.generation.continuous_batching.cache as cb_cache
-    monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
+    monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", cpu_memory)
+
+
+def tiny_qwen3(hidden, layers, heads):
+    """A random Qwen3 of head_dim 64 and 2 kv heads (seed 0), for the CPU engine."""
+    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=hidden, intermediate_size=2 * hidden,
+                                   num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2,
+                                   head_dim=64, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    return transformers.Qwen3ForCausalLM(cfg).eval()
+
+
+DOC = list(range(1, 71))  # 4 full blocks of 16 shared, then a partial one
+DOC_REQUESTS = [DOC + [100 + i, 200 + i, 300 + i] for i in range(5)]  # five requests that share DOC
 
 
 @pytest.mark.parametrize("workload,requests,prefixes,samples", [("loogle:2", 16, 2, 1), ("sysprompt:5", 5, 1, 1),
@@ -37,13 +55,8 @@ def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefix
 
 def test_a_run_records_its_decode_steps(monkeypatch):
     cpu_engine(monkeypatch)
-    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                   num_attention_heads=8, num_key_value_heads=2, head_dim=64,
-                                   max_position_embeddings=4096)
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(cfg).eval()
-    doc = list(range(1, 71))  # 4 full blocks of 16 shared, then a partial one
-    inputs = [doc + [100 + i, 200 + i, 300 + i] for i in range(5)]
+    model = tiny_qwen3(hidden=256, layers=2, heads=8)
+    doc, inputs = DOC, DOC_REQUESTS
     attention = e2e_decode.TimedPlans()
     name = e2e_decode.codec_tf.register("paged|e2e_test", attention)
     row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=6, block_size=16,
@@ -122,13 +135,8 @@ def test_admitting_first_lets_every_request_decode_together(monkeypatch):
     keeps the fifth waiting until the first four finish; admitting first
     brings all five in."""
     cpu_engine(monkeypatch)
-    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                                   max_position_embeddings=4096)
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(cfg).eval()
-    doc = list(range(1, 71))
-    inputs = [doc + [100 + i, 200 + i, 300 + i] for i in range(5)]
+    model = tiny_qwen3(hidden=128, layers=1, heads=4)
+    doc, inputs = DOC, DOC_REQUESTS
     attention = e2e_decode.TimedPlans()
     name = e2e_decode.codec_tf.register("paged|e2e_sched", attention)
     most = {}
@@ -145,11 +153,7 @@ def test_admitting_first_yields_to_decoding_requests_when_the_cache_runs_low(mon
     them in waves, and admitting past its safety margin would leave the
     decoding requests no blocks to grow into (the engine then failed)."""
     cpu_engine(monkeypatch)
-    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                                   max_position_embeddings=4096)
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(cfg).eval()
+    model = tiny_qwen3(hidden=128, layers=1, heads=4)
     inputs = [[(7 * i + j) % 900 + 10 for j in range(40)] for i in range(16)]
     attention = e2e_decode.TimedPlans()
     name = e2e_decode.codec_tf.register("paged|e2e_waves", attention)
@@ -162,7 +166,7 @@ def test_admitting_first_yields_to_decoding_requests_when_the_cache_runs_low(mon
 def cpu_cache_budget():
     """cpu_engine's cache budget, in a spawned tensor-parallel rank (no monkeypatch there)."""
     import transformers.generation.continuous_batching.cache as cb_cache
-    cb_cache.get_device_and_memory_breakdown = lambda: (torch.device("cpu"), 8 << 30, 0, 0)
+    cb_cache.get_device_and_memory_breakdown = cpu_memory
 
 
 def test_two_tensor_parallel_ranks_decode_as_one_process(monkeypatch, tmp_path):
