@@ -1,9 +1,11 @@
 """Decode inside a real engine: Hugging Face transformers' continuous batching
 on Qwen3-4B's shape (random bf16 weights), one attention backend at a time on
-the same prompts, in eager mode (with --cuda-graph the engine's graph mode,
-@ri backends only, where a backend that fails in it has its error recorded:
-CoDec's and FlashInfer's plan at layer 0 from the step's lengths on the host,
-which a captured forward cannot do).
+the same prompts, in eager mode or with --cuda-graph in the engine's graph
+mode: on the block-table path graphs of decode steps (codec, noop, busy:
+CoDec plans each replay's batch in the stream; FlashInfer's backends, which
+plan on the host before each step, cannot run there), on the slot-list path
+(@ri) the engine's whole-forward graphs, where a backend that fails has its
+error recorded.
 
 Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
 @ri the block-table path, codec.integrations.transformers.enable_block_tables):
@@ -127,14 +129,32 @@ class TimedPlans(codec_tf.PagedAttention):
     def __init__(self) -> None:
         super().__init__()
         self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms = [], [], [], [], [], []
+        self.graph_wrapper_used, self.stream_plans = None, {}
 
     def clear(self):
         for x in (self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms):
             x.clear()
+        self.graph_wrapper_used, self.stream_plans = None, {}
+
+    def plan_in_stream(self, cache, step, query, scale):
+        self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]
+        super().plan_in_stream(cache, step, query, scale)
+        self.graph_wrapper_used = self.graph_wrapper(cache, step.block_table)
+
+    def finish(self):
+        """After a run: the count and host time of the plans its graphs made in the stream, which the GPU waits for."""
+        if self.graph_wrapper_used is not None:
+            self.graph_wrapper_used.check_stream_plans()
+            stats = self.graph_wrapper_used.plan_stats
+            self.stream_plans = {"plans": stats["plans"], "plan_ms_mean": stats["plan_ms_total"] / max(stats["plans"], 1),
+                                 "plan_ms_max": stats["plan_ms_max"]}
+            self.graph_wrapper_used = None
 
     def __call__(self, module, *args, **kwargs):
         t = time.perf_counter()
         out = super().__call__(module, *args, **kwargs)
+        if isinstance(self._steps[kwargs["cache"]], codec_tf.GraphStep):  # a capture: no step of its own
+            return out
         if module.layer_idx == 0:  # a step starts: when, and whether all its rows decode
             step = self._steps[kwargs["cache"]]
             self.starts.append((t, step.all_decode))
@@ -162,6 +182,9 @@ class TimedPlans(codec_tf.PagedAttention):
         super().plan(cache, step, query, scale)
 
     def decode(self, cache, q, pages, out):
+        if isinstance(self._steps[cache], codec_tf.GraphStep):  # captured: replays run without Python
+            self.attend(cache, q, pages, out)
+            return
         if not q.is_cuda:  # the CPU engine (tests): no GPU time to take
             self.attend(cache, q, pages, out)
         else:
@@ -200,6 +223,9 @@ class NoDecodeAttention(TimedPlans):
     """paged|codec with no decode attention (rows of zeros, no plan): the engine's cost without it."""
 
     def plan_step(self, cache, step, query, scale):
+        pass
+
+    def plan_in_stream(self, cache, step, query, scale):
         pass
 
     def attend(self, cache, q, pages, out):
@@ -296,7 +322,8 @@ class StepProfile:
     (transformers' ContinuousBatchProcessor), read by wrapping the methods of
     the engine's classes for the duration of a run: `schedule` (scheduling
     and the step's input tensors), `forward` (the model's forward, logits and
-    sampling, as launched from the host), `gpu_wait` (the engine's own wait
+    sampling, as launched from the host; `forward_gpu` its span on the GPU,
+    from CUDA events around it), `gpu_wait` (the engine's own wait
     for the step's outputs) and `update` (outputs to the requests). Steps are
     told decode-only from the scheduled requests' query lengths; the medians
     are over those steps (none where the engine's asynchronous IOs keep their
@@ -304,6 +331,7 @@ class StepProfile:
 
     def __init__(self):
         self.steps = []  # (decode only, {phase: ms}) per step, in order
+        self.gpu = []  # (step, CUDA events around its forward)
 
     def __enter__(self):
         from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
@@ -325,9 +353,19 @@ class StepProfile:
 
     def timed(self, phase, fn):
         def call(obj, *args, **kwargs):
+            events = None
+            if phase == "forward" and torch.device(obj.cache.device).type == "cuda":  # its GPU span too (graph mode:
+                # the host's is a launch)
+                stream = obj.inputs_and_outputs.compute_stream or torch.cuda.current_stream()
+                events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                events[0].record(stream)
             t = time.perf_counter()
             out = fn(obj, *args, **kwargs)
             ms = (time.perf_counter() - t) * 1e3
+            if events is not None:
+                events[1].record(stream)
+                if self.steps:
+                    self.gpu.append((len(self.steps) - 1, events))
             if phase == "schedule":  # a step starts if there was a batch to prepare (the idle loop polls here too)
                 if out:
                     batch = getattr(obj.inputs_and_outputs, "requests_in_batch", None)
@@ -338,7 +376,11 @@ class StepProfile:
         return call
 
     def medians(self):
-        """Each phase's median over the decode-only steps, and their count."""
+        """Each phase's median over the decode-only steps, and their count
+        (`forward_gpu`: the forward's GPU span, after a synchronize)."""
+        for step, (start, end) in self.gpu:
+            self.steps[step][1]["forward_gpu"] = start.elapsed_time(end)
+        self.gpu.clear()
         decode = [p for only, p in self.steps if only]
         phases = {k for p in decode for k in p}
         return {"decode_only_steps": len(decode), **{k: float(np.median([p[k] for p in decode if k in p]))
@@ -379,7 +421,10 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=samples > 1, num_return_sequences=samples,
                            eos_token_id=-1, pad_token_id=0)
-    cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=cuda_graph,
+    # Graph mode: on the block-table path graphs of decode steps alone (codec.integrations.transformers plans
+    # them in the stream; prefill chunks need host lengths), on the slot-list path the engine's own choice.
+    graphs = (False, True) if cuda_graph and block_tables else cuda_graph
+    cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=graphs,
                                   max_requests_per_batch=len(inputs) * samples, scheduler_type=scheduler,
                                   num_blocks=cache_blocks, use_async_batching=True if async_batching else None)  # None: the engine's choice
     torch.manual_seed(0)
@@ -400,6 +445,8 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
+    if attention is not None:
+        attention.finish()
     intervals = np.concatenate([np.diff(np.asarray(o.timestamps, dtype=np.float64))[1:] for o in out.values()])
     trace = {k: (list(o.generated_tokens), [float(x) for x in o.logprobs]) for k, o in out.items()}
     tpot = float(np.median(intervals)) * 1e3
@@ -411,7 +458,12 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
            "block_tables": block_tables, "cuda_graph": cuda_graph, "async_batching": async_batching}
     if step_profile:
         row["step_host_ms_median"] = profile.medians()
-    if attention is not None and attention.plan_ms:
+    if attention is not None and attention.stream_plans:  # plans the graphs' replays made in their streams
+        row.update({f"in_stream_{k}": v for k, v in attention.stream_plans.items()})
+    # In graph mode the steps Python sees are the few that run eagerly (prefills, each capture's warm-up): the
+    # per-step host and GPU timings below would describe those, so they are left out (--step-profile's
+    # forward_gpu times every step's forward on the GPU).
+    if attention is not None and attention.plan_ms and graphs != (False, True):
         row["plan_ms_mean"] = float(np.mean(attention.plan_ms))  # FlashInfer's first plans include its JIT builds
         row["plan_ms_median"] = float(np.median(attention.plan_ms))
         row["plan_share_of_tpot"] = row["plan_ms_mean"] / tpot
@@ -565,8 +617,10 @@ def check_args(a, device):
                          "(as --new-tokens) or >= 3: TPOT takes the intervals from the second generated token on")
     if a.rounds < 1 or len(set(backends)) < len(backends):
         raise SystemExit(f"--rounds {a.rounds} must be >= 1, and --backends {a.backends} name each backend once")
-    if a.cuda_graph and any(not b.endswith("@ri") for b in backends):
-        raise SystemExit("--cuda-graph takes @ri backends only: the engine's graph mode pads the block tables")
+    if a.cuda_graph and any(b.startswith("fi_") and not b.endswith("@ri") for b in backends):
+        raise SystemExit("--cuda-graph: FlashInfer's backends plan on the host before every step, which the "
+                         "engine's replayed decode graphs never call (@ri: the engine's whole-forward graphs, "
+                         "which fail at capture)")
     for b in backends:
         kind, _, path = b.partition("@")
         if kind not in BACKENDS or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):

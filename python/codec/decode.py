@@ -122,6 +122,8 @@ class BatchPrefixDecodeWrapper:
         self._config = None
         self._plan = None
         self._planned = False
+        self._in_stream = False  # the current plan is made in the stream (plan_block_table_in_stream)
+        self._capacity_plan = None
         self._handle = next(_HANDLES)
         _WRAPPERS[self._handle] = self
 
@@ -134,7 +136,39 @@ class BatchPrefixDecodeWrapper:
         """The current plan's statistics: tasks, blocks, makespan and its lower bound, the merge's predicted
         time (0 where the cost model prices none), planning time."""
         _require(self._planned, "no plan yet: call plan() first")
-        return self._plan.stats
+        return self._planner.stream_stats() if self._in_stream else self._plan.stats
+
+    def _configure(self, num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode="NONE", window_left=-1,
+                   logits_soft_cap=None, q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
+                   rope_scale=None, rope_theta=None) -> None:
+        """Checks plan's arguments and makes the planner for them (kept while they stay the same)."""
+        _require(pos_encoding_mode == "NONE",
+                 f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
+        _require(window_left in (-1, None), f"window_left {window_left}: sliding windows are not supported")
+        _require(logits_soft_cap in (None, 0, 0.0), f"logits_soft_cap {logits_soft_cap}: not supported")
+        _require(rope_scale is None and rope_theta is None, "rope_scale and rope_theta: CoDec applies no RoPE")
+        q_dtype = dtype_name(q_data_type, "q_data_type")
+        kv_source = kv_data_type if kv_data_type is not None else data_type
+        kv_dtype = q_dtype if kv_source is None else dtype_name(kv_source, "kv_data_type")
+        _require(q_dtype == kv_dtype, f"q_data_type {q_dtype} and kv_data_type {kv_dtype} differ: "
+                 "CoDec computes with q and KV in one dtype")
+        for name, value in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
+                            ("head_dim", head_dim), ("page_size", page_size)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        config = (num_qo_heads, num_kv_heads, head_dim, page_size, kv_dtype, scale)
+        if self._planner is None or config != self._config:
+            _require(not (self._use_cuda_graph and self._planner is not None),
+                     f"this CUDA-graph wrapper was planned for (num_qo_heads, num_kv_heads, head_dim, page_size, "
+                     f"dtype, sm_scale) = {self._config}; a graph cannot change them: got {config}")
+            cuda = self._device[0] == "cuda"
+            table = _cost_table(_codec.cuda_device_name(self._device[1]), head_dim, kv_dtype) if cuda else ""
+            self._planner = _codec.Planner(
+                "cuda" if cuda else "cpu", self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
+                kv_dtype, scale, nbytes(self._workspace), self._max_batch_size, self._max_num_pages or 0,
+                self._num_threads, table)
+            self._config = config
 
     def plan(
         self,
@@ -178,34 +212,9 @@ class BatchPrefixDecodeWrapper:
             rope_theta: FlashInfer's; CoDec supports their defaults only
                 (apply RoPE before writing the cache) and refuses others.
         """
-        _require(pos_encoding_mode == "NONE",
-                 f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
-        _require(window_left in (-1, None), f"window_left {window_left}: sliding windows are not supported")
-        _require(logits_soft_cap in (None, 0, 0.0), f"logits_soft_cap {logits_soft_cap}: not supported")
-        _require(rope_scale is None and rope_theta is None, "rope_scale and rope_theta: CoDec applies no RoPE")
+        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
+                        logits_soft_cap, q_data_type, kv_data_type, data_type, sm_scale, rope_scale, rope_theta)
         del non_blocking  # page tables are read on the host; device ones are copied once here either way
-        q_dtype = dtype_name(q_data_type, "q_data_type")
-        kv_source = kv_data_type if kv_data_type is not None else data_type
-        kv_dtype = q_dtype if kv_source is None else dtype_name(kv_source, "kv_data_type")
-        _require(q_dtype == kv_dtype, f"q_data_type {q_dtype} and kv_data_type {kv_dtype} differ: "
-                 "CoDec computes with q and KV in one dtype")
-        for name, value in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
-                            ("head_dim", head_dim), ("page_size", page_size)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-        scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        config = (num_qo_heads, num_kv_heads, head_dim, page_size, kv_dtype, scale)
-        if self._planner is None or config != self._config:
-            _require(not (self._use_cuda_graph and self._planner is not None),
-                     f"this CUDA-graph wrapper was planned for (num_qo_heads, num_kv_heads, head_dim, page_size, "
-                     f"dtype, sm_scale) = {self._config}; a graph cannot change them: got {config}")
-            cuda = self._device[0] == "cuda"
-            table = _cost_table(_codec.cuda_device_name(self._device[1]), head_dim, kv_dtype) if cuda else ""
-            self._planner = _codec.Planner(
-                "cuda" if cuda else "cpu", self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
-                kv_dtype, scale, nbytes(self._workspace), self._max_batch_size, self._max_num_pages or 0,
-                self._num_threads, table)
-            self._config = config
         indptr_h = host_int32(indptr, "indptr")
         indices_h = host_int32(indices, "indices")
         last_h = host_int32(last_page_len, "last_page_len")
@@ -215,6 +224,7 @@ class BatchPrefixDecodeWrapper:
         self._planner.upload(plan, self._workspace, current_stream(self._workspace))
         self._plan = plan
         self._planned = True
+        self._in_stream = False
 
     def plan_block_table(self, block_table: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int,
                          head_dim: int, page_size: int, **kwargs: Any) -> None:
@@ -241,6 +251,45 @@ class BatchPrefixDecodeWrapper:
         last = (lens - (pages - 1) * page_size).astype(np.int32)
         self.plan(indptr, host_int32(indices, "block_table"), last, num_qo_heads, num_kv_heads, head_dim,
                   page_size, **kwargs)
+
+    def plan_block_table_in_stream(self, block_table: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int,
+                                   head_dim: int, page_size: int, *, num_pages: int, cumulative: bool = False,
+                                   **kwargs: Any) -> None:
+        """Plans from device tensors without the host waiting: on the current
+        CUDA stream, the block table and lengths are copied to pinned host
+        memory, a host function the stream runs plans them, and the plan is
+        copied into the workspace. Captured in a CUDA graph, every replay
+        plans the batch the tensors then hold, so a graph of a decode step
+        stays exact as requests grow, join and leave.
+
+        Needs a CUDA-graph wrapper (``use_cuda_graph=True``). ``block_table``
+        (batch, max_blocks) int32 on the device; ``seq_lens`` (batch,) int32,
+        or with ``cumulative`` the prefix sums (batch + 1,) (cu_seq_lens).
+        Rows without tokens (a padded batch's tail) must come last; their
+        rows of ``run`` come out as zeros. A batch that cannot be planned
+        (a page id outside ``num_pages``, more than the wrapper's maxima)
+        also runs as zeros, and ``check_stream_plans`` raises its error.
+        Other arguments as ``plan``'s."""
+        _require(self._use_cuda_graph, "plan_block_table_in_stream needs a CUDA-graph wrapper (use_cuda_graph=True)")
+        _require(is_torch(block_table) and is_torch(seq_lens),
+                 "plan_block_table_in_stream takes torch tensors on the wrapper's device")
+        kwargs.pop("non_blocking", None)
+        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs)
+        self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
+                                  current_stream(self._workspace))
+        if self._capacity_plan is None:
+            self._capacity_plan = self._planner.capacity_plan()
+        self._plan = self._capacity_plan
+        self._planned = True
+        self._in_stream = True
+
+    def check_stream_plans(self) -> None:
+        """Raises ValueError with the first error an in-stream plan met since
+        the last check (its batch ran as zeros); the work it waits for is the
+        caller's to synchronise."""
+        error = self._planner.take_stream_error() if self._planner is not None else None
+        if error is not None:
+            raise ValueError(f"an in-stream plan failed: {error}")
 
     def run(
         self,

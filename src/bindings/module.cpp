@@ -35,6 +35,7 @@
 #include <cuda_runtime_api.h>
 
 #include "codec/engine/cuda_check.hpp"
+#include "codec/engine/cuda_stream_planner.hpp"
 #endif
 
 namespace nb = nanobind;
@@ -295,8 +296,7 @@ struct PyPlan {
   Engine engine;
 };
 
-nb::dict stats_of(const Plan& p) {
-  const PlanStats& s = p.stats();
+nb::dict stats_of(const PlanStats& s) {
   nb::dict d;
   d["num_requests"] = s.num_requests;
   d["num_nodes"] = s.num_nodes;
@@ -353,9 +353,9 @@ class Planner {
       CODEC_CHECK(table.head_dim == head_dim && table.dtype == dtype_, "cost table '", cost_table,
                   "' was measured for head_dim ", table.head_dim, " ", to_string(table.dtype), ", not ", head_dim, " ",
                   to_string(dtype_));
-      cost_ = std::make_unique<TableCostModel>(std::move(table));
+      cost_ = std::make_shared<TableCostModel>(std::move(table));
     } else {
-      cost_ = std::make_unique<RooflineCostModel>(roofline, heads_, dtype_);
+      cost_ = std::make_shared<RooflineCostModel>(roofline, heads_, dtype_);
     }
     if (max_requests_ > 0) {
       CODEC_CHECK(engine_.cuda, "a fixed capacity (use_cuda_graph) needs the CUDA engine");
@@ -420,6 +420,98 @@ class Planner {
 #endif
   }
 
+  // Plans a device block table in stream order (CudaStreamPlanner): the
+  // plan reaches the workspace when the stream gets there, and a CUDA graph
+  // capturing this re-plans each replay's batch; run it with capacity_plan().
+  void stream_plan(const Array& block_table_array, const Array& seq_lens_array, bool cumulative,
+                   std::int64_t num_pages, const Writable& workspace_array, std::uintptr_t stream_handle) {
+    const Tensor table = tensor_of(block_table_array, "block_table");
+    const Tensor lens = tensor_of(seq_lens_array, "seq_lens");
+    const Tensor workspace = tensor_of(workspace_array, "workspace_buffer");
+    CODEC_CHECK(engine_.cuda && options_.capacity, "stream_plan needs a CUDA-graph wrapper (use_cuda_graph=True): "
+                "its plans are packed at one capacity");
+#if CODEC_HAS_CUDA
+    check_device(table, engine_, "block_table");
+    check_device(lens, engine_, "seq_lens");
+    check_device(workspace, engine_, "workspace_buffer");
+    check_ndim(table, 2, "block_table", "(batch, max_blocks)");
+    CODEC_CHECK(table.dtype() == nb::dtype<std::int32_t>(), "block_table has dtype ", dlpack_name(table.dtype()),
+                "; expected int32");
+    CODEC_CHECK(lens.dtype() == nb::dtype<std::int32_t>(), "seq_lens has dtype ", dlpack_name(lens.dtype()),
+                "; expected int32");
+    CODEC_CHECK(table.shape(1) <= 1 || table.stride(1) == 1, "block_table must be contiguous along its rows (stride ",
+                table.stride(1), ")");
+    const auto rows = std::size_t(table.shape(0)), cols = std::max<std::size_t>(table.shape(1), 1);
+    check_ndim(lens, 1, "seq_lens", cumulative ? "(batch + 1,)" : "(batch,)");
+    CODEC_CHECK(lens.shape(0) == rows + (cumulative ? 1 : 0) && (lens.shape(0) <= 1 || lens.stride(0) == 1),
+                cumulative ? "cu_seq_lens" : "seq_lens", " is ", shape_of(lens), "; expected a contiguous (",
+                rows + (cumulative ? 1 : 0), ",) for the ", rows, " rows of block_table");
+    const DeviceGuard guard(engine_);
+    const auto stream = reinterpret_cast<CudaStream>(stream_handle);
+    if (!stream_) {
+      // Its pinned buffers are allocated now. An engine may first call this
+      // while capturing (the step's graph): allocating enqueues nothing, and
+      // the relaxed mode lets this thread do it then.
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      CODEC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+      try {
+        stream_ = std::make_unique<CudaStreamPlanner>(heads_, dtype_, page_size_, cost_, options_, max_requests_,
+                                                      int(cols));
+      } catch (...) {
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        throw;
+      }
+      CODEC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    }
+    const BlockTable device{static_cast<const std::int32_t*>(table.data()), int(rows), int(cols),
+                            std::int64_t(table.shape(1) <= 1 ? cols : table.stride(0)),
+                            static_cast<const std::int32_t*>(lens.data()), cumulative};
+    stream_->enqueue(device, num_pages, workspace_of(workspace, kCudaAlign), stream);
+#else
+    (void)table, (void)lens, (void)workspace, (void)num_pages, (void)stream_handle;
+#endif
+  }
+
+  // The plan run takes for every stream_plan (its sizes are the capacity's).
+  std::unique_ptr<PyPlan> capacity_plan() const {
+    CODEC_CHECK(has_stream(), "capacity_plan: no stream_plan yet");
+#if CODEC_HAS_CUDA
+    return std::make_unique<PyPlan>(PyPlan{stream_->capacity_plan(), engine_});
+#else
+    return {};
+#endif
+  }
+
+  // The first error a stream plan met since the last call (its batch ran as the empty plan), or None.
+  std::optional<std::string> take_stream_error() {
+#if CODEC_HAS_CUDA
+    if (stream_) return stream_->take_error();
+#endif
+    return std::nullopt;
+  }
+
+  nb::dict stream_stats() const {
+    CODEC_CHECK(has_stream(), "stream_stats: no stream_plan yet");
+#if CODEC_HAS_CUDA
+    nb::dict d = stats_of(stream_->last_stats());
+    const CudaStreamPlanner::Totals t = stream_->totals();
+    d["plans"] = t.plans;
+    d["plan_ms_total"] = t.plan_ms;
+    d["plan_ms_max"] = t.max_plan_ms;
+    return d;
+#else
+    return {};
+#endif
+  }
+
+  bool has_stream() const {
+#if CODEC_HAS_CUDA
+    return stream_ != nullptr;
+#else
+    return false;
+#endif
+  }
+
   std::string describe() const {
     std::string s = engine_.name() + ", " + std::to_string(options_.num_blocks) + " blocks, " + cost_->describe();
     if (options_.capacity)
@@ -440,10 +532,11 @@ class Planner {
   int max_requests_;
   std::int64_t max_page_entries_;
   PlannerOptions options_;
-  std::unique_ptr<CostModel> cost_;
+  std::shared_ptr<const CostModel> cost_;
   std::string device_name_;
 #if CODEC_HAS_CUDA
   std::unique_ptr<CudaPlanStaging> staging_;
+  std::unique_ptr<CudaStreamPlanner> stream_;  // made by the first stream_plan
 #endif
 };
 
@@ -665,7 +758,7 @@ NB_MODULE(_codec, m) {
       .def_prop_ro("head_dim", [](const PyPlan& p) { return p.plan.heads().head_dim; })
       .def_prop_ro("max_page", [](const PyPlan& p) { return p.plan.extent().max_page; })
       .def_prop_ro("engine", [](const PyPlan& p) { return p.engine.name(); })
-      .def_prop_ro("stats", [](const PyPlan& p) { return stats_of(p.plan); });
+      .def_prop_ro("stats", [](const PyPlan& p) { return stats_of(p.plan.stats()); });
 
   nb::class_<Planner>(m, "Planner")
       .def(nb::init<const std::string&, int, int, int, int, int, const std::string&, float, std::size_t, int,
@@ -676,6 +769,11 @@ NB_MODULE(_codec, m) {
       .def("plan", &Planner::plan, nb::arg("indptr"), nb::arg("indices"), nb::arg("last_page_len"),
            nb::arg("num_pages"))
       .def("upload", &Planner::upload, nb::arg("plan"), nb::arg("workspace"), nb::arg("stream"))
+      .def("stream_plan", &Planner::stream_plan, nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("cumulative"),
+           nb::arg("num_pages"), nb::arg("workspace"), nb::arg("stream"))
+      .def("capacity_plan", &Planner::capacity_plan)
+      .def("take_stream_error", &Planner::take_stream_error)
+      .def("stream_stats", &Planner::stream_stats)
       .def_prop_ro("num_blocks", &Planner::num_blocks)
       .def_prop_ro("capacity_slots", &Planner::capacity_slots)
       .def_prop_ro("device_name", &Planner::device_name)

@@ -38,6 +38,41 @@ void PageTable::validate() const {
                   "] (request ", r, ") is outside [0, num_pages = ", num_pages, ")");
 }
 
+PageTableArrays page_table_from_block_table(const BlockTable& t, int page_size, std::int64_t num_pages) {
+  CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
+  CODEC_CHECK(t.rows >= 0 && t.cols >= 0, "block table of ", t.rows, " x ", t.cols, " entries");
+  CODEC_CHECK(t.rows == 0 || (t.blocks != nullptr && t.seq_lens != nullptr), "block table: blocks and seq_lens must not be null");
+  CODEC_CHECK(t.row_stride >= t.cols, "block table: row_stride ", t.row_stride, " is less than its ", t.cols, " columns");
+  PageTableArrays a;
+  a.page_size = page_size;
+  a.num_pages = num_pages;
+  auto length = [&](int r) -> std::int64_t {
+    return t.cumulative ? std::int64_t(t.seq_lens[r + 1]) - t.seq_lens[r] : t.seq_lens[r];
+  };
+  int batch = 0;
+  while (batch < t.rows && length(batch) > 0) ++batch;
+  for (int r = batch; r < t.rows; ++r) {
+    CODEC_CHECK(length(r) >= 0, "block table row ", r, " has ", length(r), " KV tokens; lengths must be >= 0");
+    CODEC_CHECK(length(r) == 0, "block table row ", r, " has ", length(r), " KV tokens after row ", batch,
+                " with none: rows without tokens must come last");
+  }
+  a.indptr.reserve(batch + 1);
+  a.last_page_len.reserve(batch);
+  for (int r = 0; r < batch; ++r) {
+    const std::int64_t tokens = length(r), pages = (tokens + page_size - 1) / page_size;
+    CODEC_CHECK(pages <= t.cols, "block table row ", r, " has ", tokens, " KV tokens: ", pages,
+                " pages, more than its ", t.cols, " columns");
+    const std::int32_t* row = t.blocks + r * t.row_stride;
+    for (std::int64_t j = 0; j < pages; ++j)
+      CODEC_CHECK(row[j] >= 0 && row[j] < num_pages, "block table row ", r, " column ", j, " holds page ", row[j],
+                  ", outside [0, num_pages = ", num_pages, ")");
+    a.indices.insert(a.indices.end(), row, row + pages);
+    a.indptr.push_back(std::int32_t(a.indices.size()));
+    a.last_page_len.push_back(std::int32_t(tokens - (pages - 1) * page_size));
+  }
+  return a;
+}
+
 PagedKV PagedKV::nhd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
                      int num_kv_heads, int head_dim) {
   const std::int64_t head = head_dim, token = std::int64_t(num_kv_heads) * head_dim;

@@ -157,6 +157,17 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
 }
 
+Plan Plan::empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity) {
+  PlanArrays a;
+  a.block_indptr.assign(std::size_t(capacity.blocks) + 1, 0);
+  a.node_page_begin = {0};
+  a.node_req_begin = {0};
+  a.partial_indptr = {0};
+  PlanStats stats;
+  stats.num_blocks = capacity.blocks;
+  return Plan(heads, dtype, page_size, a, stats, &capacity);
+}
+
 PlanView Plan::view(const void* base) const {
   const auto* b = static_cast<const std::byte*>(base);
   PlanView v = counts_;

@@ -394,6 +394,24 @@ TEST(CpuEngine, PlansAtOneCapacityShareTheirLayout) {
     for (std::size_t i = rows * heads.head_dim; i < o.out.size(); ++i) ASSERT_EQ(o.out[i], 0.f) << "padding row";
     for (std::size_t i = rows; i < o.lse.size(); ++i) ASSERT_EQ(o.lse[i], -INFINITY) << "padding row";
   }
+  // The empty plan at the capacity (the host side of in-stream plans): the
+  // same layout, and every row it covers the empty state.
+  const Plan empty = Plan::empty(heads, DType::bf16, 8, *opt.capacity);
+  EXPECT_EQ(empty.bytes().size(), layout_bytes);
+  EXPECT_EQ(reinterpret_cast<std::intptr_t>(empty.view(nullptr).partials), partials_offset);
+  EXPECT_EQ(empty.num_requests(), 0);
+  EXPECT_EQ(empty.view().num_requests, kMaxRequests);
+  EXPECT_EQ(empty.view().num_blocks, opt.num_blocks);
+  EXPECT_TRUE(empty.extent().needs_merge);
+  {
+    const test::RandomBatch b = test::make_random_batch(test::engine_spec(87, heads, DType::bf16, 8, 3, 4, 0.0, 2));
+    std::vector<std::byte> q(std::size_t(kMaxRequests) * heads.num_qo_heads * heads.head_dim * 2, std::byte{0});
+    Outputs o;
+    Workspace ws(empty.workspace().bytes);
+    run_cpu(empty, b.kv(), contiguous_io(empty, q.data(), o, kMaxRequests), ws.bytes);
+    for (const float x : o.out) ASSERT_EQ(x, 0.f);
+    for (const float x : o.lse) ASSERT_EQ(x, -INFINITY);
+  }
   // A batch past the capacity, and a workspace too small even unsplit, are refused.
   test::RandomBatchSpec big = test::engine_spec(90, heads, DType::bf16, 8, 5, kMaxRequests + 1, 0.0, 2);
   const test::RandomBatch b = test::make_random_batch(big);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -19,9 +20,11 @@
 #include "codec/cost/cost_model.hpp"
 #include "codec/engine/cpu_engine.hpp"
 #include "codec/engine/cuda_engine.hpp"
+#include "codec/engine/cuda_stream_planner.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
 #include "support/random_batch.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
@@ -594,6 +597,108 @@ TEST(CudaEngine, GraphReplaysEveryPlanAtOneCapacity) {
     expect_matches(o, reference_attention(b.table(), b.kv(), heads, b.q.data()), DType::bf16,
                    b.spec.describe() + " replayed after re-planning");
   }
+  CUDA_OK(cudaGraphExecDestroy(exec));
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+
+// One graph captured around CudaStreamPlanner::enqueue and run_cuda: every
+// replay plans what the device block table then holds (padding rows after
+// the batch), and a batch it cannot plan runs as the empty plan, its error kept.
+TEST(CudaEngine, StreamPlannerReplansEveryGraphReplay) {
+  SKIP_WITHOUT_GPU();
+  const HeadConfig heads{32, 8, 128};
+  constexpr int kRows = 16;
+  std::vector<test::RandomBatch> batches;
+  for (std::uint64_t seed = 111; seed <= 115; ++seed)
+    batches.push_back(test::make_random_batch(
+        spec_of({heads, DType::bf16, 16, Layout::nhd, 3 + int(seed % 4), 4 + int(seed % 12), 0.3}, seed)));
+  std::int64_t max_pages = 0;
+  int kCols = 1;  // the longest request's pages
+  for (const auto& b : batches) {
+    max_pages = std::max(max_pages, b.num_pages);
+    for (int r = 0; r < b.table().num_requests(); ++r) kCols = std::max(kCols, b.table().indptr[r + 1] - b.table().indptr[r]);
+  }
+  PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
+  constexpr std::size_t kWorkspace = std::size_t(32) << 20;
+  opt.capacity = cuda_plan_capacity(kWorkspace, kRows, std::int64_t(kRows) * kCols, heads, opt);
+  CudaStreamPlanner planner(heads, DType::bf16, 16, std::make_shared<RooflineCostModel>(h200_cost(heads, DType::bf16)),
+                            opt, kRows, kCols);
+  const std::size_t kv_bytes = std::size_t(max_pages) * 16 * 8 * 128 * 2;
+  DeviceBuffer k(kv_bytes), v(kv_bytes), q(std::size_t(kRows) * 32 * 128 * 2), table(sizeof(std::int32_t) * kRows * kCols);
+  DeviceBuffer lens(sizeof(std::int32_t) * kRows), out(std::size_t(kRows) * 32 * 128 * 2), lse(std::size_t(kRows) * 32 * 4);
+  DeviceBuffer ws(kWorkspace);
+  const PagedKV kv = PagedKV::nhd(k.data(), v.data(), DType::bf16, max_pages, 16, 8, 128);
+  const Plan& plan = planner.capacity_plan();
+  const AttentionIO io = device_io(plan, q.data(), out, lse, kRows);
+  const BlockTable device{reinterpret_cast<const std::int32_t*>(table.data()), kRows, kCols, kCols,
+                          reinterpret_cast<const std::int32_t*>(lens.data()), false};
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<std::int32_t> host_table, host_lens;
+  auto load = [&](const test::RandomBatch& b) {  // the batch as a padded block table, its q, its pool
+    host_table.assign(std::size_t(kRows) * kCols, -1);
+    host_lens.assign(kRows, 0);
+    const PageTable t = b.table();
+    for (int r = 0; r < t.num_requests(); ++r) {
+      std::copy(t.indices.begin() + t.indptr[r], t.indices.begin() + t.indptr[r + 1], host_table.begin() + r * kCols);
+      host_lens[r] = std::int32_t(t.request_tokens(r));
+    }
+    CUDA_OK(cudaMemcpyAsync(table.data(), host_table.data(), table.span().size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(lens.data(), host_lens.data(), lens.span().size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(k.data(), b.k.data(), b.k.size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(v.data(), b.v.data(), b.v.size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(q.data(), b.q.data(), b.q.size(), cudaMemcpyHostToDevice, stream));
+    out.poison(stream);
+    lse.poison(stream);
+  };
+  auto expect_batch = [&](const test::RandomBatch& b, const std::string& what) {
+    CUDA_OK(cudaStreamSynchronize(stream));
+    Outputs o = collect(out, lse, DType::bf16);
+    const std::size_t rows = std::size_t(b.table().num_requests()) * 32;
+    for (std::size_t x = rows * 128; x < o.out.size(); ++x) ASSERT_EQ(o.out[x], 0.f) << "padding row, " << what;
+    for (std::size_t x = rows; x < o.lse.size(); ++x) ASSERT_EQ(o.lse[x], -INFINITY) << "padding row, " << what;
+    o.out.resize(rows * 128);
+    o.lse.resize(rows);
+    expect_matches(o, reference_attention(b.table(), b.kv(), heads, b.q.data()), DType::bf16, b.spec.describe() + what);
+  };
+  load(batches[0]);  // eagerly, in stream order: the host does not wait
+  planner.enqueue(device, max_pages, ws.span(), stream);
+  run_cuda(plan, kv, io, ws.span(), stream);
+  expect_batch(batches[0], " eager");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  planner.enqueue(device, max_pages, ws.span(), stream);
+  run_cuda(plan, kv, io, ws.span(), stream);
+  run_cuda(plan, kv, io, ws.span(), stream);  // a second layer: the same plan
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_OK(cudaGraphDestroy(graph));
+  for (const test::RandomBatch& b : batches) {
+    load(b);
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    expect_batch(b, " replayed");
+    EXPECT_EQ(planner.last_stats().num_requests, b.table().num_requests());
+  }
+  EXPECT_EQ(planner.totals().plans, 1 + std::int64_t(batches.size()));
+  EXPECT_FALSE(planner.take_error().has_value());
+  load(batches[1]);
+  host_table[0] = std::int32_t(max_pages);  // outside the pool: the replay runs as the empty plan
+  CUDA_OK(cudaMemcpyAsync(table.data(), host_table.data(), sizeof(std::int32_t), cudaMemcpyHostToDevice, stream));
+  CUDA_OK(cudaGraphLaunch(exec, stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
+  const Outputs o = collect(out, lse, DType::bf16);
+  EXPECT_TRUE(std::all_of(o.out.begin(), o.out.end(), [](float x) { return x == 0.f; }));
+  EXPECT_TRUE(std::all_of(o.lse.begin(), o.lse.end(), [](float x) { return x == -INFINITY; }));
+  const std::optional<std::string> error = planner.take_error();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("block table row 0 column 0 holds page " + std::to_string(max_pages)), std::string::npos) << *error;
+  EXPECT_FALSE(planner.take_error().has_value());
+  EXPECT_TRUE(test::throws_with([&] { planner.enqueue({device.blocks, kRows + 1, kCols, kCols, device.seq_lens, false},
+                                                      max_pages, ws.span(), stream); },
+                                "17 rows, outside [0, max_rows = 16]"));
+  EXPECT_TRUE(test::throws_with([&] { planner.enqueue(device, max_pages, ws.span().first(1024), stream); },
+                                "workspace of 1024 bytes is smaller"));
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaStreamDestroy(stream));
 }

@@ -7,6 +7,7 @@
 #include "codec/forest/forest.hpp"
 #include "support/forest_signature.hpp"
 #include "support/random_batch.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
@@ -184,6 +185,41 @@ TEST(DeriveForest, BadInput) {
   expect_error(bad, "kv_last_page_len has 2 entries, expected 1");
   Csr none;
   expect_error(none, "at least one request");
+}
+
+// A padded block table (rows of 4 columns, stride 5; rows 2 and 3 padding)
+// gives the CSR page table of its leading rows, from lengths or prefix sums.
+TEST(BlockTable, GivesThePageTableOfItsRowsWithTokens) {
+  const std::vector<std::int32_t> blocks = {7, 8, 9, -1, 99,  //
+                                            7, 3, -1, -1, 99,  //
+                                            -1, -1, -1, -1, 99,  //
+                                            -1, -1, -1, -1, 99};
+  const std::vector<std::int32_t> lens = {40, 17, 0, 0}, cumulative = {0, 40, 57, 57, 57};
+  for (const bool cu : {false, true}) {
+    const BlockTable t{blocks.data(), 4, 4, 5, cu ? cumulative.data() : lens.data(), cu};
+    const PageTableArrays a = page_table_from_block_table(t, 16, 10);
+    EXPECT_EQ(a.indptr, (std::vector<std::int32_t>{0, 3, 5}));
+    EXPECT_EQ(a.indices, (std::vector<std::int32_t>{7, 8, 9, 7, 3}));
+    EXPECT_EQ(a.last_page_len, (std::vector<std::int32_t>{8, 1}));
+    a.view().validate();
+    EXPECT_EQ(derive_forest(a.view()).num_nodes(), 3);  // page 7 shared, then each request's own
+  }
+  const std::vector<std::int32_t> none = {0, 0, 0, 0};
+  EXPECT_EQ(page_table_from_block_table({blocks.data(), 4, 4, 5, none.data(), false}, 16, 10).indptr.size(), 1u);
+}
+
+TEST(BlockTable, BadInputNamesTheRowAndValue) {
+  const std::vector<std::int32_t> blocks = {7, 8, 9, -1, 7, 3, -1, -1};
+  auto table = [&](std::vector<std::int32_t> lens, std::int64_t pages = 10) {
+    return [=] { page_table_from_block_table({blocks.data(), 2, 4, 4, lens.data(), false}, 16, pages); };
+  };
+  EXPECT_TRUE(test::throws_with(table({0, 5}), "block table row 1 has 5 KV tokens after row 0 with none"));
+  EXPECT_TRUE(test::throws_with(table({5, -3}), "block table row 1 has -3 KV tokens; lengths must be >= 0"));
+  EXPECT_TRUE(test::throws_with(table({65, 1}), "block table row 0 has 65 KV tokens: 5 pages, more than its 4 columns"));
+  EXPECT_TRUE(test::throws_with(table({40, 33}), "block table row 1 column 2 holds page -1, outside [0, num_pages = 10)"));
+  EXPECT_TRUE(test::throws_with(table({40, 1}, 9), "block table row 0 column 2 holds page 9"));
+  EXPECT_TRUE(test::throws_with([&] { page_table_from_block_table({blocks.data(), 2, 4, 3, blocks.data(), false}, 16, 9); },
+                                "row_stride 3 is less than its 4 columns"));
 }
 
 TEST(ForestValidate, CatchesBrokenForests) {

@@ -4,6 +4,7 @@ run through transformers' continuous batching on a tiny Qwen3 whose step
 records (decode-only steps, requests per step, plans) add up. Where torch
 and transformers are installed."""
 
+import json
 import os
 import sys
 
@@ -63,7 +64,7 @@ def test_a_run_records_its_decode_steps(monkeypatch):
                                 block_tables=True, cuda_graph=False, step_profile=True)
     assert len(trace) == 5 and all(len(t[0]) == 6 for t in trace.values())
     phases = row["step_host_ms_median"]
-    assert set(phases) == {"decode_only_steps", "schedule", "forward", "gpu_wait", "update"}, phases
+    assert set(phases) == {"decode_only_steps", "schedule", "forward", "gpu_wait", "update"}, phases  # no GPU span
     assert phases["decode_only_steps"] == row["decode_only_steps"] + 1  # the last step has no successor to time
     assert phases["schedule"] > 0 and phases["update"] > 0 and phases["gpu_wait"] >= 0
     assert 0 < row["attention_host_ms_median"] < phases["forward"]
@@ -90,7 +91,6 @@ def test_rounds_combine_to_medians_and_keep_their_spread():
 def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_path):
     """The whole benchmark on the CPU engine: a narrow 2-layer model of the
     vocabulary the prompts need, two backends, two rounds."""
-    import json
     cpu_engine(monkeypatch)
     monkeypatch.setattr(e2e_decode, "QWEN3_4B", {**e2e_decode.QWEN3_4B, "hidden_size": 64, "intermediate_size": 128,
                                                  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64})
@@ -126,6 +126,24 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
             e2e_decode.main(["--out", str(tmp_path), "--backends", "busy", "--layers", "1"])
     with pytest.raises(SystemExit, match="--sdpa-new-tokens 2 0"):
         e2e_decode.main(["--out", str(tmp_path), "--sdpa-new-tokens", "2"])
+
+
+def test_graph_mode_plans_codec_in_the_stream(tmp_path):
+    """--cuda-graph on the GPU: the engine's graphs of decode steps run
+    codec (every replay planned in the stream) and the floor, the step
+    profile times each forward on the GPU, and FlashInfer's backends, which
+    plan on the host, are refused."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: graph mode runs on the GPU machine")
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends", "codec,noop", "--layers", "2",
+                     "--new-tokens", "6", "--cuda-graph", "--step-profile"])
+    rows = json.loads((tmp_path / "e2e_sysprompt_5.json").read_text())["rows"]
+    assert rows["codec"]["cuda_graph"] and rows["codec"]["in_stream_plans"] >= 4, rows["codec"]
+    assert "attention_gpu_ms_median" not in rows["codec"]  # the eager steps' timings are left out in graph mode
+    for b in ("codec", "noop"):
+        assert rows[b]["tokens"] == 30 and rows[b]["step_host_ms_median"]["forward_gpu"] > 0, rows[b]
+    with pytest.raises(SystemExit, match="FlashInfer's backends plan on the host"):
+        e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,fi_decode", "--cuda-graph"])
 
 
 def test_admitting_first_lets_every_request_decode_together(monkeypatch):

@@ -136,6 +136,83 @@ def test_cuda_graph_replays_each_new_plan():
         w.plan(b.indptr, b.indices, b.last_page_len, heads, kv_heads, dim, page, q_data_type=torch.float16)
 
 
+def padded_block_table(b, rows, cols):
+    """A batch as an engine's padded block table: one row per request, then rows of no tokens."""
+    table = np.full((rows, cols), -1, np.int32)
+    lens = np.zeros(rows, np.int32)
+    for r in range(b.batch_size):
+        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
+        table[r, :pages.size] = pages
+        lens[r] = (pages.size - 1) * b.page_size + b.last_page_len[r]
+    return table, lens
+
+
+@needs_cuda
+@pytest.mark.parametrize("cumulative", [False, True], ids=["seq_lens", "cu_seq_lens"])
+def test_cuda_graph_plans_each_replay_in_the_stream(cumulative):
+    """One graph captured around plan_block_table_in_stream and run: every
+    replay plans the batch its device block table then holds (nothing
+    re-planned on the host), padding rows come out empty, and a batch that
+    cannot be planned runs as zeros with its error kept."""
+    heads, kv_heads, dim, page = 32, 8, 128, 16
+    batches = [random_batch(s, heads, kv_heads, dim, page, "bfloat16", nodes=4, requests=3 + s % 12)
+               for s in range(71, 76)]
+    max_b, cols = 16, max(int(np.diff(b.indptr).max()) for b in batches)
+    max_pages = max(b.num_pages for b in batches)
+    w = codec.BatchPrefixDecodeWrapper(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"), use_cuda_graph=True,
+                                       max_batch_size=max_b, max_num_pages=max_b * cols)
+    table = torch.full((max_b, cols), -1, dtype=torch.int32, device="cuda")
+    lens = torch.zeros(max_b + 1 if cumulative else max_b, dtype=torch.int32, device="cuda")
+    q = torch.zeros((max_b, heads, dim), dtype=torch.bfloat16, device="cuda")
+    out = torch.empty_like(q)
+    lse = torch.empty((max_b, heads), device="cuda")
+    cache = torch.zeros((max_pages, 2, page, kv_heads, dim), dtype=torch.bfloat16, device="cuda")
+
+    def step():
+        w.plan_block_table_in_stream(table, lens, heads, kv_heads, dim, page, num_pages=max_pages,
+                                     cumulative=cumulative, q_data_type=torch.bfloat16)
+        w.run(q, cache, out=out, lse=lse)
+
+    def load(b):
+        t, n = padded_block_table(b, max_b, cols)
+        table.copy_(torch.from_numpy(t))
+        lens.copy_(torch.from_numpy(np.concatenate([[0], np.cumsum(n)]).astype(np.int32) if cumulative else n))
+        q.zero_()
+        q[:b.batch_size] = as_torch(store(b.q, "bfloat16"), "bfloat16", "cuda")
+        cache[:b.num_pages] = as_torch(cache_of(b, "bfloat16", "NHD", "interleaved"), "bfloat16", "cuda")
+        out.fill_(float("nan"))
+
+    load(batches[0])
+    step()  # eagerly: the same plan in stream order, the host never waiting
+    torch.cuda.synchronize()
+    check(out[:batches[0].batch_size], lse[:batches[0].batch_size], batches[0], "bfloat16")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for i, b in enumerate(batches):
+        load(b)
+        graph.replay()
+        torch.cuda.synchronize()
+        n = b.batch_size
+        check(out[:n], lse[:n], b, "bfloat16")
+        assert torch.all(out[n:] == 0) and torch.all(lse[n:] == float("-inf")), f"padding rows, batch {i}"
+    assert w.plan_stats["plans"] == 1 + len(batches) and w.plan_stats["num_requests"] == batches[-1].batch_size
+    w.check_stream_plans()  # no error so far
+    table[0, 0] = max_pages + 5  # a page outside the pool: that replay runs as zeros
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.all(out == 0) and torch.all(lse == float("-inf"))
+    with pytest.raises(ValueError, match=f"an in-stream plan failed: .*row 0 column 0 holds page {max_pages + 5}"):
+        w.check_stream_plans()
+    w.check_stream_plans()  # the error was taken
+    with pytest.raises(ValueError, match="block_table has dtype int64; expected int32"):
+        w.plan_block_table_in_stream(table.long(), lens, heads, kv_heads, dim, page, num_pages=max_pages,
+                                     cumulative=cumulative, q_data_type=torch.bfloat16)
+    with pytest.raises(ValueError, match="needs a CUDA-graph wrapper"):
+        plain = codec.BatchPrefixDecodeWrapper(torch.empty(1 << 20, dtype=torch.uint8, device="cuda"))
+        plain.plan_block_table_in_stream(table, lens, heads, kv_heads, dim, page, num_pages=max_pages)
+
+
 @needs_cuda
 def test_torch_compile_fullgraph_has_no_graph_break():
     b = random_batch(61, 32, 8, 128, 16, "bfloat16", nodes=5, requests=8)

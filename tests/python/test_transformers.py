@@ -5,6 +5,8 @@ transformers' continuous batching (where torch and transformers are
 installed: on the CPU engine in fp32, and on the GPU in bf16)."""
 
 import importlib.util
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -98,14 +100,14 @@ def engine_setup(device, monkeypatch):
     return torch, ctf, model
 
 
-def generate(model, impl, inputs, device, block_tables=None, shared_prefixes=None):
+def generate(model, impl, inputs, device, block_tables=None, shared_prefixes=None, cuda_graph=False):
     """The engine's generate_batch, or with block_tables True/False codec's (which raises on errors)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=1024, return_logprobs=True,
-                                  use_cuda_graph=False)
+                                  use_cuda_graph=cuda_graph)
     if block_tables is None:
         out = model.generate_batch(inputs=inputs, generation_config=gen, continuous_batching_config=cb)
     else:
@@ -159,6 +161,48 @@ def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tabl
     got = generate(model, name, inputs, device, block_tables=block_tables)
     assert paths and (any(paths) if block_tables else not any(paths)), paths
     assert_same_generations(got, ref, device)
+
+
+def test_decode_graphs_plan_every_replay_in_the_stream(monkeypatch):
+    """The engine's CUDA graphs of decode steps (use_cuda_graph=(False,
+    True)): the batch is captured once, with CoDec's plan made in the
+    stream, and every replay re-plans it on the device's own block table.
+    Its decode steps match eager CoDec's on their shared token history, far
+    longer than those of a graph whose attention is zeros (the negative
+    control: random weights make tokens alone a weak test). Graphs of
+    prefill steps are refused: their chunks need the host's lengths."""
+    torch, ctf, model = engine_setup("cuda", monkeypatch)
+    captured, wrappers = [], []
+
+    class Recording(ctf.PagedAttention):
+        def plan_in_stream(self, cache, step, query, scale):
+            captured.append(step.block_table.shape[0])  # the graph's batch
+            super().plan_in_stream(cache, step, query, scale)
+            wrappers.append(self.graph_wrapper(cache, step.block_table))
+
+    class Zeros(ctf.PagedAttention):
+        def decode(self, cache, q, pages, out):
+            out.zero_()
+
+    name = ctf.register("paged|codec_graphs", Recording())
+    inputs = shared_prompts(3)
+    eager = generate(model, name, inputs, "cuda", block_tables=True)
+    assert not captured
+    got = generate(model, name, inputs, "cuda", block_tables=True, cuda_graph=(False, True))
+    assert captured == [len(inputs)], captured  # one graph, for the batch of all requests
+    stats = wrappers[-1].plan_stats
+    assert stats["plans"] >= 8 and stats["num_requests"] == len(inputs), stats  # every replay planned
+    wrappers[-1].check_stream_plans()
+    zeros = generate(model, ctf.register("paged|codec_graph_zeros", Zeros()), inputs, "cuda", block_tables=True,
+                     cuda_graph=(False, True))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    from e2e_check import compare_on_shared_history
+    same, control = compare_on_shared_history(eager, got), compare_on_shared_history(eager, zeros)
+    assert same["mean_shared_steps"] >= 7 and same["logprob_rel_l2"] <= 2e-2, same  # of 10 tokens per request
+    assert control["mean_shared_steps"] < 0.5 * same["mean_shared_steps"], (control, same)
+    with pytest.raises(ValueError, match="graphs of prefill steps"):
+        generate(model, name, inputs, "cuda", block_tables=True, cuda_graph=True)
+    wrappers.clear()  # the registered backend outlives the test: let the wrapper go with it
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

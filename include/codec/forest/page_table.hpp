@@ -4,6 +4,7 @@
 // page pool addressed by pointer and strides.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "codec/core/dtype.hpp"
 
@@ -27,6 +28,35 @@ struct PageTable {
   // Throws codec::Error naming the request, the field and the value.
   void validate() const;
 };
+
+// The padded block table of vLLM and transformers: row r lists request r's
+// page ids in its first ceil(seq_len(r) / page_size) columns (the others are
+// not read), with row_stride elements between rows. seq_lens holds each row's
+// KV tokens, or with `cumulative` the prefix sums [rows + 1] (FlashAttention's
+// cu_seq_lens). Rows with no tokens are a padded batch's tail: they must come
+// after every row with tokens.
+struct BlockTable {
+  const std::int32_t* blocks = nullptr;
+  int rows = 0;
+  int cols = 0;
+  std::int64_t row_stride = 0;
+  const std::int32_t* seq_lens = nullptr;
+  bool cumulative = false;
+};
+
+// A PageTable that owns its arrays.
+struct PageTableArrays {
+  std::vector<std::int32_t> indptr{0}, indices, last_page_len;
+  int page_size = 0;
+  std::int64_t num_pages = 0;
+  PageTable view() const { return {indptr, indices, last_page_len, page_size, num_pages}; }
+};
+
+// The page table of a block table's rows with tokens (its leading rows; none
+// gives an empty batch, indptr = {0}). Throws codec::Error naming the row and
+// value: a negative length, a row with tokens after an empty one, more pages
+// than columns, a page id outside [0, num_pages).
+PageTableArrays page_table_from_block_table(const BlockTable& table, int page_size, std::int64_t num_pages);
 
 // A page pool of K and V in any layout with a unit stride along head_dim:
 // element (page p, token t, kv head h, dim d) of K is at

@@ -205,6 +205,9 @@ class Plan {
   PlanView view(const void* base) const;
   WorkspaceLayout workspace() const { return workspace_for(counts_.num_slots, heads_.head_dim); }
 
+  // The plan of no requests packed at `capacity`: every row a run covers
+  // comes out as the empty state (o = 0, lse = −inf).
+  static Plan empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity);
   // Bytes of the packed arrays of a plan at `capacity` (bytes().size() of any such plan).
   static std::size_t packed_bytes(const PlanCapacity& capacity);
   // The partials' workspace for `slots` slots of head_dim floats.

@@ -31,13 +31,23 @@ manager starts. Steps with prefill rows take the slot-list path either way.
 The engine shares full blocks between requests with a common prefix
 (``allow_block_sharing``), so shared prefixes are shared pages, which CoDec
 reads once per step. Models with sliding-window layers are refused.
+
+CUDA graphs: with ``use_cuda_graph=(False, True)`` the engine captures each
+decode batch size once and replays the whole forward without calling
+Python. A captured step plans in the stream instead
+(``BatchPrefixDecodeWrapper.plan_block_table_in_stream``): the replay copies
+the engine's block table to pinned memory, a host function plans it, and the
+plan reaches the workspace before the first layer's attention, so every
+replay runs the exact plan of its own batch. The new tokens' cache slots are
+computed on the device. Prefill steps stay eager (their chunks need the
+host's lengths), and graphs of them are refused.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -58,7 +68,8 @@ class Step:
     the engine then leaves to the attention to write."""
 
     def __init__(self, query: torch.Tensor, cu_seq_lens_q: torch.Tensor, cu_seq_lens_k: torch.Tensor,
-                 block_size: int, read_slots: Optional[torch.Tensor], block_table: Optional[torch.Tensor]) -> None:
+                 block_size: int, read_slots: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+                 write_trash: int) -> None:
         # The step's lengths on the host: two small copies (the engine made them from host lists).
         self.cu_q = cu_seq_lens_q.to("cpu").numpy().astype(np.int64)
         self.cu_k = cu_seq_lens_k.to("cpu").numpy().astype(np.int64)
@@ -72,17 +83,40 @@ class Step:
         if not self.decode.size:
             return
         seq_lens = self.cu_k[self.decode + 1] - self.cu_k[self.decode]
-        if block_table is not None:  # decode-only: every request is a decode row
+        if block_table is not None:  # decode-only, and in graph mode padded with rows of no tokens
             pages = -(-seq_lens // block_size)
-            table = block_table[:, :int(pages.max())].to("cpu").numpy()  # one copy of the columns in use
+            table = block_table[:, :int(pages.max())].to("cpu").numpy()[self.decode]  # one copy of the columns in use
             self.indptr, self.indices, self.last_page_len = page_tables_from_block_table(table, seq_lens, block_size)
             last = seq_lens - 1  # the new token: the last of each request
-            slots = table[np.arange(seq_lens.size), last // block_size].astype(np.int64) * block_size + last % block_size
+            slots = np.full(query.shape[2], write_trash, dtype=np.int64)  # padding tokens write where nothing reads
+            slots[self.cu_q[self.decode]] = (table[np.arange(seq_lens.size), last // block_size].astype(np.int64)
+                                             * block_size + last % block_size)
             self.write_slots = torch.from_numpy(slots).to(query.device)
         else:  # the slots of the pages' first tokens: one small gather
             positions = torch.from_numpy(page_starts(self.cu_k, block_size, self.decode)).to(read_slots.device)
             starts = read_slots[positions].to("cpu").numpy()
             self.indptr, self.indices, self.last_page_len = page_tables_from_slots(starts, seq_lens, block_size)
+
+
+class GraphStep:
+    """A decode-only step captured in one of the engine's CUDA graphs: its
+    rows (the batch padded to the graph's size; padding rows hold no tokens)
+    and the new tokens' slots are tensors on the device, which each replay
+    refills, and the plan is made in the stream (``plan_in_stream``)."""
+
+    all_decode = True
+    prefill: List[Tuple[int, int, int, int]] = []
+
+    def __init__(self, block_table: torch.Tensor, cu_seq_lens_k: torch.Tensor, block_size: int,
+                 write_trash: int) -> None:
+        rows = block_table.shape[0]
+        self.decode = np.arange(rows)
+        self.block_table, self.cu_seq_lens_k = block_table, cu_seq_lens_k[:rows + 1]
+        lens = self.cu_seq_lens_k[1:] - self.cu_seq_lens_k[:-1]
+        last = (lens - 1).clamp_(min=0)
+        page = block_table.gather(1, (last // block_size).long()[:, None])[:, 0].long()
+        # padding rows write into the engine's write-trash slot, which nothing reads
+        self.write_slots = torch.where(lens > 0, page * block_size + last % block_size, write_trash)
 
 
 def _causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -103,10 +137,14 @@ class PagedAttention:
     them, as bench/e2e_decode.py's no-op floor does)."""
 
     workspace_bytes = WORKSPACE_BYTES
+    # A graph's plan is copied whole every replay, its arrays sized by the capacity this workspace gives:
+    # 64 MiB holds ~120k partial slots (loogle:8 plans need ~30-65k) in a ~2 MB plan (256 MiB: ~6.5 MB).
+    graph_workspace_bytes = 64 << 20
 
     def __init__(self) -> None:
         self._wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
-        self._steps: "weakref.WeakKeyDictionary[Any, Step]" = weakref.WeakKeyDictionary()
+        self._graph_wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
+        self._steps: "weakref.WeakKeyDictionary[Any, Union[Step, GraphStep]]" = weakref.WeakKeyDictionary()
 
     def wrapper(self, cache: Any) -> BatchPrefixDecodeWrapper:
         """The wrapper (and workspace) of an engine cache, made at its first use."""
@@ -118,15 +156,37 @@ class PagedAttention:
             w = self._wrappers[cache] = BatchPrefixDecodeWrapper(workspace)
         return w
 
+    def graph_wrapper(self, cache: Any, block_table: torch.Tensor) -> BatchPrefixDecodeWrapper:
+        """The CUDA-graph wrapper of an engine cache, for steps its graphs capture: plans
+        packed at a capacity of the engine's block table (every row and column it has)."""
+        w = self._graph_wrappers.get(cache)
+        if w is None:
+            cols = block_table.shape[-1]
+            # the rows of the engine's whole table (this step's is a view of its first rows)
+            rows = block_table.untyped_storage().nbytes() // (4 * cache.num_groups * cols)
+            workspace = torch.empty(self.graph_workspace_bytes, dtype=torch.uint8, device=cache.device)
+            w = self._graph_wrappers[cache] = BatchPrefixDecodeWrapper(
+                workspace, use_cuda_graph=True, max_batch_size=rows, max_num_pages=rows * cols)
+        return w
+
     def plan(self, cache: Any, step: Step, query: torch.Tensor, scale: float) -> None:
         """Plans the step's decode requests once, for every layer."""
         self.wrapper(cache).plan(step.indptr, step.indices, step.last_page_len, query.shape[1],
                                  cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
                                  sm_scale=scale, num_pages=cache.num_blocks + 2)
 
+    def plan_in_stream(self, cache: Any, step: GraphStep, query: torch.Tensor, scale: float) -> None:
+        """Plans a captured step in the stream, from its device block table: every replay re-plans."""
+        w = self.graph_wrapper(cache, step.block_table)
+        w.check_stream_plans()
+        w.plan_block_table_in_stream(step.block_table, step.cu_seq_lens_k, query.shape[1], cache.num_key_value_heads,
+                                     cache.head_dim, cache.block_size, num_pages=cache.num_blocks + 2,
+                                     cumulative=True, q_data_type=query.dtype, sm_scale=scale)
+
     def decode(self, cache: Any, q: torch.Tensor, pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
         """Attention of the planned decode rows q (n, Hq, D) into out (n, Hq, D)."""
-        self.wrapper(cache).run(q, pages, out=out)
+        wrappers = self._graph_wrappers if isinstance(self._steps[cache], GraphStep) else self._wrappers
+        wrappers[cache].run(q, pages, out=out)
 
     def __call__(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                  attention_mask: Any, scaling: Optional[float] = None, cache: Any = None,
@@ -144,10 +204,17 @@ class PagedAttention:
         read_slots = read_index[group] if read_index else None
         step = self._steps.get(cache)
         if module.layer_idx == 0 or step is None:  # a new step: its rows, and the plan every layer shares
-            step = self._steps[cache] = Step(query, cu_seq_lens_q, cu_seq_lens_k, cache.block_size, read_slots,
-                                             None if block_table is None else block_table[group])
-            if step.decode.size:
-                self.plan(cache, step, query, scale)
+            if block_table is not None and query.is_cuda and torch.cuda.is_current_stream_capturing():
+                # captured in a graph: nothing may wait for the device, and every replay must re-plan
+                step = self._steps[cache] = GraphStep(block_table[group][:query.shape[2]], cu_seq_lens_k,
+                                                      cache.block_size, cache.write_trash_index)
+                self.plan_in_stream(cache, step, query, scale)
+            else:
+                step = self._steps[cache] = Step(query, cu_seq_lens_q, cu_seq_lens_k, cache.block_size, read_slots,
+                                                 None if block_table is None else block_table[group],
+                                                 cache.write_trash_index)
+                if step.decode.size:
+                    self.plan(cache, step, query, scale)
         # The new tokens' KV into the cache, at their slots: the engine's, or on
         # the block-table path (which lists none) the step's
         slots = write_index[group] if step.write_slots is None else step.write_slots
@@ -202,12 +269,12 @@ def enable_block_tables(manager: Any, max_sequence_length: int) -> None:
     if max_sequence_length < 1:
         raise ValueError(f"enable_block_tables: max_sequence_length {max_sequence_length} must be >= 1")
     config = manager.continuous_batching_config
-    # Graph capture and compilation pad the step's inputs (block tables past the real requests) and
-    # would capture the layer-0 planning, which reads the step's lengths on the host.
-    if any(config.cuda_graph_booleans) or config.varlen_compile_config or config.decode_compile_config:
-        raise ValueError("enable_block_tables: paged|codec runs in the engine's eager mode; this manager uses "
-                         f"CUDA graphs {config.cuda_graph_booleans} or compilation: set use_cuda_graph=False "
-                         "and no compile configs")
+    varlen_graphs, _ = config.cuda_graph_booleans
+    if varlen_graphs or config.varlen_compile_config or config.decode_compile_config:
+        raise ValueError("enable_block_tables: paged|codec takes the engine's graphs of decode steps "
+                         "(use_cuda_graph=(False, True)), where it plans every replay in the stream, but not "
+                         f"graphs of prefill steps or compilation (this manager: CUDA graphs "
+                         f"{config.cuda_graph_booleans}): their chunks need the host's lengths")
     blocks = math.ceil(max_sequence_length / config.block_size) + 1
     config.max_blocks_per_request = max(config.max_blocks_per_request, blocks + blocks % 2)
 
@@ -233,7 +300,8 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
                    continuous_batching_config: Any = None, record_timestamps: bool = False,
                    block_tables: bool = True, shared_prefixes: Optional[List[List[int]]] = None) -> Dict[str, Any]:
     """``model.generate_batch`` (transformers' continuous batching, eager
-    mode), with the engine's block-table decode path on (``block_tables``):
+    or with graphs of decode steps), with the engine's block-table decode path
+    on (``block_tables``):
     a dict of request id to GenerationOutput, the requests of ``inputs`` in
     their order, then (with ``num_return_sequences`` > 1) their other
     sequences. Unlike the engine's own, it raises when the generation thread

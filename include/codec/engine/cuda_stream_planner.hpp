@@ -1,0 +1,77 @@
+#pragma once
+// Planning inside a CUDA stream, for graphs whose batch changes every replay
+// (an engine's decode step, captured once per batch size). enqueue() puts
+// three operations on the stream: a copy of the step's device block table
+// and lengths into pinned host memory, a host function that plans them
+// (cudaLaunchHostFunc: a host node when captured), and a copy of the plan
+// into the workspace. The calling thread never waits, and each replay of a
+// graph that captured them plans that replay's batch. Plans are packed at
+// one capacity, so run_cuda takes capacity_plan() for any of them.
+//
+//   CudaStreamPlanner planner(heads, dtype, page_size, cost, options, max_rows, max_cols);
+//   planner.enqueue(device_table, num_pages, workspace, stream);   // once per step
+//   run_cuda(planner.capacity_plan(), kv, io, workspace, stream);  // every layer
+//
+// A batch the host function cannot plan (a page id outside the pool, more
+// than the capacity holds) runs as the empty plan: every row o = 0, lse =
+// −inf; its error waits for take_error(). The host function calls no CUDA
+// API, so it may run inside any graph.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "codec/core/dtype.hpp"
+#include "codec/core/heads.hpp"
+#include "codec/cost/cost_model.hpp"
+#include "codec/engine/cuda_engine.hpp"
+#include "codec/forest/page_table.hpp"
+#include "codec/plan/plan.hpp"
+#include "codec/plan/planner.hpp"
+
+namespace codec {
+
+class CudaStreamPlanner {
+ public:
+  // options.capacity must be set (cuda_plan_capacity); device block tables
+  // of up to max_rows rows and max_cols columns. Allocates its pinned
+  // buffers here, outside any capture.
+  CudaStreamPlanner(const HeadConfig& heads, DType dtype, int page_size, std::shared_ptr<const CostModel> cost,
+                    const PlannerOptions& options, int max_rows, int max_cols);
+  // Waits for the device (pending host functions read this object); it must
+  // outlive every graph that captured its enqueue.
+  ~CudaStreamPlanner();
+  CudaStreamPlanner(const CudaStreamPlanner&) = delete;
+  CudaStreamPlanner& operator=(const CudaStreamPlanner&) = delete;
+
+  // The host plan run_cuda takes for every plan enqueue() makes (Plan::empty
+  // at the capacity: its sizes are the capacity's, which is all a run reads).
+  const Plan& capacity_plan() const;
+
+  // Plans `table` (device pointers; rows <= max_rows, cols <= max_cols) in
+  // stream order on `stream` into `workspace` (device, at least
+  // cuda_workspace_bytes(capacity) bytes). One stream at a time: the pinned
+  // buffers serve one step until its plan has been copied out.
+  void enqueue(const BlockTable& table, std::int64_t num_pages, std::span<std::byte> workspace, CudaStream stream);
+
+  // The first error a host function met since the last call, cleared.
+  std::optional<std::string> take_error();
+  // The statistics of the latest plan a host function made, and the host
+  // functions' count and time (derive + plan, ms) since construction: the
+  // time a stream waits for them.
+  PlanStats last_stats() const;
+  struct Totals {
+    std::int64_t plans = 0;
+    double plan_ms = 0;
+    double max_plan_ms = 0;
+  };
+  Totals totals() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace codec

@@ -1,0 +1,159 @@
+// CudaStreamPlanner: device block table → pinned host copy → plan in a host
+// function → pinned staging → workspace, all in one stream's order.
+#include "codec/engine/cuda_stream_planner.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#include "codec/core/error.hpp"
+#include "codec/engine/cuda_check.hpp"
+#include "codec/forest/forest.hpp"
+
+namespace codec {
+
+struct CudaStreamPlanner::Impl {
+  // What one enqueue asks of its host function. A graph replays the host
+  // node with the pointer it captured, so each distinct request keeps its
+  // own record for the planner's lifetime (a few: one per batch shape).
+  struct Call {
+    Impl* impl;
+    int rows, cols;
+    bool cumulative;
+    std::int64_t num_pages;
+  };
+
+  HeadConfig heads;
+  DType dtype;
+  int page_size;
+  std::shared_ptr<const CostModel> cost;
+  PlannerOptions options;
+  int max_rows, max_cols;
+  Plan empty;
+  std::int32_t* blocks = nullptr;   // pinned [max_rows, max_cols]
+  std::int32_t* lengths = nullptr;  // pinned [max_rows + 1]
+  std::byte* staging = nullptr;     // pinned, the packed plan
+  std::size_t plan_bytes = 0;
+  std::map<std::tuple<int, int, bool, std::int64_t>, std::unique_ptr<Call>> calls;
+  mutable std::mutex mutex;  // guards error and stats, which host functions write
+  std::optional<std::string> error;
+  PlanStats stats;
+  Totals totals;
+
+  void plan(const Call& c) noexcept {
+    const auto start = std::chrono::steady_clock::now();
+    PlanStats s;
+    try {
+      const BlockTable table{blocks, c.rows, c.cols, c.cols, lengths, c.cumulative};
+      const PageTableArrays pages = page_table_from_block_table(table, page_size, c.num_pages);
+      if (pages.last_page_len.empty()) {
+        std::memcpy(staging, empty.bytes().data(), plan_bytes);
+      } else {
+        const PageTable view = pages.view();
+        view.validate();
+        const Plan p = make_plan(derive_forest(view), heads, dtype, *cost, options);
+        std::memcpy(staging, p.bytes().data(), plan_bytes);
+        s = p.stats();
+      }
+    } catch (const std::exception& e) {
+      std::memcpy(staging, empty.bytes().data(), plan_bytes);
+      const std::lock_guard lock(mutex);
+      if (!error) error = e.what();
+    }
+    s.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const std::lock_guard lock(mutex);
+    stats = s;
+    totals.plans += 1;
+    totals.plan_ms += s.plan_ms;
+    totals.max_plan_ms = std::max(totals.max_plan_ms, s.plan_ms);
+  }
+
+  static void CUDART_CB host_function(void* call) {
+    const Call& c = *static_cast<const Call*>(call);
+    c.impl->plan(c);
+  }
+};
+
+CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int page_size,
+                                     std::shared_ptr<const CostModel> cost, const PlannerOptions& options, int max_rows,
+                                     int max_cols)
+    : impl_(std::make_unique<Impl>()) {
+  CODEC_CHECK(options.capacity.has_value(), "CudaStreamPlanner: options.capacity must be set (cuda_plan_capacity)");
+  CODEC_CHECK(cost != nullptr, "CudaStreamPlanner: cost model must not be null");
+  CODEC_CHECK(max_rows >= 1 && max_cols >= 1, "CudaStreamPlanner: max_rows ", max_rows, " and max_cols ", max_cols,
+              " must be >= 1");
+  CODEC_CHECK(max_rows <= options.capacity->requests, "CudaStreamPlanner: max_rows ", max_rows,
+              " exceeds the capacity's ", options.capacity->requests, " requests");
+  options.validate();
+  Impl& s = *impl_;
+  s.heads = heads, s.dtype = dtype, s.page_size = page_size, s.cost = std::move(cost), s.options = options;
+  s.max_rows = max_rows, s.max_cols = max_cols;
+  s.empty = Plan::empty(heads, dtype, page_size, *options.capacity);
+  s.plan_bytes = s.empty.bytes().size();
+  CODEC_CUDA_CHECK(cudaMallocHost(&s.blocks, sizeof(std::int32_t) * std::size_t(max_rows) * std::size_t(max_cols)));
+  CODEC_CUDA_CHECK(cudaMallocHost(&s.lengths, sizeof(std::int32_t) * (std::size_t(max_rows) + 1)));
+  CODEC_CUDA_CHECK(cudaMallocHost(&s.staging, s.plan_bytes));
+}
+
+CudaStreamPlanner::~CudaStreamPlanner() {
+  if (!impl_) return;
+  cudaDeviceSynchronize();  // no host function may still be pending; errors here have no one to go to
+  cudaFreeHost(impl_->blocks);
+  cudaFreeHost(impl_->lengths);
+  cudaFreeHost(impl_->staging);
+}
+
+const Plan& CudaStreamPlanner::capacity_plan() const { return impl_->empty; }
+
+void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages, std::span<std::byte> workspace,
+                                CudaStream stream) {
+  Impl& s = *impl_;
+  CODEC_CHECK(table.rows >= 0 && table.rows <= s.max_rows, "CudaStreamPlanner::enqueue: ", table.rows,
+              " rows, outside [0, max_rows = ", s.max_rows, "]");
+  CODEC_CHECK(table.cols >= 1 && table.cols <= s.max_cols, "CudaStreamPlanner::enqueue: ", table.cols,
+              " columns, outside [1, max_cols = ", s.max_cols, "]");
+  CODEC_CHECK(table.row_stride >= table.cols, "CudaStreamPlanner::enqueue: row_stride ", table.row_stride,
+              " is less than the ", table.cols, " columns");
+  CODEC_CHECK(table.rows == 0 || (table.blocks != nullptr && table.seq_lens != nullptr),
+              "CudaStreamPlanner::enqueue: blocks and seq_lens must not be null");
+  CODEC_CHECK(num_pages >= 1, "CudaStreamPlanner::enqueue: num_pages ", num_pages, " must be >= 1");
+  const std::size_t need = cuda_workspace_bytes(*s.options.capacity, s.heads.head_dim);
+  CODEC_CHECK(workspace.data() != nullptr && workspace.size() >= need, "CudaStreamPlanner::enqueue: workspace of ",
+              workspace.size(), " bytes is smaller than the ", need, " bytes of its capacity");
+  auto& call = s.calls[{table.rows, table.cols, table.cumulative, num_pages}];
+  if (!call) call = std::make_unique<Impl::Call>(Impl::Call{&s, table.rows, table.cols, table.cumulative, num_pages});
+  const std::size_t row = sizeof(std::int32_t) * std::size_t(table.cols);
+  if (table.rows > 0) {
+    CODEC_CUDA_CHECK(cudaMemcpy2DAsync(s.blocks, row, table.blocks, sizeof(std::int32_t) * table.row_stride, row,
+                                       table.rows, cudaMemcpyDeviceToHost, stream));
+    CODEC_CUDA_CHECK(cudaMemcpyAsync(s.lengths, table.seq_lens,
+                                     sizeof(std::int32_t) * std::size_t(table.rows + (table.cumulative ? 1 : 0)),
+                                     cudaMemcpyDeviceToHost, stream));
+  }
+  CODEC_CUDA_CHECK(cudaLaunchHostFunc(stream, &Impl::host_function, call.get()));
+  CODEC_CUDA_CHECK(cudaMemcpyAsync(workspace.data(), s.staging, s.plan_bytes, cudaMemcpyHostToDevice, stream));
+}
+
+std::optional<std::string> CudaStreamPlanner::take_error() {
+  const std::lock_guard lock(impl_->mutex);
+  return std::exchange(impl_->error, std::nullopt);
+}
+
+PlanStats CudaStreamPlanner::last_stats() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->stats;
+}
+
+CudaStreamPlanner::Totals CudaStreamPlanner::totals() const {
+  const std::lock_guard lock(impl_->mutex);
+  return impl_->totals;
+}
+
+}  // namespace codec
