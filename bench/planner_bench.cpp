@@ -5,7 +5,10 @@
 // generated so far), all lengths different; B = 1,024 gives 1,089 nodes.
 // Plans target the H200 (264 blocks) under its roofline cost model and, as
 // .../measured, under the table measured on it (data/cost_tables), whose merge
-// grid the search prices as well.
+// grid the search prices as well. BM_PlanFromBlockTable times what a graph
+// replay's in-stream plan does on the host (CudaStreamPlanner): an engine's
+// padded block table of LooGLE-like requests (D documents of 12k-30k tokens,
+// 8 questions each, 64 decode tokens in) to a plan packed at a capacity.
 #include <benchmark/benchmark.h>
 
 #include <exception>
@@ -100,8 +103,63 @@ void BM_DeriveAndPlan(benchmark::State& state, bool measured) {
     benchmark::DoNotOptimize(codec::make_plan(codec::derive_forest(t.view()), kHeads, codec::DType::bf16, *cost, h200_options()));
 }
 
+// The engine's block table of `docs` documents × 8 questions, as
+// bench/e2e_decode.py's loogle workload has it after 64 decode steps: each
+// request's row lists its document's full pages, then its own.
+struct BlockTableBatch {
+  int rows = 0, cols = 0;
+  std::vector<std::int32_t> blocks, lens;
+  std::int64_t num_pages = 0;
+};
+
+BlockTableBatch loogle_block_table(int docs) {
+  std::mt19937 rng(7);
+  auto length = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  BlockTableBatch b;
+  b.rows = 8 * docs;
+  b.cols = (30000 + 200 + 64) / kPageSize + 2;
+  b.blocks.assign(std::size_t(b.rows) * b.cols, -1);
+  b.lens.resize(b.rows);
+  std::int32_t next = 0;
+  for (int d = 0; d < docs; ++d) {
+    const int full = length(12000, 30000) / kPageSize;
+    const std::int32_t first = next;
+    next += full;
+    for (int q = 0; q < 8; ++q) {
+      const int r = 8 * d + q, tokens = full * kPageSize + length(20, 200) + 64;
+      b.lens[r] = tokens;
+      std::int32_t* row = b.blocks.data() + std::size_t(r) * b.cols;
+      for (int j = 0; j < full; ++j) row[j] = first + j;
+      for (int j = full; j < (tokens + kPageSize - 1) / kPageSize; ++j) row[j] = next++;
+    }
+  }
+  b.num_pages = next;
+  return b;
+}
+
+void BM_PlanFromBlockTable(benchmark::State& state) {
+  const BlockTableBatch b = loogle_block_table(int(state.range(0)));
+  const std::unique_ptr<codec::CostModel> cost = cost_model(state, true);
+  if (!cost) return;
+  codec::PlannerOptions opt = h200_options();
+  opt.max_tile_rows = 64;
+  // about what the integration's 64 MiB graph workspace holds
+  opt.capacity = codec::PlanCapacity::for_batches(b.rows, std::int64_t(b.rows) * b.cols, kHeads, opt.max_tile_rows,
+                                                  opt.num_blocks, 120000);
+  const codec::BlockTable table{b.blocks.data(), b.rows, b.cols, b.cols, b.lens.data(), false};
+  codec::PlanStats stats;
+  for (auto _ : state) {
+    const codec::PageTableArrays pages = codec::page_table_from_block_table(table, kPageSize, b.num_pages);
+    stats = codec::make_plan(codec::derive_forest(pages.view()), kHeads, codec::DType::bf16, *cost, opt).stats();
+  }
+  state.counters["requests"] = b.rows;
+  state.counters["tasks"] = stats.num_tasks;
+  state.counters["plan_MB"] = double(codec::Plan::packed_bytes(*opt.capacity)) / 1e6;
+}
+
 }  // namespace
 
+BENCHMARK(BM_PlanFromBlockTable)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DeriveForest)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MakePlan, roofline, false)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MakePlan, measured, true)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
