@@ -8,7 +8,8 @@
 // grid the search prices as well. BM_PlanFromBlockTable times what a graph
 // replay's in-stream plan does on the host (CudaStreamPlanner): an engine's
 // padded block table of LooGLE-like requests (D documents of 12k-30k tokens,
-// 8 questions each, 64 decode tokens in) to a plan packed at a capacity.
+// 8 questions each, 64 decode tokens in) to a plan packed at a capacity,
+// searching every step or (…/reuse) as StepPlanner does.
 #include <benchmark/benchmark.h>
 
 #include <exception>
@@ -137,29 +138,40 @@ BlockTableBatch loogle_block_table(int docs) {
   return b;
 }
 
-void BM_PlanFromBlockTable(benchmark::State& state) {
-  const BlockTableBatch b = loogle_block_table(int(state.range(0)));
-  const std::unique_ptr<codec::CostModel> cost = cost_model(state, true);
-  if (!cost) return;
+// With reuse, a StepPlanner across the iterations, each a decode step later
+// (every request a token longer): the split counts of one search serve them.
+void BM_PlanFromBlockTable(benchmark::State& state, bool reuse) {
+  BlockTableBatch b = loogle_block_table(int(state.range(0)));
+  const std::unique_ptr<codec::CostModel> owned = cost_model(state, true);
+  if (!owned) return;
+  const std::shared_ptr<const codec::CostModel> cost(owned.get(), [](const codec::CostModel*) {});
   codec::PlannerOptions opt = h200_options();
   opt.max_tile_rows = 64;
   // about what the integration's 64 MiB graph workspace holds
   opt.capacity = codec::PlanCapacity::for_batches(b.rows, std::int64_t(b.rows) * b.cols, kHeads, opt.max_tile_rows,
                                                   opt.num_blocks, 120000);
+  codec::StepPlanner steps(kHeads, codec::DType::bf16, cost, opt);
   const codec::BlockTable table{b.blocks.data(), b.rows, b.cols, b.cols, b.lens.data(), false};
+  const std::vector<std::int32_t> lens = b.lens;
   codec::PlanStats stats;
+  int step = 0;
   for (auto _ : state) {
+    for (std::size_t r = 0; r < lens.size(); ++r) b.lens[r] = lens[r] - 63 + step % 64;  // within the rows' pages
+    ++step;
     const codec::PageTableArrays pages = codec::page_table_from_block_table(table, kPageSize, b.num_pages);
-    stats = codec::make_plan(codec::derive_forest(pages.view()), kHeads, codec::DType::bf16, *cost, opt).stats();
+    const codec::Forest forest = codec::derive_forest(pages.view());
+    stats = (reuse ? steps.plan(forest) : codec::make_plan(forest, kHeads, codec::DType::bf16, *cost, opt)).stats();
   }
   state.counters["requests"] = b.rows;
   state.counters["tasks"] = stats.num_tasks;
   state.counters["plan_MB"] = double(codec::Plan::packed_bytes(*opt.capacity)) / 1e6;
+  if (reuse) state.counters["searches"] = double(steps.searches());
 }
 
 }  // namespace
 
-BENCHMARK(BM_PlanFromBlockTable)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PlanFromBlockTable, search, false)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_PlanFromBlockTable, reuse, true)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DeriveForest)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MakePlan, roofline, false)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MakePlan, measured, true)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);

@@ -496,6 +496,7 @@ class Planner {
     nb::dict d = stats_of(stream_->last_stats());
     const CudaStreamPlanner::Totals t = stream_->totals();
     d["plans"] = t.plans;
+    d["searches"] = t.searches;
     d["plan_ms_total"] = t.plan_ms;
     d["plan_ms_max"] = t.max_plan_ms;
     return d;

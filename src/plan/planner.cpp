@@ -501,6 +501,14 @@ class Planning {
       return;
     }
     if (classes_.empty() || opt_.split == SplitPolicy::none) return;
+    if (opt_.split == SplitPolicy::given) {
+      CODEC_CHECK(opt_.given_splits.size() == std::size_t(forest_.num_nodes()), "given_splits has ",
+                  opt_.given_splits.size(), " counts for a forest of ", forest_.num_nodes(), " nodes");
+      for (std::size_t ci = 0; ci < classes_.size(); ++ci)
+        splits_[ci] = std::clamp(opt_.given_splits[classes_[ci].nodes.front()], 1, classes_[ci].max_splits);
+      if (fits(splits_)) return;
+      splits_.assign(classes_.size(), 1);  // beyond the workspace: search as adaptive does
+    }
     std::vector<int> cap(classes_.size());
     for (std::size_t ci = 0; ci < classes_.size(); ++ci)
       cap[ci] = std::clamp(int(std::ceil(kCapFactor * classes_[ci].unsplit_cost / cost_l_)), 1,
@@ -773,6 +781,49 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const
   planning.reduction_schedule(a);
   Plan plan(heads, dtype, forest.page_size, a, planning.stats(a), opt.capacity ? &*opt.capacity : nullptr);
   plan.stats().plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return plan;
+}
+
+StepPlanner::StepPlanner(const HeadConfig& heads, DType dtype, std::shared_ptr<const CostModel> cost,
+                         PlannerOptions options, double drift)
+    : heads_(heads), dtype_(dtype), cost_(std::move(cost)), options_(std::move(options)), drift_(drift) {
+  CODEC_CHECK(cost_ != nullptr, "StepPlanner: cost model must not be null");
+  CODEC_CHECK(drift_ >= 0, "StepPlanner: drift ", drift_, " must be >= 0");
+  options_.validate();
+}
+
+// Same nodes, parents and requests, and the work (Σ tokens × requests over
+// nodes) moved by at most drift of the searched forest's: LPT re-balances
+// every plan, only the split counts are the search's. A node with tokens where
+// that one had none, or none where it had some, is a change of shape.
+bool StepPlanner::same_shape(const Forest& f) const {
+  const Forest& s = searched_;
+  if (f.num_nodes() != s.num_nodes() || f.num_requests() != s.num_requests() || f.reqs != s.reqs) return false;
+  double moved = 0, work = 0;
+  for (int i = 0; i < f.num_nodes(); ++i) {
+    const ForestNode &a = f.nodes[i], &b = s.nodes[i];
+    if (a.parent != b.parent || a.req_begin != b.req_begin || a.num_reqs != b.num_reqs) return false;
+    if ((a.num_tokens == 0) != (b.num_tokens == 0)) return false;
+    moved += std::abs(double(a.num_tokens) - b.num_tokens) * b.num_reqs;
+    work += double(b.num_tokens) * b.num_reqs;
+  }
+  return moved <= drift_ * work;
+}
+
+Plan StepPlanner::plan(const Forest& forest) {
+  ++plans_;
+  if (options_.split != SplitPolicy::adaptive) return make_plan(forest, heads_, dtype_, *cost_, options_);
+  if (!splits_.empty() && same_shape(forest)) {
+    PlannerOptions reuse = options_;
+    reuse.split = SplitPolicy::given;
+    reuse.given_splits = splits_;
+    return make_plan(forest, heads_, dtype_, *cost_, reuse);
+  }
+  Plan plan = make_plan(forest, heads_, dtype_, *cost_, options_);
+  const PlanView v = plan.view();
+  splits_.assign(v.node_splits, v.node_splits + v.num_nodes);
+  searched_ = forest;
+  ++searches_;
   return plan;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "codec/core/error.hpp"
@@ -349,6 +350,29 @@ TEST(CpuEngine, StridedQueryOutputAndLse) {
       const ErrorStats l = compare(dense_lse.data(), ref.lse);
       EXPECT_TRUE(l.within(kCpuTolerance)) << to_string(dtype) << " lse: " << l.describe();
     }
+  }
+}
+
+// Plans a StepPlanner makes with an earlier search's split counts stay exact:
+// the same batch over four decode steps (every request's last page filling
+// up a token a step), one search, each step against fp64.
+TEST(CpuEngine, StepPlannerReusedPlansAreExact) {
+  const HeadConfig heads{16, 4, 64};
+  PlannerOptions opt;
+  opt.num_blocks = 6;
+  auto cost = std::make_shared<RooflineCostModel>(RooflineParams::h200(), heads, DType::bf16);
+  for (std::uint64_t seed = 91; seed <= 93; ++seed) {
+    const test::RandomBatch b = test::make_random_batch(test::engine_spec(seed, heads, DType::bf16, 8, 5, 7, 0.3, 6));
+    StepPlanner steps(heads, DType::bf16, cost, opt, 1.0);
+    for (int step = 0; step < 4; ++step) {
+      std::vector<std::int32_t> last = b.last_page_len;  // 3 − step tokens short of the batch's own
+      for (std::int32_t& l : last) l = std::max(1, l - 3 + step);
+      const PageTable table{b.indptr, b.indices, last, b.spec.page_size, b.num_pages};
+      const Plan plan = steps.plan(derive_forest(table));
+      expect_matches(run(plan, b.kv(), b.q.data()), reference_attention(table, b.kv(), heads, b.q.data()),
+                     b.spec.describe() + " step " + std::to_string(step));
+    }
+    EXPECT_EQ(steps.searches(), 1) << b.spec.describe();
   }
 }
 

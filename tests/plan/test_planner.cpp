@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
@@ -10,6 +11,7 @@
 #include "codec/workload/workload.hpp"
 #include "support/planning.hpp"
 #include "support/random_batch.hpp"
+#include "support/throws_with.hpp"
 
 namespace codec {
 namespace {
@@ -367,6 +369,71 @@ TEST(Planner, ExhaustiveSearchRefusesHugeSpaces) {
   opt.num_blocks = 264;
   opt.split = SplitPolicy::exhaustive;
   EXPECT_THROW(make_plan(forest, w.heads, w.dtype, cost, opt), Error);
+}
+
+// Decode steps of a LooGLE-like batch as page tables: `docs` documents of
+// doc_pages full pages, `questions` requests on each with a tail of
+// tail_tokens + (q · 7) tokens, every tail grown by `step` tokens.
+PageTableArrays decode_step(int docs, int questions, int doc_pages, int tail_tokens, int step) {
+  constexpr int kPage = 16;
+  PageTableArrays a;
+  a.page_size = kPage;
+  std::int32_t next = docs * doc_pages;
+  for (int d = 0; d < docs; ++d)
+    for (int q = 0; q < questions; ++q) {
+      for (int p = 0; p < doc_pages; ++p) a.indices.push_back(d * doc_pages + p);
+      const int tail = tail_tokens + 7 * q + step, pages = (tail + kPage - 1) / kPage;
+      for (int p = 0; p < pages; ++p) a.indices.push_back(next++);
+      a.indptr.push_back(std::int32_t(a.indices.size()));
+      a.last_page_len.push_back(tail - (pages - 1) * kPage);
+    }
+  a.num_pages = next;
+  return a;
+}
+
+// Across decode steps the forest keeps its shape: a StepPlanner searches once
+// and reuses those split counts, with a makespan near a fresh search's; a
+// request that joins, or work that drifts past the limit, search again.
+TEST(StepPlanner, ReusesSplitsWhileTheForestKeepsItsShape) {
+  const HeadConfig heads{32, 8, 128};
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  auto cost = std::make_shared<RooflineCostModel>(RooflineParams::h200(), heads, DType::bf16);
+  StepPlanner steps(heads, DType::bf16, cost, opt);
+  std::vector<std::int32_t> first;
+  for (int step = 0; step < 24; ++step) {
+    const Forest forest = derive_forest(decode_step(3, 5, 400, 60, step).view());
+    const Plan plan = steps.plan(forest);
+    const Plan fresh = make_plan(forest, heads, DType::bf16, *cost, opt);
+    const PlanView v = plan.view();
+    if (step == 0) first.assign(v.node_splits, v.node_splits + v.num_nodes);
+    EXPECT_EQ(std::vector<std::int32_t>(v.node_splits, v.node_splits + v.num_nodes), first) << "step " << step;
+    EXPECT_LE(plan.stats().makespan_us, 1.03 * fresh.stats().makespan_us) << "step " << step;
+    EXPECT_EQ(plan.stats().kv_tokens_read, fresh.stats().kv_tokens_read) << "step " << step;
+  }
+  EXPECT_EQ(steps.plans(), 24);
+  EXPECT_EQ(steps.searches(), 1);
+  steps.plan(derive_forest(decode_step(3, 6, 400, 60, 24).view()));  // a request more per document
+  EXPECT_EQ(steps.searches(), 2);
+  steps.plan(derive_forest(decode_step(3, 6, 400, 60, 25).view()));
+  EXPECT_EQ(steps.searches(), 2);
+  StepPlanner strict(heads, DType::bf16, cost, opt, 0.001);  // tails grown by 35 tokens move 0.5% of the work
+  strict.plan(derive_forest(decode_step(3, 6, 400, 60, 25).view()));
+  strict.plan(derive_forest(decode_step(3, 6, 400, 60, 26).view()));
+  EXPECT_EQ(strict.searches(), 1);
+  strict.plan(derive_forest(decode_step(3, 6, 400, 60, 60).view()));
+  EXPECT_EQ(strict.searches(), 2);
+  PlannerOptions none = opt;
+  none.split = SplitPolicy::none;
+  StepPlanner unsplit(heads, DType::bf16, cost, none);
+  unsplit.plan(derive_forest(decode_step(3, 5, 400, 60, 0).view()));
+  EXPECT_EQ(unsplit.searches(), 0);  // other policies plan every batch as make_plan does
+  PlannerOptions given = opt;
+  given.split = SplitPolicy::given;
+  given.given_splits = {1, 2};
+  EXPECT_TRUE(test::throws_with([&] { make_plan(derive_forest(decode_step(1, 2, 4, 3, 0).view()), heads, DType::bf16,
+                                                *cost, given); },
+                                "given_splits has 2 counts for a forest of 3 nodes"));
 }
 
 }  // namespace

@@ -60,10 +60,13 @@ class CudaStreamPlanner {
   std::optional<std::string> take_error();
   // The statistics of the latest plan a host function made, and the host
   // functions' count and time (derive + plan, ms) since construction: the
-  // time a stream waits for them.
+  // time a stream waits for them. Plans reuse the split counts of the last
+  // search while the forest keeps its shape (StepPlanner); `searches` counts
+  // those that searched.
   PlanStats last_stats() const;
   struct Totals {
     std::int64_t plans = 0;
+    std::int64_t searches = 0;
     double plan_ms = 0;
     double max_plan_ms = 0;
   };

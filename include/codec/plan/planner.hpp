@@ -2,7 +2,9 @@
 // The planner (docs/DESIGN.md §4): a pure host function from a prefix forest, a head
 // configuration and a cost model to a Plan.
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "codec/cost/cost_model.hpp"
 #include "codec/forest/forest.hpp"
@@ -18,6 +20,10 @@ enum class SplitPolicy {
   // for the adaptive search on small trees. Throws when there are more than
   // kMaxExhaustivePlans vectors to try.
   exhaustive,
+  // PlannerOptions::given_splits, one count per forest node (StepPlanner's
+  // reuse of an earlier search); a vector beyond the workspace falls back to
+  // the adaptive search.
+  given,
 };
 inline constexpr long kMaxExhaustivePlans = 200000;
 
@@ -27,6 +33,9 @@ struct PlannerOptions {
   int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
   SplitPolicy split = SplitPolicy::adaptive;
   int fixed_splits = 1;      // b_k for SplitPolicy::fixed
+  // b_k of each forest node for SplitPolicy::given (a plan's node_splits): a
+  // class of nodes takes its first node's, clamped to [1, the class's most].
+  std::vector<int> given_splits;
   // Most partial slots the plan may use (0: no limit), as a workspace of a
   // given size holds (cuda_plan_capacity, cpu_workspace_slots): the search
   // keeps to split vectors within it, and a forest that needs more even
@@ -45,5 +54,34 @@ std::int64_t min_slots(const Forest& forest, const HeadConfig& heads);
 // `dtype` is that of the KV cache and queries the plan will run on; a run checks it.
 Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
                const PlannerOptions& options);
+
+// Plans an engine's successive batches (its decode steps), searching split
+// counts only when the forest changes shape. As every request grows by a
+// token a step, the forest keeps its nodes, their parents and their requests,
+// and the split counts of the last search stay close to what a new search
+// would pick: they are reused (SplitPolicy::given), with every plan's tasks
+// re-balanced over the blocks, until the work (Σ node tokens × requests)
+// drifts from that search's by more than `drift` (relative), or the shape
+// changes (a request joins, leaves or forks). Every plan is exact. Options
+// other than adaptive plan every batch as make_plan does.
+class StepPlanner {
+ public:
+  StepPlanner(const HeadConfig& heads, DType dtype, std::shared_ptr<const CostModel> cost, PlannerOptions options,
+              double drift = 0.05);
+  Plan plan(const Forest& forest);
+  std::int64_t searches() const { return searches_; }  // plans whose split counts were searched
+  std::int64_t plans() const { return plans_; }
+
+ private:
+  bool same_shape(const Forest& forest) const;
+  HeadConfig heads_;
+  DType dtype_;
+  std::shared_ptr<const CostModel> cost_;
+  PlannerOptions options_;
+  double drift_;
+  Forest searched_;          // the forest of the last search (its shape and tokens)
+  std::vector<int> splits_;  // that search's node_splits
+  std::int64_t searches_ = 0, plans_ = 0;
+};
 
 }  // namespace codec

@@ -30,11 +30,9 @@ struct CudaStreamPlanner::Impl {
     std::int64_t num_pages;
   };
 
-  HeadConfig heads;
-  DType dtype;
   int page_size;
-  std::shared_ptr<const CostModel> cost;
   PlannerOptions options;
+  std::unique_ptr<StepPlanner> planner;  // the host function's alone: split counts reused across steps
   int max_rows, max_cols;
   Plan empty;
   std::int32_t* blocks = nullptr;   // pinned [max_rows, max_cols]
@@ -58,7 +56,7 @@ struct CudaStreamPlanner::Impl {
       } else {
         const PageTable view = pages.view();
         view.validate();
-        const Plan p = make_plan(derive_forest(view), heads, dtype, *cost, options);
+        const Plan p = planner->plan(derive_forest(view));
         std::memcpy(staging, p.bytes().data(), plan_bytes);
         s = p.stats();
       }
@@ -73,6 +71,7 @@ struct CudaStreamPlanner::Impl {
     totals.plans += 1;
     totals.plan_ms += s.plan_ms;
     totals.max_plan_ms = std::max(totals.max_plan_ms, s.plan_ms);
+    totals.searches = planner->searches();
   }
 
   static void CUDART_CB host_function(void* call) {
@@ -93,7 +92,8 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
               " exceeds the capacity's ", options.capacity->requests, " requests");
   options.validate();
   Impl& s = *impl_;
-  s.heads = heads, s.dtype = dtype, s.page_size = page_size, s.cost = std::move(cost), s.options = options;
+  s.page_size = page_size, s.options = options;
+  s.planner = std::make_unique<StepPlanner>(heads, dtype, std::move(cost), options);
   s.max_rows = max_rows, s.max_cols = max_cols;
   s.empty = Plan::empty(heads, dtype, page_size, *options.capacity);
   s.plan_bytes = s.empty.bytes().size();
@@ -124,7 +124,7 @@ void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages,
   CODEC_CHECK(table.rows == 0 || (table.blocks != nullptr && table.seq_lens != nullptr),
               "CudaStreamPlanner::enqueue: blocks and seq_lens must not be null");
   CODEC_CHECK(num_pages >= 1, "CudaStreamPlanner::enqueue: num_pages ", num_pages, " must be >= 1");
-  const std::size_t need = cuda_workspace_bytes(*s.options.capacity, s.heads.head_dim);
+  const std::size_t need = cuda_workspace_bytes(*s.options.capacity, s.empty.heads().head_dim);
   CODEC_CHECK(workspace.data() != nullptr && workspace.size() >= need, "CudaStreamPlanner::enqueue: workspace of ",
               workspace.size(), " bytes is smaller than the ", need, " bytes of its capacity");
   auto& call = s.calls[{table.rows, table.cols, table.cumulative, num_pages}];
