@@ -123,6 +123,7 @@ class BatchPrefixDecodeWrapper:
         self._plan = None
         self._planned = False
         self._in_stream = False  # the current plan is made in the stream (plan_block_table_in_stream)
+        self._stream_rows = self._stream_pages = 0
         self._capacity_plan = None
         self._handle = next(_HANDLES)
         _WRAPPERS[self._handle] = self
@@ -275,8 +276,12 @@ class BatchPrefixDecodeWrapper:
                  "plan_block_table_in_stream takes torch tensors on the wrapper's device")
         kwargs.pop("non_blocking", None)
         self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs)
+        self._planned = False  # a call that fails leaves no plan to run
         self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
                                   current_stream(self._workspace))
+        # What run checks: the host never sees these plans, whose rows index q
+        # and whose pages index the cache, up to the table's rows and num_pages.
+        self._stream_rows, self._stream_pages = int(block_table.shape[0]), int(num_pages)
         if self._capacity_plan is None:
             self._capacity_plan = self._planner.capacity_plan()
         self._plan = self._capacity_plan
@@ -348,6 +353,12 @@ class BatchPrefixDecodeWrapper:
             k, v = paged_kv_cache
         else:
             k, v = paged_kv_cache, None
+        if self._in_stream:
+            pool = k.shape[0]
+            _require(q.shape[0] >= self._stream_rows, f"q has {q.shape[0]} rows, fewer than the "
+                     f"{self._stream_rows} rows of the block table planned in the stream")
+            _require(pool >= self._stream_pages, f"the KV cache has {pool} pages, fewer than the num_pages "
+                     f"{self._stream_pages} planned in the stream")
         if out is None:
             out = empty_like_rows(q, (q.shape[0], q.shape[1], q.shape[2]))
         if return_lse and lse is None:

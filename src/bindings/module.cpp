@@ -441,7 +441,8 @@ class Planner {
                 "; expected int32");
     CODEC_CHECK(table.shape(1) <= 1 || table.stride(1) == 1, "block_table must be contiguous along its rows (stride ",
                 table.stride(1), ")");
-    const auto rows = std::size_t(table.shape(0)), cols = std::max<std::size_t>(table.shape(1), 1);
+    CODEC_CHECK(table.shape(1) >= 1, "block_table has no columns: ", shape_of(table));
+    const auto rows = std::size_t(table.shape(0)), cols = std::size_t(table.shape(1));
     check_ndim(lens, 1, "seq_lens", cumulative ? "(batch + 1,)" : "(batch,)");
     CODEC_CHECK(lens.shape(0) == rows + (cumulative ? 1 : 0) && (lens.shape(0) <= 1 || lens.stride(0) == 1),
                 cumulative ? "cu_seq_lens" : "seq_lens", " is ", shape_of(lens), "; expected a contiguous (",
@@ -464,7 +465,7 @@ class Planner {
       CODEC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     }
     const BlockTable device{static_cast<const std::int32_t*>(table.data()), int(rows), int(cols),
-                            std::int64_t(table.shape(1) <= 1 ? cols : table.stride(0)),
+                            std::int64_t(rows > 1 ? table.stride(0) : cols),  // a column view keeps its rows' stride
                             static_cast<const std::int32_t*>(lens.data()), cumulative};
     stream_->enqueue(device, num_pages, workspace_of(workspace, kCudaAlign), stream);
 #else

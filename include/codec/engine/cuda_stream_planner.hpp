@@ -40,8 +40,10 @@ class CudaStreamPlanner {
   // buffers here, outside any capture.
   CudaStreamPlanner(const HeadConfig& heads, DType dtype, int page_size, std::shared_ptr<const CostModel> cost,
                     const PlannerOptions& options, int max_rows, int max_cols);
-  // Waits for the device (pending host functions read this object); it must
-  // outlive every graph that captured its enqueue.
+  // Waits for its last enqueue outside capture (pending host functions read
+  // this object); it must outlive every graph that captured an enqueue, and
+  // their replays. Frees its pinned buffers without invalidating a capture
+  // in progress.
   ~CudaStreamPlanner();
   CudaStreamPlanner(const CudaStreamPlanner&) = delete;
   CudaStreamPlanner& operator=(const CudaStreamPlanner&) = delete;
@@ -53,7 +55,10 @@ class CudaStreamPlanner {
   // Plans `table` (device pointers; rows <= max_rows, cols <= max_cols) in
   // stream order on `stream` into `workspace` (device, at least
   // cuda_workspace_bytes(capacity) bytes). One stream at a time: the pinned
-  // buffers serve one step until its plan has been copied out.
+  // buffers serve one step until its plan has been copied out. run_cuda
+  // cannot check what it never sees: q must hold the table's rows, and the
+  // KV pool at least num_pages pages (the host function checks page ids
+  // against num_pages).
   void enqueue(const BlockTable& table, std::int64_t num_pages, std::span<std::byte> workspace, CudaStream stream);
 
   // The first error a host function met since the last call, cleared.

@@ -58,6 +58,7 @@ from .paging import page_starts, page_tables_from_block_table, page_tables_from_
 
 NAME = "paged|codec"  # keeps "flash" out of the name: the engine turns on flash-only paths for such names
 WORKSPACE_BYTES = 256 << 20
+_ATTENTIONS: "weakref.WeakSet[PagedAttention]" = weakref.WeakSet()  # whose graph plans generate_batch checks
 
 
 class Step:
@@ -102,21 +103,26 @@ class GraphStep:
     """A decode-only step captured in one of the engine's CUDA graphs: its
     rows (the batch padded to the graph's size; padding rows hold no tokens)
     and the new tokens' slots are tensors on the device, which each replay
-    refills, and the plan is made in the stream (``plan_in_stream``)."""
+    refills, and the plan is made in the stream (``plan_in_stream``). The
+    engine's block table may have fewer rows than the step has tokens (its
+    padding caps the sequences at its most requests): the tokens past its
+    rows are padding too."""
 
-    all_decode = True
     prefill: List[Tuple[int, int, int, int]] = []
 
-    def __init__(self, block_table: torch.Tensor, cu_seq_lens_k: torch.Tensor, block_size: int,
+    def __init__(self, block_table: torch.Tensor, cu_seq_lens_k: torch.Tensor, tokens: int, block_size: int,
                  write_trash: int) -> None:
-        rows = block_table.shape[0]
+        rows = min(tokens, block_table.shape[0])
         self.decode = np.arange(rows)
-        self.block_table, self.cu_seq_lens_k = block_table, cu_seq_lens_k[:rows + 1]
+        self.all_decode = rows == tokens
+        self.decode_rows = None if self.all_decode else torch.arange(rows, device=block_table.device)
+        self.block_table, self.cu_seq_lens_k = block_table[:rows], cu_seq_lens_k[:rows + 1]
         lens = self.cu_seq_lens_k[1:] - self.cu_seq_lens_k[:-1]
         last = (lens - 1).clamp_(min=0)
-        page = block_table.gather(1, (last // block_size).long()[:, None])[:, 0].long()
-        # padding rows write into the engine's write-trash slot, which nothing reads
-        self.write_slots = torch.where(lens > 0, page * block_size + last % block_size, write_trash)
+        page = self.block_table.gather(1, (last // block_size).long()[:, None])[:, 0].long()
+        # padding writes into the engine's write-trash slot, which nothing reads
+        self.write_slots = torch.full((tokens,), write_trash, dtype=torch.long, device=block_table.device)
+        self.write_slots[:rows] = torch.where(lens > 0, page * block_size + last % block_size, write_trash)
 
 
 def _causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -142,6 +148,7 @@ class PagedAttention:
     graph_workspace_bytes = 64 << 20
 
     def __init__(self) -> None:
+        _ATTENTIONS.add(self)
         self._wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
         self._graph_wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
         self._steps: "weakref.WeakKeyDictionary[Any, Union[Step, GraphStep]]" = weakref.WeakKeyDictionary()
@@ -175,10 +182,23 @@ class PagedAttention:
                                  cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
                                  sm_scale=scale, num_pages=cache.num_blocks + 2)
 
+    def check_stream_plans(self, cache: Any = None) -> None:
+        """Raises RuntimeError with the first error a graph replay's plan met
+        (its step's decode rows ran as zeros) since the last check, for one
+        engine cache or all. Replays never call Python: eager steps and
+        ``generate_batch`` check."""
+        caches = list(self._graph_wrappers.keys()) if cache is None else [cache]
+        for c in caches:
+            w = self._graph_wrappers.get(c)
+            if w is not None:
+                try:
+                    w.check_stream_plans()
+                except ValueError as e:
+                    raise RuntimeError(f"{NAME} in a CUDA graph: {e}") from None
+
     def plan_in_stream(self, cache: Any, step: GraphStep, query: torch.Tensor, scale: float) -> None:
         """Plans a captured step in the stream, from its device block table: every replay re-plans."""
         w = self.graph_wrapper(cache, step.block_table)
-        w.check_stream_plans()
         w.plan_block_table_in_stream(step.block_table, step.cu_seq_lens_k, query.shape[1], cache.num_key_value_heads,
                                      cache.head_dim, cache.block_size, num_pages=cache.num_blocks + 2,
                                      cumulative=True, q_data_type=query.dtype, sm_scale=scale)
@@ -206,10 +226,11 @@ class PagedAttention:
         if module.layer_idx == 0 or step is None:  # a new step: its rows, and the plan every layer shares
             if block_table is not None and query.is_cuda and torch.cuda.is_current_stream_capturing():
                 # captured in a graph: nothing may wait for the device, and every replay must re-plan
-                step = self._steps[cache] = GraphStep(block_table[group][:query.shape[2]], cu_seq_lens_k,
+                step = self._steps[cache] = GraphStep(block_table[group], cu_seq_lens_k, query.shape[2],
                                                       cache.block_size, cache.write_trash_index)
                 self.plan_in_stream(cache, step, query, scale)
             else:
+                self.check_stream_plans(cache)  # the replays since the last eager step
                 step = self._steps[cache] = Step(query, cu_seq_lens_q, cu_seq_lens_k, cache.block_size, read_slots,
                                                  None if block_table is None else block_table[group],
                                                  cache.write_trash_index)
@@ -305,7 +326,8 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
     a dict of request id to GenerationOutput, the requests of ``inputs`` in
     their order, then (with ``num_return_sequences`` > 1) their other
     sequences. Unlike the engine's own, it raises when the generation thread
-    stops or a request fails rather than only logging it.
+    stops, a request fails or a CUDA graph's in-stream plan failed, rather
+    than only logging it.
 
     ``shared_prefixes`` (token lists) are prefilled first, on the same
     manager, two generated tokens each: their full blocks stay in the
@@ -335,7 +357,10 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
             warm = manager.add_requests(inputs=prefixes, max_new_tokens=2)
             _wait(manager, warm, len(warm) * (config.num_return_sequences or 1))
         ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
-        return _wait(manager, ids, hints.num_requests)
+        results = _wait(manager, ids, hints.num_requests)
+        for attention in list(_ATTENTIONS):  # replays' plans, which no Python saw
+            attention.check_stream_plans()
+        return results
     finally:
         manager.stop(block=True, timeout=60)
         manager.destroy()

@@ -35,6 +35,8 @@ struct CudaStreamPlanner::Impl {
   std::unique_ptr<StepPlanner> planner;  // the host function's alone: split counts reused across steps
   int max_rows, max_cols;
   Plan empty;
+  int device = 0;                   // where it was made: the destructor waits there
+  cudaEvent_t enqueued = nullptr;   // after the last enqueue outside capture
   std::int32_t* blocks = nullptr;   // pinned [max_rows, max_cols]
   std::int32_t* lengths = nullptr;  // pinned [max_rows + 1]
   std::byte* staging = nullptr;     // pinned, the packed plan
@@ -97,6 +99,8 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
   s.max_rows = max_rows, s.max_cols = max_cols;
   s.empty = Plan::empty(heads, dtype, page_size, *options.capacity);
   s.plan_bytes = s.empty.bytes().size();
+  CODEC_CUDA_CHECK(cudaGetDevice(&s.device));
+  CODEC_CUDA_CHECK(cudaEventCreateWithFlags(&s.enqueued, cudaEventDisableTiming));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.blocks, sizeof(std::int32_t) * std::size_t(max_rows) * std::size_t(max_cols)));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.lengths, sizeof(std::int32_t) * (std::size_t(max_rows) + 1)));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.staging, s.plan_bytes));
@@ -104,10 +108,24 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
 
 CudaStreamPlanner::~CudaStreamPlanner() {
   if (!impl_) return;
-  cudaDeviceSynchronize();  // no host function may still be pending; errors here have no one to go to
+  // Errors here have no one to go to. The last eager enqueue must have run
+  // (graphs that captured one must be done: see the header). A garbage
+  // collector may destroy this during another capture, which the frees
+  // below, synchronising calls, would invalidate in the default mode.
+  int previous = 0;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != impl_->device &&
+                        cudaSetDevice(impl_->device) == cudaSuccess;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  if (impl_->enqueued) {
+    cudaEventSynchronize(impl_->enqueued);
+    cudaEventDestroy(impl_->enqueued);
+  }
   cudaFreeHost(impl_->blocks);
   cudaFreeHost(impl_->lengths);
   cudaFreeHost(impl_->staging);
+  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
+  if (switched) cudaSetDevice(previous);
 }
 
 const Plan& CudaStreamPlanner::capacity_plan() const { return impl_->empty; }
@@ -139,6 +157,9 @@ void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages,
   }
   CODEC_CUDA_CHECK(cudaLaunchHostFunc(stream, &Impl::host_function, call.get()));
   CODEC_CUDA_CHECK(cudaMemcpyAsync(workspace.data(), s.staging, s.plan_bytes, cudaMemcpyHostToDevice, stream));
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CODEC_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture == cudaStreamCaptureStatusNone) CODEC_CUDA_CHECK(cudaEventRecord(s.enqueued, stream));
 }
 
 std::optional<std::string> CudaStreamPlanner::take_error() {
