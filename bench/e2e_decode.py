@@ -333,6 +333,7 @@ class StepProfile:
     def __init__(self):
         self.steps = []  # (decode only, {phase: ms}) per step, in order
         self.gpu = []  # (step, CUDA events around its forward)
+        self.async_io = None  # whether the engine ran its asynchronous batching (None: not seen)
 
     def __enter__(self):
         from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
@@ -367,6 +368,8 @@ class StepProfile:
                 events[1].record(stream)
                 if self.steps:
                     self.gpu.append((len(self.steps) - 1, events))
+            if phase == "gpu_wait":  # which IOs the engine chose: its asynchronous batching has its own
+                self.async_io = type(obj).__name__ == "ContinuousBatchingAsyncIOs"
             if phase == "schedule":  # a step starts if there was a batch to prepare (the idle loop polls here too)
                 if out:
                     batch = getattr(obj.inputs_and_outputs, "requests_in_batch", None)
@@ -456,7 +459,9 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
            "tokens_per_s": sum(len(o.generated_tokens) for o in out.values()) / wall,
            "decode_tokens_per_s": len(out) / (tpot / 1e3),
            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9 if cuda else 0.0,
-           "block_tables": block_tables, "cuda_graph": cuda_graph, "async_batching": async_batching}
+           "block_tables": block_tables, "cuda_graph": cuda_graph,
+           # the engine's asynchronous batching: asked for, or as the step profile saw the engine choose (None: unknown)
+           "async_batching": True if async_batching else (profile.async_io if step_profile else None)}
     if step_profile:
         row["step_host_ms_median"] = profile.medians()
     if attention is not None and attention.stream_plans:  # plans the graphs' replays made in their streams
@@ -568,8 +573,9 @@ def main(argv=None):
                    help="the engine's FIFO scheduler, or (default) FIFO that admits waiting requests before it "
                         "schedules decoding ones, so that all requests decode together (admit_first_scheduler)")
     p.add_argument("--async-batching", action="store_true",
-                   help="the engine's asynchronous batching (the next step prepared while the GPU runs this one), "
-                        "which it turns on by itself only with CUDA graphs")
+                   help="the engine's asynchronous batching (the next step prepared while the GPU runs this one); "
+                        "without it the engine chooses, which turns it on with CUDA graphs (rows record what ran "
+                        "where --step-profile sees it)")
     p.add_argument("--busy-us", type=float, default=230.0,
                    help="the busy backend's spin per layer, microseconds (230: CoDec's attention per layer on "
                         "loogle:8, run 21)")

@@ -65,6 +65,7 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     assert len(trace) == 5 and all(len(t[0]) == 6 for t in trace.values())
     phases = row["step_host_ms_median"]
     assert set(phases) == {"decode_only_steps", "schedule", "forward", "gpu_wait", "update"}, phases  # no GPU span
+    assert row["async_batching"] is False  # as the profile saw the engine choose (no graphs: synchronous)
     assert phases["decode_only_steps"] == row["decode_only_steps"] + 1  # the last step has no successor to time
     assert phases["schedule"] > 0 and phases["update"] > 0 and phases["gpu_wait"] >= 0
     assert 0 < row["attention_host_ms_median"] < phases["forward"]
@@ -139,6 +140,7 @@ def test_graph_mode_plans_codec_in_the_stream(tmp_path):
                      "--new-tokens", "6", "--cuda-graph", "--step-profile"])
     rows = json.loads((tmp_path / "e2e_sysprompt_5.json").read_text())["rows"]
     assert rows["codec"]["cuda_graph"] and rows["codec"]["in_stream_plans"] >= 4, rows["codec"]
+    assert rows["codec"]["async_batching"] in (True, False)  # the engine's choice, as the profile saw it
     assert "attention_gpu_ms_median" not in rows["codec"]  # the eager steps' timings are left out in graph mode
     for b in ("codec", "noop"):
         assert rows[b]["tokens"] == 30 and rows[b]["step_host_ms_median"]["forward_gpu"] > 0, rows[b]
