@@ -163,6 +163,35 @@ def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tabl
     assert_same_generations(got, ref, device)
 
 
+def test_a_failed_graph_plan_is_raised_for_its_cache():
+    """Replays never call Python: an error their in-stream plans met waits in
+    the graph wrapper until an eager step or generate_batch asks, and comes
+    out as a RuntimeError naming the backend (runs without a GPU: the
+    wrapper is a stand-in)."""
+    ctf = load_backend()
+
+    class Cache:  # a weak-referenceable key, as the engine's cache is
+        pass
+
+    class Wrapper:
+        def __init__(self, error):
+            self.error = error
+
+        def check_stream_plans(self):
+            if self.error:
+                error, self.error = self.error, None
+                raise ValueError(f"an in-stream plan failed: {error}")
+
+    attention, good, bad = ctf.PagedAttention(), Cache(), Cache()
+    attention._graph_wrappers[good] = Wrapper(None)
+    attention._graph_wrappers[bad] = Wrapper("block table row 0 column 0 holds page 99")
+    attention.check_stream_plans(good)
+    with pytest.raises(RuntimeError, match=r"paged\|codec in a CUDA graph: an in-stream plan failed: .*page 99"):
+        attention.check_stream_plans()
+    attention.check_stream_plans()  # taken
+    assert attention in ctf._ATTENTIONS  # what generate_batch checks after its requests finish
+
+
 def test_decode_graphs_plan_every_replay_in_the_stream(monkeypatch):
     """The engine's CUDA graphs of decode steps (use_cuda_graph=(False,
     True)): the batch is captured once, with CoDec's plan made in the
