@@ -325,15 +325,19 @@ class StepProfile:
     and the step's input tensors), `forward` (the model's forward, logits and
     sampling, as launched from the host; `forward_gpu` its span on the GPU,
     from CUDA events around it), `gpu_wait` (the engine's own wait
-    for the step's outputs) and `update` (outputs to the requests). Steps are
-    told decode-only from the scheduled requests' query lengths; the medians
-    are over those steps (none where the engine's asynchronous IOs keep their
-    batch elsewhere)."""
+    for the step's outputs; with asynchronous batching it is in `update`) and
+    `update` (outputs to the requests). `gpu_idle` is the GPU's time between
+    the end of the previous forward and the start of this one (with
+    asynchronous batching: the wait for this step's inputs). Steps are told
+    decode-only from the scheduled requests' query lengths; the medians are
+    over those steps. `prefill_tokens` counts every prefill row's query
+    tokens (the shared prefixes' warm-up included)."""
 
     def __init__(self):
         self.steps = []  # (decode only, {phase: ms}) per step, in order
         self.gpu = []  # (step, CUDA events around its forward)
         self.async_io = None  # whether the engine ran its asynchronous batching (None: not seen)
+        self.prefill_tokens = 0  # query tokens of prefill rows, warm-up included: what prefix sharing saved shows here
 
     def __enter__(self):
         from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor
@@ -372,7 +376,10 @@ class StepProfile:
                 self.async_io = type(obj).__name__ == "ContinuousBatchingAsyncIOs"
             if phase == "schedule":  # a step starts if there was a batch to prepare (the idle loop polls here too)
                 if out:
-                    batch = getattr(obj.inputs_and_outputs, "requests_in_batch", None)
+                    io = obj.inputs_and_outputs  # the asynchronous IOs prepare into their current pair
+                    host = io.io_pairs[io.current_pair].host_io if hasattr(io, "io_pairs") else io
+                    batch = getattr(host, "requests_in_batch", None)
+                    self.prefill_tokens += sum(r.query_length for r in batch or [] if r.query_length > 1)
                     self.steps.append((batch is not None and all(r.query_length == 1 for r in batch), {phase: ms}))
             elif self.steps:
                 self.steps[-1][1][phase] = self.steps[-1][1].get(phase, 0.0) + ms
@@ -382,13 +389,17 @@ class StepProfile:
     def medians(self):
         """Each phase's median over the decode-only steps, and their count
         (`forward_gpu`: the forward's GPU span, after a synchronize)."""
+        previous = None
         for step, (start, end) in self.gpu:
             self.steps[step][1]["forward_gpu"] = start.elapsed_time(end)
+            if previous is not None:
+                self.steps[step][1]["gpu_idle"] = previous.elapsed_time(start)
+            previous = end
         self.gpu.clear()
         decode = [p for only, p in self.steps if only]
         phases = {k for p in decode for k in p}
-        return {"decode_only_steps": len(decode), **{k: float(np.median([p[k] for p in decode if k in p]))
-                                                    for k in sorted(phases)}}
+        medians = {k: float(np.median([p[k] for p in decode if k in p])) for k in sorted(phases)}
+        return {"decode_only_steps": len(decode), "prefill_tokens": self.prefill_tokens, **medians}
 
 
 def admit_first_scheduler():
@@ -452,7 +463,15 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     if attention is not None:
         attention.finish()
     intervals = np.concatenate([np.diff(np.asarray(o.timestamps, dtype=np.float64))[1:] for o in out.values()])
-    trace = {k: (list(o.generated_tokens), [float(x) for x in o.logprobs]) for k, o in out.items()}
+    # Named by prompt: the engine's request ids count the warm-up requests before them, which differ between
+    # modes (asynchronous batching warms up in waves), and a child sequence keeps its parent's name as a prefix.
+    names = {k: f"prompt_{i}" for i, k in enumerate(list(out)[:len(inputs)])}
+
+    def name(request_id):
+        parent, sep, child = request_id.partition("__")
+        return names[parent] + sep + child
+
+    trace = {name(k): (list(o.generated_tokens), [float(x) for x in o.logprobs]) for k, o in out.items()}
     tpot = float(np.median(intervals)) * 1e3
     row = {"tpot_ms": tpot, "tpot_p90_ms": float(np.percentile(intervals, 90)) * 1e3, "wall_s": wall,
            "tokens": sum(len(o.generated_tokens) for o in out.values()),

@@ -62,9 +62,12 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     name = e2e_decode.codec_tf.register("paged|e2e_test", attention)
     row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=6, block_size=16,
                                 block_tables=True, cuda_graph=False, step_profile=True)
-    assert len(trace) == 5 and all(len(t[0]) == 6 for t in trace.values())
+    assert set(trace) == {f"prompt_{i}" for i in range(5)} and all(len(t[0]) == 6 for t in trace.values())
     phases = row["step_host_ms_median"]
-    assert set(phases) == {"decode_only_steps", "schedule", "forward", "gpu_wait", "update"}, phases  # no GPU span
+    assert set(phases) == {"decode_only_steps", "prefill_tokens", "schedule", "forward", "gpu_wait", "update"}, \
+        phases  # no GPU span
+    # the prefix whole once, then each request past its 4 shared full blocks
+    assert phases["prefill_tokens"] == len(doc) + sum(len(r) - 64 for r in inputs), phases
     assert row["async_batching"] is False  # as the profile saw the engine choose (no graphs: synchronous)
     assert phases["decode_only_steps"] == row["decode_only_steps"] + 1  # the last step has no successor to time
     assert phases["schedule"] > 0 and phases["update"] > 0 and phases["gpu_wait"] >= 0
@@ -120,6 +123,8 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     result = json.loads((tmp_path / "e2e_samples_3.json").read_text())
     assert result["requests"] == 3 and result["prompts"] == 1
     assert result["rows"]["codec"]["decode_requests_per_step_max"] == 3 and result["rows"]["codec"]["tokens"] == 12
+    traces = json.loads((tmp_path / "e2e_samples_3_traces.json").read_text())["codec"]
+    assert len(traces) == 3 and "prompt_0" in traces and all(k.startswith("prompt_0__") for k in traces if k != "prompt_0")
     with pytest.raises(SystemExit, match="name each backend once"):
         e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,codec"])
     if not torch.cuda.is_available():
@@ -146,6 +151,13 @@ def test_graph_mode_plans_codec_in_the_stream(tmp_path):
         assert rows[b]["tokens"] == 30 and rows[b]["step_host_ms_median"]["forward_gpu"] > 0, rows[b]
     with pytest.raises(SystemExit, match="FlashInfer's backends plan on the host"):
         e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,fi_decode", "--cuda-graph"])
+    # asynchronous batching: the profile finds the batches in the engine's IO pairs, and the GPU's idle gaps
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends", "codec", "--layers", "2",
+                     "--new-tokens", "6", "--cuda-graph", "--async-batching", "--step-profile"])
+    row = json.loads((tmp_path / "e2e_sysprompt_5.json").read_text())["rows"]["codec"]
+    assert row["async_batching"] and row["in_stream_plans"] >= 4, row
+    profile = row["step_host_ms_median"]
+    assert profile["decode_only_steps"] >= 4 and profile["gpu_idle"] >= 0 and profile["forward_gpu"] > 0, profile
 
 
 def test_admitting_first_lets_every_request_decode_together(monkeypatch):

@@ -100,14 +100,15 @@ def engine_setup(device, monkeypatch):
     return torch, ctf, model
 
 
-def generate(model, impl, inputs, device, block_tables=None, shared_prefixes=None, cuda_graph=False):
+def generate(model, impl, inputs, device, block_tables=None, shared_prefixes=None, cuda_graph=False,
+             async_batching=None):
     """The engine's generate_batch, or with block_tables True/False codec's (which raises on errors)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=1024, return_logprobs=True,
-                                  use_cuda_graph=cuda_graph)
+                                  use_cuda_graph=cuda_graph, use_async_batching=async_batching)
     if block_tables is None:
         out = model.generate_batch(inputs=inputs, generation_config=gen, continuous_batching_config=cb)
     else:
@@ -192,14 +193,17 @@ def test_a_failed_graph_plan_is_raised_for_its_cache():
     assert attention in ctf._ATTENTIONS  # what generate_batch checks after its requests finish
 
 
-def test_decode_graphs_plan_every_replay_in_the_stream(monkeypatch):
+@pytest.mark.parametrize("async_batching", [False, True])
+def test_decode_graphs_plan_every_replay_in_the_stream(async_batching, monkeypatch):
     """The engine's CUDA graphs of decode steps (use_cuda_graph=(False,
-    True)): the batch is captured once, with CoDec's plan made in the
-    stream, and every replay re-plans it on the device's own block table.
-    Its decode steps match eager CoDec's on their shared token history, far
-    longer than those of a graph whose attention is zeros (the negative
-    control: random weights make tokens alone a weak test). Graphs of
-    prefill steps are refused: their chunks need the host's lengths."""
+    True)): the batch is captured once (once per IO pair with asynchronous
+    batching, where the host prepares the next step during this one), with
+    CoDec's plan made in the stream, and every replay re-plans it on the
+    device's own block table. Its decode steps match eager CoDec's on their
+    shared token history, far longer than those of a graph whose attention
+    is zeros (the negative control: random weights make tokens alone a weak
+    test). Graphs of prefill steps are refused: their chunks need the host's
+    lengths."""
     torch, ctf, model = engine_setup("cuda", monkeypatch)
     captured, wrappers = [], []
 
@@ -217,13 +221,14 @@ def test_decode_graphs_plan_every_replay_in_the_stream(monkeypatch):
     inputs = shared_prompts(3)
     eager = generate(model, name, inputs, "cuda", block_tables=True)
     assert not captured
-    got = generate(model, name, inputs, "cuda", block_tables=True, cuda_graph=(False, True))
-    assert captured == [len(inputs)], captured  # one graph, for the batch of all requests
+    got = generate(model, name, inputs, "cuda", block_tables=True, cuda_graph=(False, True),
+                   async_batching=async_batching)
+    assert captured == [len(inputs)] * (1 + async_batching), captured  # the batch of all requests, per IO pair
     stats = wrappers[-1].plan_stats
     assert stats["plans"] >= 8 and stats["num_requests"] == len(inputs), stats  # every replay planned
     wrappers[-1].check_stream_plans()
     zeros = generate(model, ctf.register("paged|codec_graph_zeros", Zeros()), inputs, "cuda", block_tables=True,
-                     cuda_graph=(False, True))
+                     cuda_graph=(False, True), async_batching=async_batching)
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
     from e2e_check import compare_on_shared_history
     same, control = compare_on_shared_history(eager, got), compare_on_shared_history(eager, zeros)
@@ -232,6 +237,30 @@ def test_decode_graphs_plan_every_replay_in_the_stream(monkeypatch):
     with pytest.raises(ValueError, match="graphs of prefill steps"):
         generate(model, name, inputs, "cuda", block_tables=True, cuda_graph=True)
     wrappers.clear()  # the registered backend outlives the test: let the wrapper go with it
+
+
+def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):
+    """With the engine's asynchronous batching, a shared prefix longer than
+    one step's tokens (its prefill chunked) still prefills once: the
+    requests that share it prefill as many tokens as without it."""
+    torch, ctf, model = engine_setup("cuda", monkeypatch)
+    rows, causal = [], ctf._causal_attention
+
+    def recording(q, keys, values, scale):
+        rows.append(q.shape[1])
+        return causal(q, keys, values, scale)
+
+    monkeypatch.setattr(ctf, "_causal_attention", recording)
+    rng = np.random.default_rng(5)
+    doc = [int(x) for x in rng.integers(1, 999, 2500)]  # past the step's 1024 tokens: prefilled in chunks
+    inputs = [doc + [int(x) for x in rng.integers(1, 999, 5 + i)] for i in range(4)]
+    name = ctf.register("paged|codec_async_prefix")
+    prefilled = {}
+    for async_batching in (False, True):
+        rows.clear()
+        generate(model, name, inputs, "cuda", block_tables=True, shared_prefixes=[doc], async_batching=async_batching)
+        prefilled[async_batching] = sum(rows)
+    assert prefilled[True] == prefilled[False] < 2 * len(doc) * len(model.model.layers), prefilled
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

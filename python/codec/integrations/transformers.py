@@ -40,12 +40,15 @@ the engine's block table to pinned memory, a host function plans it, and the
 plan reaches the workspace before the first layer's attention, so every
 replay runs the exact plan of its own batch. The new tokens' cache slots are
 computed on the device. Prefill steps stay eager (their chunks need the
-host's lengths), and graphs of them are refused.
+host's lengths), and graphs of them are refused. With the engine's
+asynchronous batching (the next step scheduled during this one's forward)
+each IO pair has its graphs, all planned in the stream the same way.
 """
 
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -317,6 +320,31 @@ def _wait(manager: Any, ids: List[str], count: int) -> Dict[str, Any]:
     return {**{k: results[k] for k in ids}, **{k: r for k, r in results.items() if k not in parents}}
 
 
+def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int]]]:
+    """The warm-up requests of the shared prefixes, in waves that each finish
+    before the next. Without the engine's asynchronous batching: one wave,
+    the prefixes whole. With it, the engine schedules step N+1 before it
+    updates step N, so a prompt prefilled in several chunks finds itself
+    marked decoding when an earlier chunk's update comes, which then marks
+    none of that chunk's blocks complete (transformers 5.17), and requests
+    that share the prefix would prefill most of it again. So each wave
+    extends every prefix by what one step prefills for all of them, and no
+    warm-up prompt is split into chunks."""
+    if not prefixes:
+        return []
+    while manager.batch_processor is None:  # made by the generation thread as it starts
+        if not manager.is_running():
+            raise RuntimeError("the generation thread stopped before it made its batch processor (its log says why)")
+        time.sleep(0.005)
+    processor = manager.batch_processor
+    if not getattr(processor, "use_async_batching", False):
+        return [prefixes]
+    block = processor.cache.block_size
+    chunk = max(block, processor.cache.max_batch_tokens // len(prefixes) // block * block)
+    ends = range(chunk, max(map(len, prefixes)) + chunk, chunk)
+    return [[p[:end] for p in prefixes if len(p) > end - chunk] for end in ends]
+
+
 def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any = None,
                    continuous_batching_config: Any = None, record_timestamps: bool = False,
                    block_tables: bool = True, shared_prefixes: Optional[List[List[int]]] = None) -> Dict[str, Any]:
@@ -352,9 +380,9 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
         enable_block_tables(manager, hints.max_prompt_length + hints.max_generated_length)
     manager.start()
     try:
-        if prefixes:
+        for wave in _prefix_waves(manager, prefixes):
             # two tokens: a request that ends with its prefill step is finished before the engine marks its blocks full
-            warm = manager.add_requests(inputs=prefixes, max_new_tokens=2)
+            warm = manager.add_requests(inputs=wave, max_new_tokens=2)
             _wait(manager, warm, len(warm) * (config.num_return_sequences or 1))
         ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
         results = _wait(manager, ids, hints.num_requests)
