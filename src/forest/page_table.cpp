@@ -39,11 +39,19 @@ void PageTable::validate() const {
 }
 
 PageTableArrays page_table_from_block_table(const BlockTable& t, int page_size, std::int64_t num_pages) {
+  PageTableArrays a;
+  page_table_from_block_table(t, page_size, num_pages, a);
+  return a;
+}
+
+void page_table_from_block_table(const BlockTable& t, int page_size, std::int64_t num_pages, PageTableArrays& a) {
   CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
   CODEC_CHECK(t.rows >= 0 && t.cols >= 0, "block table of ", t.rows, " x ", t.cols, " entries");
   CODEC_CHECK(t.rows == 0 || (t.blocks != nullptr && t.seq_lens != nullptr), "block table: blocks and seq_lens must not be null");
   CODEC_CHECK(t.row_stride >= t.cols, "block table: row_stride ", t.row_stride, " is less than its ", t.cols, " columns");
-  PageTableArrays a;
+  a.indptr.assign(1, 0);
+  a.indices.clear();
+  a.last_page_len.clear();
   a.page_size = page_size;
   a.num_pages = num_pages;
   auto length = [&](int r) -> std::int64_t {
@@ -58,6 +66,9 @@ PageTableArrays page_table_from_block_table(const BlockTable& t, int page_size, 
   }
   a.indptr.reserve(batch + 1);
   a.last_page_len.reserve(batch);
+  std::int64_t entries = 0;
+  for (int r = 0; r < batch; ++r) entries += std::min<std::int64_t>((length(r) + page_size - 1) / page_size, t.cols);
+  a.indices.reserve(std::size_t(entries));  // one allocation of the whole list
   for (int r = 0; r < batch; ++r) {
     const std::int64_t tokens = length(r), pages = (tokens + page_size - 1) / page_size;
     CODEC_CHECK(pages <= t.cols, "block table row ", r, " has ", tokens, " KV tokens: ", pages,
@@ -70,7 +81,6 @@ PageTableArrays page_table_from_block_table(const BlockTable& t, int page_size, 
     a.indptr.push_back(std::int32_t(a.indices.size()));
     a.last_page_len.push_back(std::int32_t(tokens - (pages - 1) * page_size));
   }
-  return a;
 }
 
 PagedKV PagedKV::nhd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,

@@ -74,6 +74,25 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
               " blocks; a plan at this capacity must have exactly ", c.blocks);
 }
 
+// Writes each array of `a` at its offset in `out`, the reduction schedule
+// extended over `requests` rows (those past the batch repeat the last
+// offset, so they have no partials; 0: the batch's own).
+void write_arrays(const PlanArrays& a, const std::array<std::size_t, count_arrays() + 1>& offsets, int requests,
+                  std::byte* out) {
+  // std::memcpy into bytes implicitly creates the Task and PartialRef objects (C++20 implicit-lifetime types).
+  int i = 0;
+  std::byte* indptr = nullptr;
+  for_each_array([&](auto vector, auto, auto) {
+    const auto& v = a.*vector;
+    std::byte* at = out + offsets[i++];
+    if (!v.empty()) std::memcpy(at, v.data(), v.size() * sizeof(v[0]));
+    if (static_cast<const void*>(&v) == &a.partial_indptr) indptr = at;
+  });
+  const std::vector<std::int32_t>& p = a.partial_indptr;
+  const std::int64_t missing = std::int64_t(requests) + 1 - std::int64_t(p.size());
+  if (missing > 0) std::fill_n(reinterpret_cast<std::int32_t*>(indptr) + p.size(), missing, p.empty() ? 0 : p.back());
+}
+
 }  // namespace
 
 PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
@@ -116,26 +135,13 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   const auto offsets = offsets_of(&a, capacity);
   std::copy_n(offsets.begin(), kNumArrays, offsets_.begin());
   buffer_.assign(offsets.back(), std::byte{0});
-  // The reduction schedule covers every request of the capacity: those past
-  // the batch repeat the last offset, so they have no partials.
-  std::vector<std::int32_t> partial_indptr = a.partial_indptr;
-  if (capacity) partial_indptr.resize(capacity->requests + 1, partial_indptr.empty() ? 0 : partial_indptr.back());
-  // std::memcpy into bytes implicitly creates the Task and PartialRef objects (C++20 implicit-lifetime types).
-  int i = 0;
-  for_each_array([&](auto vector, auto, auto) {
-    const auto& v = a.*vector;
-    const void* data = v.data();
-    std::size_t bytes = v.size() * sizeof(v[0]);
-    if (static_cast<const void*>(&v) == &a.partial_indptr)
-      data = partial_indptr.data(), bytes = partial_indptr.size() * sizeof(partial_indptr[0]);
-    if (bytes > 0) std::memcpy(buffer_.data() + offsets_[i], data, bytes);
-    ++i;
-  });
+  const int requests = capacity ? capacity->requests : int(a.partial_indptr.size()) - 1;
+  write_arrays(a, offsets, requests, buffer_.data());
 
   counts_.num_tasks = int(a.tasks.size());
   counts_.num_blocks = int(a.block_indptr.size()) - 1;
   counts_.num_nodes = int(a.node_splits.size());
-  counts_.num_requests = int(partial_indptr.size()) - 1;
+  counts_.num_requests = requests;
   counts_.num_slots = capacity ? int(capacity->slots) : stats.num_slots;
   counts_.group = heads.group();
   counts_.num_qo_heads = heads.num_qo_heads;
@@ -157,15 +163,23 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
 }
 
-Plan Plan::empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity) {
+PlanArrays PlanArrays::none(int blocks) {
   PlanArrays a;
-  a.block_indptr.assign(std::size_t(capacity.blocks) + 1, 0);
+  a.block_indptr.assign(std::size_t(blocks) + 1, 0);
   a.node_page_begin = {0};
   a.node_req_begin = {0};
   a.partial_indptr = {0};
+  return a;
+}
+
+void PlanArrays::clear() {
+  for_each_array([&](auto vector, auto, auto) { (this->*vector).clear(); });
+}
+
+Plan Plan::empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity) {
   PlanStats stats;
   stats.num_blocks = capacity.blocks;
-  return Plan(heads, dtype, page_size, a, stats, &capacity);
+  return Plan(heads, dtype, page_size, PlanArrays::none(capacity.blocks), stats, &capacity);
 }
 
 PlanView Plan::view(const void* base) const {
@@ -179,6 +193,15 @@ PlanView Plan::view(const void* base) const {
 }
 
 std::size_t Plan::packed_bytes(const PlanCapacity& capacity) { return offsets_of(nullptr, &capacity).back(); }
+
+void Plan::pack_into(const PlanArrays& arrays, const PlanCapacity& capacity, std::span<std::byte> out) {
+  capacity.validate();
+  check_fits(arrays, capacity);
+  const auto offsets = offsets_of(nullptr, &capacity);
+  CODEC_CHECK(out.size() >= offsets.back(), "Plan::pack_into: ", out.size(), " bytes, less than the ", offsets.back(),
+              " of a plan at this capacity");
+  write_arrays(arrays, offsets, capacity.requests, out.data());
+}
 
 WorkspaceLayout Plan::workspace_for(std::int64_t slots, int head_dim) {
   WorkspaceLayout w;

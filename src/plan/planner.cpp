@@ -765,9 +765,11 @@ class Planning {
 
 }  // namespace
 
-Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
-               const PlannerOptions& opt) {
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+// The plan's arrays into `a`, and its stats.
+PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostModel& cost, const PlannerOptions& opt,
+                      PlanArrays& a) {
   heads.validate();
   opt.validate();
   forest.validate();
@@ -775,12 +777,25 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const
   planning.classify();
   planning.bound();
   planning.choose_splits();
-  PlanArrays a;
   planning.node_tables(a);
   planning.place_tasks(a);
   planning.reduction_schedule(a);
-  Plan plan(heads, dtype, forest.page_size, a, planning.stats(a), opt.capacity ? &*opt.capacity : nullptr);
-  plan.stats().plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return planning.stats(a);
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
+               const PlannerOptions& opt) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanArrays a;
+  const PlanStats stats = plan_arrays(forest, heads, cost, opt, a);
+  Plan plan(heads, dtype, forest.page_size, a, stats, opt.capacity ? &*opt.capacity : nullptr);
+  plan.stats().plan_ms = ms_since(start);
   return plan;
 }
 
@@ -810,21 +825,39 @@ bool StepPlanner::same_shape(const Forest& f) const {
   return moved <= drift_ * work;
 }
 
-Plan StepPlanner::plan(const Forest& forest) {
+PlanStats StepPlanner::arrays(const Forest& forest, PlanArrays& a) {
   ++plans_;
-  if (options_.split != SplitPolicy::adaptive) return make_plan(forest, heads_, dtype_, *cost_, options_);
+  if (options_.split != SplitPolicy::adaptive) return plan_arrays(forest, heads_, *cost_, options_, a);
   if (!splits_.empty() && same_shape(forest)) {
     PlannerOptions reuse = options_;
     reuse.split = SplitPolicy::given;
     reuse.given_splits = splits_;
-    return make_plan(forest, heads_, dtype_, *cost_, reuse);
+    return plan_arrays(forest, heads_, *cost_, reuse, a);
   }
-  Plan plan = make_plan(forest, heads_, dtype_, *cost_, options_);
-  const PlanView v = plan.view();
-  splits_.assign(v.node_splits, v.node_splits + v.num_nodes);
+  const PlanStats stats = plan_arrays(forest, heads_, *cost_, options_, a);
+  splits_ = a.node_splits;
   searched_ = forest;
   ++searches_;
+  return stats;
+}
+
+Plan StepPlanner::plan(const Forest& forest) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanArrays a;
+  const PlanStats stats = arrays(forest, a);
+  Plan plan(heads_, dtype_, forest.page_size, a, stats, options_.capacity ? &*options_.capacity : nullptr);
+  plan.stats().plan_ms = ms_since(start);
   return plan;
+}
+
+PlanStats StepPlanner::plan_into(const Forest& forest, std::span<std::byte> out) {
+  const auto start = std::chrono::steady_clock::now();
+  CODEC_CHECK(options_.capacity.has_value(), "StepPlanner::plan_into: the options need a capacity to pack at");
+  scratch_.clear();
+  PlanStats stats = arrays(forest, scratch_);
+  Plan::pack_into(scratch_, *options_.capacity, out);
+  stats.plan_ms = ms_since(start);
+  return stats;
 }
 
 }  // namespace codec

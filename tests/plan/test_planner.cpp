@@ -436,5 +436,64 @@ TEST(StepPlanner, ReusesSplitsWhileTheForestKeepsItsShape) {
                                 "given_splits has 2 counts for a forest of 3 nodes"));
 }
 
+// The bytes a run reads of a plan packed at capacity c, as (offset, length):
+// the block index and the reduction schedule whole, and of the other arrays
+// the entries in use (what the block index and the schedule reach).
+std::vector<std::pair<std::size_t, std::size_t>> read_ranges(const Plan& p, const PlanCapacity& c) {
+  const PlanView v = p.view();
+  const auto* base = p.bytes().data();
+  auto range = [&](const void* at, std::size_t bytes) {
+    return std::pair{std::size_t(static_cast<const std::byte*>(at) - base), bytes};
+  };
+  const std::size_t n = std::size_t(v.num_nodes), i32 = sizeof(std::int32_t);
+  return {range(v.tasks, std::size_t(v.num_tasks) * sizeof(Task)),
+          range(v.block_indptr, std::size_t(v.num_blocks + 1) * i32),
+          range(v.node_page_begin, (n + 1) * i32),
+          range(v.node_pages, std::size_t(v.node_page_begin[n]) * i32),
+          range(v.node_req_begin, (n + 1) * i32),
+          range(v.node_reqs, std::size_t(v.node_req_begin[n]) * i32),
+          range(v.node_splits, n * i32),
+          range(v.node_slot_base, n * i32),
+          range(v.partial_indptr, std::size_t(c.requests + 1) * i32),
+          range(v.partials, std::size_t(v.partial_indptr[c.requests]) * sizeof(PartialRef))};
+}
+
+// plan_into packs into one buffer, step after step, what plan packs into a
+// fresh one, in every byte a run reads, though the buffer holds a larger
+// plan's bytes or garbage; it writes nothing where the plan does not fit.
+TEST(StepPlanner, PacksIntoAReusedBufferWhatARunReads) {
+  const HeadConfig heads{32, 8, 128};
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  opt.capacity = PlanCapacity::for_batches(24, 24 * 64, heads, 64, 264, 1 << 15);
+  auto cost = std::make_shared<RooflineCostModel>(RooflineParams::h200(), heads, DType::bf16);
+  StepPlanner fresh(heads, DType::bf16, cost, opt), packed(heads, DType::bf16, cost, opt);
+  std::vector<std::byte> buffer(Plan::packed_bytes(*opt.capacity), std::byte{0xa5});
+  const int shapes[][2] = {{3, 6}, {3, 6}, {1, 2}, {2, 5}, {1, 1}, {3, 7}};  // documents, questions
+  for (int step = 0; step < int(std::size(shapes)); ++step) {
+    const Forest forest = derive_forest(decode_step(shapes[step][0], shapes[step][1], 40, 30, step).view());
+    const Plan want = fresh.plan(forest);
+    const PlanStats got = packed.plan_into(forest, buffer);
+    EXPECT_EQ(got.num_tasks, want.stats().num_tasks) << "step " << step;
+    EXPECT_EQ(got.makespan_us, want.stats().makespan_us) << "step " << step;
+    for (const auto& [offset, bytes] : read_ranges(want, *opt.capacity))
+      ASSERT_EQ(std::memcmp(buffer.data() + offset, want.bytes().data() + offset, bytes), 0)
+          << "step " << step << ": bytes " << offset << " to " << offset + bytes;
+  }
+  EXPECT_EQ(packed.searches(), fresh.searches());
+  const std::vector<std::byte> before = buffer;
+  EXPECT_TRUE(test::throws_with([&] { packed.plan_into(derive_forest(decode_step(5, 5, 40, 30, 0).view()), buffer); },
+                                "plan has 25 requests, more than its capacity of 24"));
+  EXPECT_TRUE(buffer == before);
+  EXPECT_TRUE(test::throws_with([&] { Plan::pack_into(PlanArrays::none(264), *opt.capacity,
+                                                      std::span(buffer).first(100)); },
+                                "Plan::pack_into: 100 bytes, less than the"));
+  PlannerOptions compact = opt;
+  compact.capacity.reset();
+  StepPlanner no_capacity(heads, DType::bf16, cost, compact);
+  EXPECT_TRUE(test::throws_with([&] { no_capacity.plan_into(derive_forest(decode_step(1, 2, 40, 30, 0).view()), buffer); },
+                                "StepPlanner::plan_into: the options need a capacity"));
+}
+
 }  // namespace
 }  // namespace codec

@@ -57,6 +57,11 @@ struct PageTableArrays {
 // value: a negative length, a row with tokens after an empty one, more pages
 // than columns, a page id outside [0, num_pages).
 PageTableArrays page_table_from_block_table(const BlockTable& table, int page_size, std::int64_t num_pages);
+// The same into `out`, whose arrays keep their capacity: a caller that does
+// this every step (an in-stream plan) allocates only as its batches grow.
+// On an error `out` holds no valid table.
+void page_table_from_block_table(const BlockTable& table, int page_size, std::int64_t num_pages,
+                                 PageTableArrays& out);
 
 // A page pool of K and V in any layout with a unit stride along head_dim:
 // element (page p, token t, kv head h, dim d) of K is at

@@ -117,6 +117,10 @@ struct PlanStats {
 
 // Host arrays a planner fills; Plan packs them into one buffer.
 struct PlanArrays {
+  // The arrays of a batch of no requests on `blocks` blocks: every block
+  // without tasks.
+  static PlanArrays none(int blocks);
+  void clear();  // every array empty, its capacity kept
   std::vector<Task> tasks;
   std::vector<std::int32_t> block_indptr;
   std::vector<std::int32_t> node_page_begin, node_pages, node_req_begin, node_reqs, node_splits, node_slot_base;
@@ -210,6 +214,15 @@ class Plan {
   static Plan empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity);
   // Bytes of the packed arrays of a plan at `capacity` (bytes().size() of any such plan).
   static std::size_t packed_bytes(const PlanCapacity& capacity);
+  // Packs `arrays` at `capacity` into `out` (packed_bytes(capacity) bytes)
+  // where the constructor would, writing only what a run reads: the
+  // reduction schedule for every request of the capacity and the block
+  // index for every block (the ranges through which everything else is
+  // reached), and of the other arrays the entries in use. The rest of `out`
+  // keeps what it held, so re-packing one buffer (a stream's pinned staging)
+  // costs the plan's size rather than the capacity's. Throws, writing
+  // nothing, where the arrays do not fit.
+  static void pack_into(const PlanArrays& arrays, const PlanCapacity& capacity, std::span<std::byte> out);
   // The partials' workspace for `slots` slots of head_dim floats.
   static WorkspaceLayout workspace_for(std::int64_t slots, int head_dim);
 

@@ -1,9 +1,11 @@
 #pragma once
 // The planner (docs/DESIGN.md §4): a pure host function from a prefix forest, a head
 // configuration and a cost model to a Plan.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "codec/cost/cost_model.hpp"
@@ -69,10 +71,14 @@ class StepPlanner {
   StepPlanner(const HeadConfig& heads, DType dtype, std::shared_ptr<const CostModel> cost, PlannerOptions options,
               double drift = 0.05);
   Plan plan(const Forest& forest);
+  // The same plan packed at the options' capacity straight into `out`
+  // (Plan::pack_into: only what a run reads is written); its stats.
+  PlanStats plan_into(const Forest& forest, std::span<std::byte> out);
   std::int64_t searches() const { return searches_; }  // plans whose split counts were searched
   std::int64_t plans() const { return plans_; }
 
  private:
+  PlanStats arrays(const Forest& forest, PlanArrays& a);
   bool same_shape(const Forest& forest) const;
   HeadConfig heads_;
   DType dtype_;
@@ -81,6 +87,7 @@ class StepPlanner {
   double drift_;
   Forest searched_;          // the forest of the last search (its shape and tokens)
   std::vector<int> splits_;  // that search's node_splits
+  PlanArrays scratch_;       // plan_into's arrays, their capacity kept across steps
   std::int64_t searches_ = 0, plans_ = 0;
 };
 

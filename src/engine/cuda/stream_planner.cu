@@ -35,6 +35,8 @@ struct CudaStreamPlanner::Impl {
   std::unique_ptr<StepPlanner> planner;  // the host function's alone: split counts reused across steps
   int max_rows, max_cols;
   Plan empty;
+  PlanArrays empty_arrays;  // empty's: a batch of no requests
+  PageTableArrays pages;    // the host function's scratch, its capacity kept across steps
   int device = 0;                   // where it was made: the destructor waits there
   cudaEvent_t enqueued = nullptr;   // after the last enqueue outside capture
   std::int32_t* blocks = nullptr;   // pinned [max_rows, max_cols]
@@ -47,23 +49,24 @@ struct CudaStreamPlanner::Impl {
   PlanStats stats;
   Totals totals;
 
+  // Packs into the staging buffer what a run reads, so a step costs its own
+  // plan's bytes rather than the capacity's (Plan::pack_into).
   void plan(const Call& c) noexcept {
     const auto start = std::chrono::steady_clock::now();
+    const std::span<std::byte> out(staging, plan_bytes);
     PlanStats s;
     try {
       const BlockTable table{blocks, c.rows, c.cols, c.cols, lengths, c.cumulative};
-      const PageTableArrays pages = page_table_from_block_table(table, page_size, c.num_pages);
+      page_table_from_block_table(table, page_size, c.num_pages, pages);
       if (pages.last_page_len.empty()) {
-        std::memcpy(staging, empty.bytes().data(), plan_bytes);
+        Plan::pack_into(empty_arrays, *options.capacity, out);
       } else {
         const PageTable view = pages.view();
         view.validate();
-        const Plan p = planner->plan(derive_forest(view));
-        std::memcpy(staging, p.bytes().data(), plan_bytes);
-        s = p.stats();
+        s = planner->plan_into(derive_forest(view), out);
       }
     } catch (const std::exception& e) {
-      std::memcpy(staging, empty.bytes().data(), plan_bytes);
+      Plan::pack_into(empty_arrays, *options.capacity, out);  // fits any capacity: cannot throw
       const std::lock_guard lock(mutex);
       if (!error) error = e.what();
     }
@@ -98,12 +101,14 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
   s.planner = std::make_unique<StepPlanner>(heads, dtype, std::move(cost), options);
   s.max_rows = max_rows, s.max_cols = max_cols;
   s.empty = Plan::empty(heads, dtype, page_size, *options.capacity);
+  s.empty_arrays = PlanArrays::none(options.capacity->blocks);
   s.plan_bytes = s.empty.bytes().size();
   CODEC_CUDA_CHECK(cudaGetDevice(&s.device));
   CODEC_CUDA_CHECK(cudaEventCreateWithFlags(&s.enqueued, cudaEventDisableTiming));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.blocks, sizeof(std::int32_t) * std::size_t(max_rows) * std::size_t(max_cols)));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.lengths, sizeof(std::int32_t) * (std::size_t(max_rows) + 1)));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.staging, s.plan_bytes));
+  std::memcpy(s.staging, s.empty.bytes().data(), s.plan_bytes);  // bytes a plan leaves unwritten: defined
 }
 
 CudaStreamPlanner::~CudaStreamPlanner() {
