@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """TPOT against batch size, one panel per workload family and a line per
-backend and mode (eager, or the engine's CUDA graphs), from bench/e2e_decode.py's result files (e2e_<workload>.json; the
+backend and mode (eager, or the engine's CUDA graphs, with or without its
+asynchronous batching), from bench/e2e_decode.py's result files (e2e_<workload>.json; the
 per-backend files of runs before 21 are skipped); several runs of one
 workload: the latest file given wins. Needs matplotlib.
 
@@ -26,19 +27,21 @@ def main():
         family = result["workload"].partition(":")[0]
         for backend, row in result["rows"].items():
             if "tpot_ms" in row:  # a backend that failed has its error instead
-                label = backend + (" (graphs)" if row.get("cuda_graph") else "")
+                mode = ("graphs, async" if row.get("async_batching") else "graphs") if row.get("cuda_graph") else ""
+                label = backend + (f" ({mode})" if mode else "")
                 points[family][(label, result["requests"])] = row["tpot_ms"]
     if not points:
         sys.exit("no e2e_<workload>.json result among the files")
     fig, axes = plt.subplots(1, len(points), figsize=(5 * len(points), 4), squeeze=False)
-    # one color per backend in every panel; graphs dashed
+    # one color per backend in every panel; graphs dashed, with asynchronous batching dotted
     names = sorted({b.partition(" ")[0] for data in points.values() for b, _ in data})
     color = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(names)}
     for ax, (family, data) in zip(axes[0], sorted(points.items())):
         for backend in sorted({b for b, _ in data}):
             xs = sorted(n for b, n in data if b == backend)
             ax.plot(xs, [data[(backend, n)] for n in xs], marker="o", label=backend,
-                    color=color[backend.partition(" ")[0]], linestyle="--" if "graphs" in backend else "-")
+                    color=color[backend.partition(" ")[0]],
+                    linestyle=":" if "async" in backend else "--" if "graphs" in backend else "-")
         ax.set_title(family)
         ax.set_xlabel("requests")
         ax.set_ylabel("TPOT (ms)")

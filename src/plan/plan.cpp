@@ -75,8 +75,8 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
 }
 
 // Writes each array of `a` at its offset in `out`, the reduction schedule
-// extended over `requests` rows (those past the batch repeat the last
-// offset, so they have no partials; 0: the batch's own).
+// extended over `requests` rows (a capacity's: those past the batch repeat
+// the last offset, so they have no partials).
 void write_arrays(const PlanArrays& a, const std::array<std::size_t, count_arrays() + 1>& offsets, int requests,
                   std::byte* out) {
   // std::memcpy into bytes implicitly creates the Task and PartialRef objects (C++20 implicit-lifetime types).
