@@ -12,8 +12,9 @@
 # scripts/prebuild_pat.sh compiled where they are there) and pybench (bench/python_api.py: host time of plan and run through the
 # Python API beside FlashInfer's, and its kernel time against codec bench's), and e2e (bench/e2e_decode.py,
 # decode in transformers' continuous batching per backend, for each workload of CODEC_E2E_WORKLOADS, default
-# loogle:2, with CODEC_E2E_BACKENDS and the extra arguments CODEC_E2E_ARGS if set; after the python step, which
-# installs the package; keep one device call under 10 minutes).
+# loogle:2, in each mode of CODEC_E2E_MODES, with CODEC_E2E_BACKENDS (eager) or CODEC_E2E_GRAPH_BACKENDS (graph
+# modes) and the extra arguments CODEC_E2E_ARGS if set; after the python step, which installs the package; keep
+# one device call under 10 minutes).
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
 #           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there), or
 #           those CODEC_PYTESTS names (test files or node ids)
@@ -162,11 +163,22 @@ if step pybench; then
   run python_api python3 bench/python_api.py --codec build-gpu/codec --out "$out"
 fi
 if step e2e; then
+  # Each workload in each mode of CODEC_E2E_MODES (default eager): eager, graphs (the engine's CUDA graphs of
+  # decode steps) or async (graphs with its asynchronous batching). Graph modes run CODEC_E2E_GRAPH_BACKENDS
+  # (default codec,noop): FlashInfer's backends plan on the host, which a replay never calls.
   install_wheels
-  mkdir -p "$out/e2e"
-  for w in ${CODEC_E2E_WORKLOADS:-loogle:2}; do
-    run "e2e/${w/:/_}" python3 bench/e2e_decode.py --out "$out/e2e" --workload "$w" \
-      ${CODEC_E2E_BACKENDS:+--backends "$CODEC_E2E_BACKENDS"} ${CODEC_E2E_ARGS:-}
+  for m in ${CODEC_E2E_MODES:-eager}; do
+    case $m in
+      eager) flags=(); backends=${CODEC_E2E_BACKENDS:-} ;;
+      graphs) flags=(--cuda-graph); backends=${CODEC_E2E_GRAPH_BACKENDS:-codec,noop} ;;
+      async) flags=(--cuda-graph --async-batching); backends=${CODEC_E2E_GRAPH_BACKENDS:-codec,noop} ;;
+      *) echo "!! e2e: unknown mode $m (eager, graphs or async)"; status=1; continue ;;
+    esac
+    mkdir -p "$out/e2e/$m"
+    for w in ${CODEC_E2E_WORKLOADS:-loogle:2}; do
+      run "e2e/$m/${w/:/_}" python3 bench/e2e_decode.py --out "$out/e2e/$m" --workload "$w" "${flags[@]}" \
+        ${backends:+--backends "$backends"} ${CODEC_E2E_ARGS:-}
+    done
   done
 fi
 echo "== gpu_run status $status"
