@@ -7,6 +7,7 @@ installed: on the CPU engine in fp32, and on the GPU in bf16)."""
 import importlib.util
 import os
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -237,6 +238,36 @@ def test_decode_graphs_plan_every_replay_in_the_stream(async_batching, monkeypat
     with pytest.raises(ValueError, match="graphs of prefill steps"):
         generate(model, name, inputs, "cuda", block_tables=True, cuda_graph=True)
     wrappers.clear()  # the registered backend outlives the test: let the wrapper go with it
+
+
+@pytest.mark.parametrize("budget,count", [(1024, 3), (1024, 70), (100, 2)])
+def test_async_warm_up_waves_never_split_a_prompt(budget, count):
+    """With asynchronous batching the shared prefixes warm up in waves: each
+    wave fits one step's token budget (no prompt chunked), extends each
+    prefix by whole blocks, and the last covers every prefix whole; without
+    it, one wave of the whole prefixes."""
+    ctf = load_backend()
+    rng = np.random.default_rng(count)
+    prefixes = [[k + 1] * int(rng.integers(1, 3000)) for k in range(count)]  # prefix k holds token k + 1
+    block = 16
+
+    def manager(use_async):
+        cache = SimpleNamespace(block_size=block, max_batch_tokens=budget)
+        return SimpleNamespace(batch_processor=SimpleNamespace(use_async_batching=use_async, cache=cache))
+
+    assert ctf._prefix_waves(manager(False), prefixes) == [prefixes]
+    assert ctf._prefix_waves(manager(True), []) == []
+    done = [0] * count  # tokens of each prefix warmed so far
+    for wave in ctf._prefix_waves(manager(True), prefixes):
+        new = 0
+        for p in wave:
+            k = p[0] - 1
+            assert p == prefixes[k][:len(p)] and len(p) > done[k], (k, done[k], len(p))
+            assert len(p) % block == 0 or len(p) == len(prefixes[k]), (k, len(p))  # whole blocks, or the whole prefix
+            new += len(p) - done[k]
+            done[k] = len(p)
+        assert new <= budget, (new, budget)  # one step prefills the whole wave
+    assert done == [len(p) for p in prefixes]
 
 
 def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):

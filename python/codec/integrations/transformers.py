@@ -328,7 +328,8 @@ def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int
     marked decoding when an earlier chunk's update comes, which then marks
     none of that chunk's blocks complete (transformers 5.17), and requests
     that share the prefix would prefill most of it again. So each wave
-    extends every prefix by what one step prefills for all of them, and no
+    extends every prefix by what one step prefills for all of them (in
+    groups, where more prefixes than one step's blocks share it), and no
     warm-up prompt is split into chunks."""
     if not prefixes:
         return []
@@ -339,10 +340,15 @@ def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int
     processor = manager.batch_processor
     if not getattr(processor, "use_async_batching", False):
         return [prefixes]
-    block = processor.cache.block_size
-    chunk = max(block, processor.cache.max_batch_tokens // len(prefixes) // block * block)
-    ends = range(chunk, max(map(len, prefixes)) + chunk, chunk)
-    return [[p[:end] for p in prefixes if len(p) > end - chunk] for end in ends]
+    block, budget = processor.cache.block_size, processor.cache.max_batch_tokens
+    per_group = max(1, budget // block)  # prefixes one step extends by a block each
+    waves = []
+    for g in range(0, len(prefixes), per_group):
+        group = prefixes[g:g + per_group]
+        chunk = max(block, budget // len(group) // block * block)
+        ends = range(chunk, max(map(len, group)) + chunk, chunk)
+        waves += [[p[:end] for p in group if len(p) > end - chunk] for end in ends]
+    return waves
 
 
 def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any = None,
