@@ -96,14 +96,19 @@ WORKLOADS = {  # name: (what N counts, default N)
 }
 
 
+def parse_workload(workload):
+    """NAME:N as (NAME, N), N defaulting to WORKLOADS'; SystemExit naming it otherwise."""
+    kind, _, n = workload.partition(":")
+    if kind not in WORKLOADS or not (n == "" or (n.isdigit() and int(n) >= 1)):
+        raise SystemExit(f"unknown workload {workload!r}: " + ", ".join(f"{k}:N ({v[0]})" for k, v in WORKLOADS.items()))
+    return kind, int(n) if n else WORKLOADS[kind][1]
+
+
 def prompts(workload, seed=0):
     """The prompts of NAME:N (WORKLOADS), the prefixes they share, which the
     engine prefills first (generate_batch's shared_prefixes), and the
     sequences sampled from each prompt; token ids are random."""
-    kind, _, n = workload.partition(":")
-    if kind not in WORKLOADS:
-        raise SystemExit(f"unknown workload {workload!r}: " + ", ".join(f"{k}:N ({v[0]})" for k, v in WORKLOADS.items()))
-    n = int(n) if n else WORKLOADS[kind][1]
+    kind, n = parse_workload(workload)
     rng = np.random.default_rng(seed)
     tokens = lambda count: rng.integers(10, 150000, count).tolist()  # noqa: E731
     own = lambda: tokens(int(rng.integers(20, 201)))  # noqa: E731
@@ -576,7 +581,9 @@ def summary(a, requests, prompts, prefixes, device, rows, traces, write):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
-    p.add_argument("--workload", default="loogle:4", help="NAME:N, NAME one of " + ", ".join(WORKLOADS))
+    p.add_argument("--workload", default="loogle:4",
+                   help="NAME:N, NAME one of " + ", ".join(WORKLOADS) + "; or several, comma-separated, measured one "
+                        "after another on one model (each its own files)")
     p.add_argument("--backends", default="codec,noop,fi_decode,fi_cascade,noop@ri,sdpa@ri")
     p.add_argument("--layers", type=int, default=36)
     p.add_argument("--new-tokens", type=int, default=64)
@@ -618,7 +625,7 @@ def main(argv=None):
     if a.tp == 1:
         with torch.device(device):
             model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
-        return measure(a, model, device)
+        return measure_each(a, model, device)
     # The ranks load one checkpoint of the random weights, each its shards, as transformers' TP does; the
     # weights are drawn on the same device as without --tp, so that the two runs hold the same model.
     import tempfile
@@ -638,6 +645,8 @@ BACKENDS = ("codec", "noop", "busy", "fi_decode", "fi_cascade", "sdpa")
 def check_args(a, device):
     """Refuses bad arguments, naming them, before any model exists."""
     backends = a.backends.split(",")
+    for w in a.workload.split(","):
+        parse_workload(w)
     if a.new_tokens < 3 or a.sdpa_new_tokens < 0 or 0 < a.sdpa_new_tokens < 3:
         raise SystemExit(f"--new-tokens {a.new_tokens} must be >= 3 and --sdpa-new-tokens {a.sdpa_new_tokens} 0 "
                          "(as --new-tokens) or >= 3: TPOT takes the intervals from the second generated token on")
@@ -691,9 +700,23 @@ def tp_rank(rank, a, model_dir, port, device, setup):
     try:
         model = Qwen3ForCausalLM.from_pretrained(model_dir, distributed_config=DistributedConfig(tp_plan="auto"),
                                                  dtype=torch.bfloat16).eval()
-        measure(a, model, device, write=rank == 0)
+        measure_each(a, model, device, write=rank == 0)
     finally:
         dist.destroy_process_group()
+
+
+def measure_each(a, model, device, write=True):
+    """measure() for each workload of a.workload in turn; a workload whose
+    backends failed does not stop the next, and the exit status says so."""
+    failed = []
+    for w in a.workload.split(","):
+        try:
+            measure(argparse.Namespace(**{**vars(a), "workload": w}), model, device, write)
+        except SystemExit as e:
+            log(f"!! {w}: {e}")
+            failed.append(f"{w}: {e}")
+    if failed:
+        raise SystemExit("; ".join(failed))
 
 
 def measure(a, model, device, write=True):

@@ -13,8 +13,8 @@
 # Python API beside FlashInfer's, and its kernel time against codec bench's), and e2e (bench/e2e_decode.py,
 # decode in transformers' continuous batching per backend, for each workload of CODEC_E2E_WORKLOADS, default
 # loogle:2, in each mode of CODEC_E2E_MODES, with CODEC_E2E_BACKENDS (eager) or CODEC_E2E_GRAPH_BACKENDS (graph
-# modes) and the extra arguments CODEC_E2E_ARGS if set; after the python step, which installs the package; keep
-# one device call under 10 minutes).
+# modes) and the extra arguments CODEC_E2E_ARGS if set, one process (one model) a mode; after the python step,
+# which installs the package; keep one device call under 10 minutes).
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
 #           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there), or
 #           those CODEC_PYTESTS names (test files or node ids)
@@ -175,10 +175,9 @@ if step e2e; then
       *) echo "!! e2e: unknown mode $m (eager, graphs or async)"; status=1; continue ;;
     esac
     mkdir -p "$out/e2e/$m"
-    for w in ${CODEC_E2E_WORKLOADS:-loogle:2}; do
-      run "e2e/$m/${w/:/_}" python3 bench/e2e_decode.py --out "$out/e2e/$m" --workload "$w" "${flags[@]}" \
-        ${backends:+--backends "$backends"} ${CODEC_E2E_ARGS:-}
-    done
+    workloads=${CODEC_E2E_WORKLOADS:-loogle:2}  # one process, one model, for the mode's workloads
+    run "e2e/$m/run" python3 bench/e2e_decode.py --out "$out/e2e/$m" --workload "${workloads// /,}" "${flags[@]}" \
+      ${backends:+--backends "$backends"} ${CODEC_E2E_ARGS:-}
   done
 fi
 echo "== gpu_run status $status"

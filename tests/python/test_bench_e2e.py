@@ -52,6 +52,8 @@ def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefix
         assert heads == {"loogle": 8}.get(workload.partition(":")[0], requests), workload
     with pytest.raises(SystemExit, match="unknown workload"):
         e2e_decode.prompts("docs:4")
+    with pytest.raises(SystemExit, match="unknown workload 'loogle:0'"):  # refused before any model exists
+        e2e_decode.main(["--out", "unused", "--workload", "sysprompt:2,loogle:0"])
 
 
 def test_a_run_records_its_decode_steps(monkeypatch):
@@ -117,9 +119,11 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     assert result["rows"]["noop"]["attention_rel_l2_max"] == 1.0
     # the warm-up's decode step (its one request), then two of the three requests', two layers each
     assert result["rows"]["codec"]["attention_rows_checked"] == 2 * (1 + 3 + 3)
-    # parallel sampling: one prompt, its sequences forked after the prefill, decoding together
-    e2e_decode.main(["--out", str(tmp_path), "--workload", "samples:3", "--backends", "codec", "--layers", "2",
-                     "--new-tokens", "4"])
+    # parallel sampling: one prompt, its sequences forked after the prefill, decoding together; and a second
+    # workload on the same model, with its own files
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "samples:3,distinct:2", "--backends", "codec",
+                     "--layers", "2", "--new-tokens", "4"])
+    assert json.loads((tmp_path / "e2e_distinct_2.json").read_text())["requests"] == 2
     result = json.loads((tmp_path / "e2e_samples_3.json").read_text())
     assert result["requests"] == 3 and result["prompts"] == 1
     assert result["rows"]["codec"]["decode_requests_per_step_max"] == 3 and result["rows"]["codec"]["tokens"] == 12
