@@ -335,14 +335,15 @@ class StepProfile:
     the end of the previous forward and the start of this one (with
     asynchronous batching: the wait for this step's inputs). Steps are told
     decode-only from the scheduled requests' query lengths; the medians are
-    over those steps. `prefill_tokens` counts every prefill row's query
-    tokens (the shared prefixes' warm-up included)."""
+    over those steps. `prefill_tokens` counts the query tokens of rows with
+    more than one (prefill chunks, the shared prefixes' warm-up included; a
+    chunk of a single token counts as a decode row)."""
 
     def __init__(self):
         self.steps = []  # (decode only, {phase: ms}) per step, in order
         self.gpu = []  # (step, CUDA events around its forward)
         self.async_io = None  # whether the engine ran its asynchronous batching (None: not seen)
-        self.prefill_tokens = 0  # query tokens of prefill rows, warm-up included: what prefix sharing saved shows here
+        self.prefill_tokens = 0  # query tokens of rows with several, warm-up included: what prefix sharing saved
 
     def __enter__(self):
         from transformers.generation.continuous_batching.continuous_api import ContinuousBatchProcessor

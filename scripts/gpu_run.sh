@@ -175,8 +175,8 @@ if step e2e; then
       *) echo "!! e2e: unknown mode $m (eager, graphs or async)"; status=1; continue ;;
     esac
     mkdir -p "$out/e2e/$m"
-    workloads=${CODEC_E2E_WORKLOADS:-loogle:2}  # one process, one model, for the mode's workloads
-    run "e2e/$m/run" python3 bench/e2e_decode.py --out "$out/e2e/$m" --workload "${workloads// /,}" "${flags[@]}" \
+    workloads=$(echo ${CODEC_E2E_WORKLOADS:-loogle:2} | tr -s ' ' ,)  # one process, one model, for the mode's
+    run "e2e/$m/run" python3 bench/e2e_decode.py --out "$out/e2e/$m" --workload "$workloads" "${flags[@]}" \
       ${backends:+--backends "$backends"} ${CODEC_E2E_ARGS:-}
   done
 fi

@@ -72,6 +72,10 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
     CODEC_CHECK(v.first <= v.second, "plan has ", v.first, " ", name, ", more than its capacity of ", v.second);
   CODEC_CHECK(std::int64_t(a.block_indptr.size()) - 1 == c.blocks, "plan has ", a.block_indptr.size() - 1,
               " blocks; a plan at this capacity must have exactly ", c.blocks);
+  CODEC_CHECK(std::int64_t(a.node_page_begin.size()) == nodes + 1 && std::int64_t(a.node_req_begin.size()) == nodes + 1 &&
+                  std::int64_t(a.node_slot_base.size()) == nodes,
+              "plan arrays disagree on their ", nodes, " nodes (node_page_begin ", a.node_page_begin.size(),
+              ", node_req_begin ", a.node_req_begin.size(), ", node_slot_base ", a.node_slot_base.size(), ")");
 }
 
 // Writes each array of `a` at its offset in `out`, the reduction schedule

@@ -825,27 +825,31 @@ bool StepPlanner::same_shape(const Forest& f) const {
   return moved <= drift_ * work;
 }
 
-PlanStats StepPlanner::arrays(const Forest& forest, PlanArrays& a) {
+PlanStats StepPlanner::arrays(const Forest& forest, PlanArrays& a, bool& searched) {
+  searched = options_.split == SplitPolicy::adaptive && !(!splits_.empty() && same_shape(forest));
+  if (options_.split != SplitPolicy::adaptive || searched) return plan_arrays(forest, heads_, *cost_, options_, a);
+  PlannerOptions reuse = options_;
+  reuse.split = SplitPolicy::given;
+  reuse.given_splits = splits_;
+  return plan_arrays(forest, heads_, *cost_, reuse, a);
+}
+
+// Counted once the plan is packed: one that does not fit is no plan, and no search to reuse.
+void StepPlanner::commit(const Forest& forest, const PlanArrays& a, bool searched) {
   ++plans_;
-  if (options_.split != SplitPolicy::adaptive) return plan_arrays(forest, heads_, *cost_, options_, a);
-  if (!splits_.empty() && same_shape(forest)) {
-    PlannerOptions reuse = options_;
-    reuse.split = SplitPolicy::given;
-    reuse.given_splits = splits_;
-    return plan_arrays(forest, heads_, *cost_, reuse, a);
-  }
-  const PlanStats stats = plan_arrays(forest, heads_, *cost_, options_, a);
-  splits_ = a.node_splits;
+  if (!searched) return;
+  splits_.assign(a.node_splits.begin(), a.node_splits.end());
   searched_ = forest;
   ++searches_;
-  return stats;
 }
 
 Plan StepPlanner::plan(const Forest& forest) {
   const auto start = std::chrono::steady_clock::now();
   PlanArrays a;
-  const PlanStats stats = arrays(forest, a);
+  bool searched = false;
+  const PlanStats stats = arrays(forest, a, searched);
   Plan plan(heads_, dtype_, forest.page_size, a, stats, options_.capacity ? &*options_.capacity : nullptr);
+  commit(forest, a, searched);
   plan.stats().plan_ms = ms_since(start);
   return plan;
 }
@@ -854,8 +858,10 @@ PlanStats StepPlanner::plan_into(const Forest& forest, std::span<std::byte> out)
   const auto start = std::chrono::steady_clock::now();
   CODEC_CHECK(options_.capacity.has_value(), "StepPlanner::plan_into: the options need a capacity to pack at");
   scratch_.clear();
-  PlanStats stats = arrays(forest, scratch_);
+  bool searched = false;
+  PlanStats stats = arrays(forest, scratch_, searched);
   Plan::pack_into(scratch_, *options_.capacity, out);
+  commit(forest, scratch_, searched);
   stats.plan_ms = ms_since(start);
   return stats;
 }

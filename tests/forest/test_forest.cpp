@@ -222,6 +222,26 @@ TEST(BlockTable, BadInputNamesTheRowAndValue) {
                                 "row_stride 3 is less than its 4 columns"));
 }
 
+// Into reused arrays, as a stream planner converts every step: a larger
+// table, a table that fails, then a smaller one give what a fresh call gives.
+TEST(BlockTable, ReusedArraysHoldOnlyTheLastTable) {
+  const std::vector<std::int32_t> blocks = {7, 8, 9, -1, 7, 3, -1, -1};
+  const std::vector<std::int32_t> both = {40, 17}, bad = {40, 33}, one = {5, 0};
+  PageTableArrays reused;
+  page_table_from_block_table({blocks.data(), 2, 4, 4, both.data(), false}, 16, 10, reused);
+  EXPECT_EQ(reused.indices, (std::vector<std::int32_t>{7, 8, 9, 7, 3}));
+  EXPECT_TRUE(test::throws_with([&] { page_table_from_block_table({blocks.data(), 2, 4, 4, bad.data(), false}, 16, 10,
+                                                                  reused); },
+                                "block table row 1 column 2 holds page -1"));
+  page_table_from_block_table({blocks.data(), 2, 4, 4, one.data(), false}, 16, 12, reused);
+  const PageTableArrays fresh = page_table_from_block_table({blocks.data(), 2, 4, 4, one.data(), false}, 16, 12);
+  EXPECT_EQ(reused.indptr, fresh.indptr);
+  EXPECT_EQ(reused.indices, (std::vector<std::int32_t>{7}));
+  EXPECT_EQ(reused.last_page_len, fresh.last_page_len);
+  EXPECT_EQ(reused.num_pages, 12);
+  reused.view().validate();
+}
+
 TEST(ForestValidate, CatchesBrokenForests) {
   Csr c;
   c.add({0, 1, 2}, 16);

@@ -479,15 +479,29 @@ TEST(StepPlanner, PacksIntoAReusedBufferWhatARunReads) {
     for (const auto& [offset, bytes] : read_ranges(want, *opt.capacity))
       ASSERT_EQ(std::memcmp(buffer.data() + offset, want.bytes().data() + offset, bytes), 0)
           << "step " << step << ": bytes " << offset << " to " << offset + bytes;
+    // the rows past the batch, in the buffer itself: no partials (their range empty at the batch's end)
+    const PlanView v = want.view(buffer.data());
+    const int batch = forest.num_requests();
+    for (int r = batch + 1; r <= opt.capacity->requests; ++r)
+      ASSERT_EQ(v.partial_indptr[r], v.partial_indptr[batch]) << "step " << step << ", row " << r;
   }
   EXPECT_EQ(packed.searches(), fresh.searches());
+  EXPECT_EQ(packed.plans(), std::int64_t(std::size(shapes)));
   const std::vector<std::byte> before = buffer;
   EXPECT_TRUE(test::throws_with([&] { packed.plan_into(derive_forest(decode_step(5, 5, 40, 30, 0).view()), buffer); },
                                 "plan has 25 requests, more than its capacity of 24"));
   EXPECT_TRUE(buffer == before);
+  EXPECT_EQ(packed.plans(), std::int64_t(std::size(shapes)));  // a plan that does not fit is neither a plan
+  EXPECT_EQ(packed.searches(), fresh.searches());              // nor a search to reuse
   EXPECT_TRUE(test::throws_with([&] { Plan::pack_into(PlanArrays::none(264), *opt.capacity,
                                                       std::span(buffer).first(100)); },
                                 "Plan::pack_into: 100 bytes, less than the"));
+  EXPECT_TRUE(buffer == before);
+  PlanArrays uneven = PlanArrays::none(264);
+  uneven.node_splits = {1};  // a node without its begin offsets
+  EXPECT_TRUE(test::throws_with([&] { Plan::pack_into(uneven, *opt.capacity, buffer); },
+                                "plan arrays disagree on their 1 nodes (node_page_begin 1"));
+  EXPECT_TRUE(buffer == before);
   PlannerOptions compact = opt;
   compact.capacity.reset();
   StepPlanner no_capacity(heads, DType::bf16, cost, compact);

@@ -251,11 +251,12 @@ def test_async_warm_up_waves_never_split_a_prompt(budget, count):
     prefixes = [[k + 1] * int(rng.integers(1, 3000)) for k in range(count)]  # prefix k holds token k + 1
     block = 16
 
-    def manager(use_async):
-        cache = SimpleNamespace(block_size=block, max_batch_tokens=budget)
+    def manager(use_async, tokens=budget):
+        cache = SimpleNamespace(block_size=block, max_batch_tokens=tokens)
         return SimpleNamespace(batch_processor=SimpleNamespace(use_async_batching=use_async, cache=cache))
 
     assert ctf._prefix_waves(manager(False), prefixes) == [prefixes]
+    assert ctf._prefix_waves(manager(True, block - 1), prefixes) == [prefixes]  # a step of less than a block
     assert ctf._prefix_waves(manager(True), []) == []
     done = [0] * count  # tokens of each prefix warmed so far
     for wave in ctf._prefix_waves(manager(True), prefixes):

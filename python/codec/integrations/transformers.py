@@ -338,9 +338,9 @@ def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int
             raise RuntimeError("the generation thread stopped before it made its batch processor (its log says why)")
         time.sleep(0.005)
     processor = manager.batch_processor
-    if not getattr(processor, "use_async_batching", False):
-        return [prefixes]
     block, budget = processor.cache.block_size, processor.cache.max_batch_tokens
+    if not getattr(processor, "use_async_batching", False) or budget < block:  # (a step of less than a block
+        return [prefixes]                                                      # chunks any longer prompt)
     per_group = max(1, budget // block)  # prefixes one step extends by a block each
     waves = []
     for g in range(0, len(prefixes), per_group):
@@ -386,10 +386,16 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
         enable_block_tables(manager, hints.max_prompt_length + hints.max_generated_length)
     manager.start()
     try:
+        sequences = manager.num_return_sequences
         for wave in _prefix_waves(manager, prefixes):
-            # two tokens: a request that ends with its prefill step is finished before the engine marks its blocks full
-            warm = manager.add_requests(inputs=wave, max_new_tokens=2)
-            _wait(manager, warm, len(warm) * (config.num_return_sequences or 1))
+            # One sequence each (a request to fork prefills all but its last token first, a split again), and two
+            # tokens: a request that ends with its prefill step is finished before the engine marks its blocks full.
+            manager.num_return_sequences = 1
+            try:
+                warm = manager.add_requests(inputs=wave, max_new_tokens=2)
+            finally:
+                manager.num_return_sequences = sequences
+            _wait(manager, warm, len(warm))
         ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
         results = _wait(manager, ids, hints.num_requests)
         for attention in list(_ATTENTIONS):  # replays' plans, which no Python saw
