@@ -449,21 +449,9 @@ class Planner {
                 rows + (cumulative ? 1 : 0), ",) for the ", rows, " rows of block_table");
     const DeviceGuard guard(engine_);
     const auto stream = reinterpret_cast<CudaStream>(stream_handle);
-    if (!stream_) {
-      // Its pinned buffers are allocated now. An engine may first call this
-      // while capturing (the step's graph): allocating enqueues nothing, and
-      // the relaxed mode lets this thread do it then.
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      CODEC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-      try {
-        stream_ = std::make_unique<CudaStreamPlanner>(heads_, dtype_, page_size_, cost_, options_, max_requests_,
-                                                      int(cols));
-      } catch (...) {
-        cudaThreadExchangeStreamCaptureMode(&mode);
-        throw;
-      }
-      CODEC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
-    }
+    if (!stream_)  // an engine may first call this while capturing its step's graph, which the planner allows
+      stream_ = std::make_unique<CudaStreamPlanner>(heads_, dtype_, page_size_, cost_, options_, max_requests_,
+                                                    int(cols));
     const BlockTable device{static_cast<const std::int32_t*>(table.data()), int(rows), int(cols),
                             std::int64_t(rows > 1 ? table.stride(0) : cols),  // a column view keeps its rows' stride
                             static_cast<const std::int32_t*>(lens.data()), cumulative};

@@ -825,19 +825,20 @@ bool StepPlanner::same_shape(const Forest& f) const {
   return moved <= drift_ * work;
 }
 
-PlanStats StepPlanner::arrays(const Forest& forest, PlanArrays& a, bool& searched) {
-  searched = options_.split == SplitPolicy::adaptive && !(!splits_.empty() && same_shape(forest));
-  if (options_.split != SplitPolicy::adaptive || searched) return plan_arrays(forest, heads_, *cost_, options_, a);
+// The options of the forest's plan: the last search's split counts while
+// the forest keeps that search's shape, else the search (or another policy).
+PlannerOptions StepPlanner::options_for(const Forest& forest) const {
+  if (options_.split != SplitPolicy::adaptive || splits_.empty() || !same_shape(forest)) return options_;
   PlannerOptions reuse = options_;
   reuse.split = SplitPolicy::given;
   reuse.given_splits = splits_;
-  return plan_arrays(forest, heads_, *cost_, reuse, a);
+  return reuse;
 }
 
 // Counted once the plan is packed: one that does not fit is no plan, and no search to reuse.
-void StepPlanner::commit(const Forest& forest, const PlanArrays& a, bool searched) {
+void StepPlanner::commit(const Forest& forest, const PlannerOptions& used, const PlanArrays& a) {
   ++plans_;
-  if (!searched) return;
+  if (used.split != SplitPolicy::adaptive) return;
   splits_.assign(a.node_splits.begin(), a.node_splits.end());
   searched_ = forest;
   ++searches_;
@@ -845,11 +846,11 @@ void StepPlanner::commit(const Forest& forest, const PlanArrays& a, bool searche
 
 Plan StepPlanner::plan(const Forest& forest) {
   const auto start = std::chrono::steady_clock::now();
+  const PlannerOptions used = options_for(forest);
   PlanArrays a;
-  bool searched = false;
-  const PlanStats stats = arrays(forest, a, searched);
+  const PlanStats stats = plan_arrays(forest, heads_, *cost_, used, a);
   Plan plan(heads_, dtype_, forest.page_size, a, stats, options_.capacity ? &*options_.capacity : nullptr);
-  commit(forest, a, searched);
+  commit(forest, used, a);
   plan.stats().plan_ms = ms_since(start);
   return plan;
 }
@@ -857,11 +858,11 @@ Plan StepPlanner::plan(const Forest& forest) {
 PlanStats StepPlanner::plan_into(const Forest& forest, std::span<std::byte> out) {
   const auto start = std::chrono::steady_clock::now();
   CODEC_CHECK(options_.capacity.has_value(), "StepPlanner::plan_into: the options need a capacity to pack at");
+  const PlannerOptions used = options_for(forest);
   scratch_.clear();
-  bool searched = false;
-  PlanStats stats = arrays(forest, scratch_, searched);
+  PlanStats stats = plan_arrays(forest, heads_, *cost_, used, scratch_);
   Plan::pack_into(scratch_, *options_.capacity, out);
-  commit(forest, scratch_, searched);
+  commit(forest, used, scratch_);
   stats.plan_ms = ms_since(start);
   return stats;
 }

@@ -37,7 +37,8 @@ class CudaStreamPlanner {
  public:
   // options.capacity must be set (cuda_plan_capacity); device block tables
   // of up to max_rows rows and max_cols columns. Allocates its pinned
-  // buffers here, outside any capture.
+  // buffers here, also while this thread captures a graph (nothing is
+  // enqueued).
   CudaStreamPlanner(const HeadConfig& heads, DType dtype, int page_size, std::shared_ptr<const CostModel> cost,
                     const PlannerOptions& options, int max_rows, int max_cols);
   // Waits for its last enqueue outside capture (pending host functions read

@@ -78,8 +78,8 @@ class StepPlanner {
   std::int64_t plans() const { return plans_; }
 
  private:
-  PlanStats arrays(const Forest& forest, PlanArrays& a, bool& searched);
-  void commit(const Forest& forest, const PlanArrays& a, bool searched);
+  PlannerOptions options_for(const Forest& forest) const;
+  void commit(const Forest& forest, const PlannerOptions& used, const PlanArrays& a);
   bool same_shape(const Forest& forest) const;
   HeadConfig heads_;
   DType dtype_;

@@ -341,11 +341,11 @@ def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int
     block, budget = processor.cache.block_size, processor.cache.max_batch_tokens
     if not getattr(processor, "use_async_batching", False) or budget < block:  # (a step of less than a block
         return [prefixes]                                                      # chunks any longer prompt)
-    per_group = max(1, budget // block)  # prefixes one step extends by a block each
+    per_group = budget // block  # prefixes one step extends by a block each
     waves = []
     for g in range(0, len(prefixes), per_group):
         group = prefixes[g:g + per_group]
-        chunk = max(block, budget // len(group) // block * block)
+        chunk = budget // len(group) // block * block  # at least a block
         ends = range(chunk, max(map(len, group)) + chunk, chunk)
         waves += [[p[:end] for p in group if len(p) > end - chunk] for end in ends]
     return waves

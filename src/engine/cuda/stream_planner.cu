@@ -19,6 +19,32 @@
 
 namespace codec {
 
+namespace {
+
+// This thread's stream-capture mode relaxed while it lives: allocating and
+// freeing pinned memory synchronise, which a capture in progress under the
+// default (global) mode would not survive. An engine may first plan, and a
+// garbage collector destroy a planner, while a graph is being captured.
+class RelaxedCapture {
+ public:
+  explicit RelaxedCapture(bool check) {
+    const cudaError_t err = cudaThreadExchangeStreamCaptureMode(&mode_);
+    if (check) CODEC_CUDA_CHECK(err);
+    active_ = err == cudaSuccess;
+  }
+  ~RelaxedCapture() {
+    if (active_) cudaThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool active_ = false;
+};
+
+}  // namespace
+
 struct CudaStreamPlanner::Impl {
   // What one enqueue asks of its host function. A graph replays the host
   // node with the pointer it captured, so each distinct request keeps its
@@ -103,6 +129,7 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
   s.empty = Plan::empty(heads, dtype, page_size, *options.capacity);
   s.empty_arrays = PlanArrays::none(options.capacity->blocks);
   s.plan_bytes = s.empty.bytes().size();
+  const RelaxedCapture relaxed(true);
   CODEC_CUDA_CHECK(cudaGetDevice(&s.device));
   CODEC_CUDA_CHECK(cudaEventCreateWithFlags(&s.enqueued, cudaEventDisableTiming));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.blocks, sizeof(std::int32_t) * std::size_t(max_rows) * std::size_t(max_cols)));
@@ -114,22 +141,20 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
 CudaStreamPlanner::~CudaStreamPlanner() {
   if (!impl_) return;
   // Errors here have no one to go to. The last eager enqueue must have run
-  // (graphs that captured one must be done: see the header). A garbage
-  // collector may destroy this during another capture, which the frees
-  // below, synchronising calls, would invalidate in the default mode.
+  // (graphs that captured one must be done: see the header).
   int previous = 0;
   const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != impl_->device &&
                         cudaSetDevice(impl_->device) == cudaSuccess;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  const bool relaxed = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-  if (impl_->enqueued) {
-    cudaEventSynchronize(impl_->enqueued);
-    cudaEventDestroy(impl_->enqueued);
+  {
+    const RelaxedCapture relaxed(false);
+    if (impl_->enqueued) {
+      cudaEventSynchronize(impl_->enqueued);
+      cudaEventDestroy(impl_->enqueued);
+    }
+    cudaFreeHost(impl_->blocks);
+    cudaFreeHost(impl_->lengths);
+    cudaFreeHost(impl_->staging);
   }
-  cudaFreeHost(impl_->blocks);
-  cudaFreeHost(impl_->lengths);
-  cudaFreeHost(impl_->staging);
-  if (relaxed) cudaThreadExchangeStreamCaptureMode(&mode);
   if (switched) cudaSetDevice(previous);
 }
 
