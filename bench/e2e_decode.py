@@ -2,10 +2,11 @@
 on Qwen3-4B's shape (random bf16 weights), one attention backend at a time on
 the same prompts, in eager mode or with --cuda-graph in the engine's graph
 mode: on the block-table path graphs of decode steps (codec, noop, busy:
-CoDec plans each replay's batch in the stream; FlashInfer's backends, which
-plan on the host before each step, cannot run there), on the slot-list path
-(@ri) the engine's whole-forward graphs, where a backend that fails has its
-error recorded.
+CoDec plans each replay's batch in the stream; fi_decode: FlashInfer's
+CUDA-graph wrapper, planned on the host before each replay, as serving
+engines use it, so in synchronous graphs only; fi_cascade cannot run there),
+on the slot-list path (@ri) the engine's whole-forward graphs, where a
+backend that fails has its error recorded.
 
 Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
 @ri the block-table path, codec.integrations.transformers.enable_block_tables):
@@ -66,6 +67,7 @@ Workloads (NAME:N, WORKLOADS below): loogle, sysprompt, samples, distinct.
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -78,6 +80,7 @@ import torch
 
 import codec
 import codec.integrations.transformers as codec_tf
+from codec.integrations.paging import page_tables_from_block_table
 from e2e_check import compare_on_shared_history
 
 QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
@@ -134,12 +137,12 @@ class TimedPlans(codec_tf.PagedAttention):
     def __init__(self) -> None:
         super().__init__()
         self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms = [], [], [], [], [], []
-        self.graph_wrapper_used, self.stream_plans = None, {}
+        self.graph_wrapper_used, self.stream_plans, self.replay_plans = None, {}, {}
 
     def clear(self):
         for x in (self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms):
             x.clear()
-        self.graph_wrapper_used, self.stream_plans = None, {}
+        self.graph_wrapper_used, self.stream_plans, self.replay_plans = None, {}, {}
 
     def plan_in_stream(self, cache, step, query, scale):
         self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]
@@ -270,13 +273,55 @@ def workspace(cache, spaces):
     return spaces[cache]
 
 
+def padded_page_tables(block_table, seq_lens, rows, block_size):
+    """The page tables of a decode graph's batch of `rows` requests: those of
+    the real requests (block_table's rows, seq_lens tokens each), then
+    padding requests of one token in block 0, whose outputs the engine drops
+    (a graph's padding rows hold no tokens, which FlashInfer's plan refuses)."""
+    indptr, indices, last = page_tables_from_block_table(block_table, seq_lens, block_size)
+    pad = rows - indptr.size + 1
+    if pad < 0:
+        raise ValueError(f"{indptr.size - 1} requests in a graph of {rows}")
+    return (np.concatenate([indptr, indptr[-1] + np.arange(1, pad + 1, dtype=np.int32)]),
+            np.concatenate([indices, np.zeros(pad, dtype=np.int32)]),
+            np.concatenate([last, np.ones(pad, dtype=np.int32)]))
+
+
+@contextlib.contextmanager
+def before_each_forward(fn):
+    """Calls fn(runner, model) before each of the engine's forwards
+    (ModelRunner.compute_batch, which runs a step eagerly, captures its graph
+    or replays it), for the duration of a run."""
+    from transformers.generation.continuous_batching.model_runner import ModelRunner
+    compute = ModelRunner.compute_batch
+
+    def call(runner, model, *args, **kwargs):
+        fn(runner, model)
+        return compute(runner, model, *args, **kwargs)
+
+    ModelRunner.compute_batch = call
+    try:
+        yield
+    finally:
+        ModelRunner.compute_batch = compute
+
+
 class FlashInferDecode(TimedPlans):
-    """FlashInfer's batch decode (tensor cores) on the step's page tables."""
+    """FlashInfer's batch decode (tensor cores) on the step's page tables. In
+    the engine's graphs of decode steps, FlashInfer's CUDA-graph wrapper, one
+    per graph's batch size (its buffers are fixed), planned on the host before
+    every replay and capture (plan_before_forward; the capture's eager warm-up
+    runs the eager wrapper), the way serving engines run it."""
 
     def __init__(self) -> None:
         super().__init__()
         self._spaces = weakref.WeakKeyDictionary()
         self.wrapper = None
+        self._graph_wrappers, self._graph_wrapper, self._replay_ms = {}, None, []  # by batch size; the step's
+
+    def clear(self):
+        super().clear()
+        self._graph_wrappers, self._graph_wrapper, self._replay_ms = {}, None, []
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
@@ -287,8 +332,52 @@ class FlashInferDecode(TimedPlans):
                           cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
                           kv_data_type=query.dtype, sm_scale=scale)
 
+    def plan_before_forward(self, runner, model):
+        """Before a decode graph's replay or capture (synchronous graphs: the
+        engine's static inputs hold this step's batch): its page tables, read
+        from the engine's block table, planned into the graph wrapper of its
+        batch size, on the stream the graph runs on; the host time is on the
+        step's critical path, and reported (`replay_plan_ms`)."""
+        import flashinfer
+        io, cache = runner.inputs_and_outputs, runner.cache
+        if not (io.use_block_table and runner.use_cuda_graph_decode):
+            return
+        t0 = time.perf_counter()
+        n, rows, bs = io.num_request_in_batch, min(io.num_q_tokens, io.max_requests_per_batch), cache.block_size
+        lens = np.diff(io.cumulative_seqlens_k["full_attention"][:n + 1].cpu().numpy().astype(np.int64))
+        table = io.block_table[0, :n, :int(-(-lens.max() // bs))].cpu().numpy()
+        indptr, indices, last = padded_page_tables(table, lens, rows, bs)
+        w = self._graph_wrappers.get(rows)
+        if w is None:
+            buffer = functools.partial(torch.empty, dtype=torch.int32, device=cache.device)
+            w = self._graph_wrappers[rows] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                workspace(cache, self._spaces), "NHD", use_cuda_graph=True, use_tensor_cores=True,
+                paged_kv_indptr_buffer=buffer(rows + 1), paged_kv_indices_buffer=buffer(rows * io.block_table.shape[2]),
+                paged_kv_last_page_len_buffer=buffer(rows))
+        attn = next(m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx"))
+        heads = cache.num_key_value_heads * (model.config.num_attention_heads // model.config.num_key_value_heads)
+        stream = io.compute_stream
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            w.plan(host(indptr), host(indices), host(last), heads, cache.num_key_value_heads, cache.head_dim, bs,
+                   q_data_type=model.dtype, kv_data_type=cache.key_cache[0].dtype, sm_scale=attn.scaling)
+        self._graph_wrapper = w
+        self._replay_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def plan_in_stream(self, cache, step, query, scale):
+        """A capture: planned before it (plan_before_forward), for its batch size."""
+        if self._graph_wrapper is None or self._graph_wrapper is not self._graph_wrappers.get(step.decode.size):
+            raise RuntimeError(f"fi_decode: a decode graph of {step.decode.size} requests captured without its "
+                               "plan (plan_before_forward runs before the engine's forwards)")
+
+    def finish(self):
+        super().finish()
+        if self._replay_ms:
+            self.replay_plans = {"plans": len(self._replay_ms), "plan_ms_mean": float(np.mean(self._replay_ms)),
+                                 "plan_ms_max": float(np.max(self._replay_ms))}
+
     def attend(self, cache, q, pages, out):
-        out.copy_(self.wrapper.run(q.contiguous(), pages))
+        captured = isinstance(self._steps[cache], codec_tf.GraphStep)
+        out.copy_((self._graph_wrapper if captured else self.wrapper).run(q.contiguous(), pages))
 
 
 class FlashInferCascade(TimedPlans):
@@ -459,8 +548,11 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     if cuda:
         torch.cuda.empty_cache()
     profile = StepProfile() if step_profile else contextlib.nullcontext()
+    # a backend that plans on the host before each graph replay: outside the profile's phases, in the TPOT
+    replans = cuda_graph and block_tables and hasattr(attention, "plan_before_forward")
+    hook = before_each_forward(attention.plan_before_forward) if replans else contextlib.nullcontext()
     t0 = time.perf_counter()
-    with profile:
+    with profile, hook:
         out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables,
                                       shared_prefixes=prefixes)
     if cuda:
@@ -491,6 +583,8 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         row["step_host_ms_median"] = profile.medians()
     if attention is not None and attention.stream_plans:  # plans the graphs' replays made in their streams
         row.update({f"in_stream_{k}": v for k, v in attention.stream_plans.items()})
+    if attention is not None and attention.replay_plans:  # plans made on the host before the replays
+        row.update({f"replay_{k}": v for k, v in attention.replay_plans.items()})
     # In graph mode the steps Python sees are the few that run eagerly (prefills, each capture's warm-up): the
     # per-step host and GPU timings below would describe those, so they are left out (--step-profile's
     # forward_gpu times every step's forward on the GPU).
@@ -653,10 +747,14 @@ def check_args(a, device):
                          "(as --new-tokens) or >= 3: TPOT takes the intervals from the second generated token on")
     if a.rounds < 1 or len(set(backends)) < len(backends):
         raise SystemExit(f"--rounds {a.rounds} must be >= 1, and --backends {a.backends} name each backend once")
-    if a.cuda_graph and any(b.startswith("fi_") and not b.endswith("@ri") for b in backends):
-        raise SystemExit("--cuda-graph: FlashInfer's backends plan on the host before every step, which the "
-                         "engine's replayed decode graphs never call (@ri: the engine's whole-forward graphs, "
-                         "which fail at capture)")
+    if a.cuda_graph and "fi_cascade" in backends:
+        raise SystemExit("--cuda-graph: fi_cascade's levels and their sizes change from step to step, and "
+                         "FlashInfer's graph wrappers fix them (@ri: the engine's whole-forward graphs, which fail "
+                         "at capture)")
+    if a.cuda_graph and a.async_batching and "fi_decode" in backends:
+        raise SystemExit("--cuda-graph --async-batching: fi_decode plans on the host before each replay into one "
+                         "pinned buffer, which a copy in the stream reads later; with the next step prepared during "
+                         "this one's forward, the next plan could overwrite it first")
     for b in backends:
         kind, _, path = b.partition("@")
         if kind not in BACKENDS or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):

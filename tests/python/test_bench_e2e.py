@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the benchmark is torch code")
@@ -54,6 +55,20 @@ def test_workloads_start_with_the_prefixes_they_share(workload, requests, prefix
         e2e_decode.prompts("docs:4")
     with pytest.raises(SystemExit, match="unknown workload 'loogle:0'"):  # refused before any model exists
         e2e_decode.main(["--out", "unused", "--workload", "sysprompt:2,loogle:0"])
+
+
+def test_a_graphs_padding_requests_read_one_token_each():
+    """fi_decode's page tables of a decode graph: the real requests' blocks
+    in order, then one token of block 0 per padding row; a batch larger than
+    its graph is refused."""
+    table = np.array([[7, 3, -1], [5, -1, -1]], dtype=np.int32)
+    indptr, indices, last = e2e_decode.padded_page_tables(table, np.array([20, 16]), 4, 16)
+    assert indptr.tolist() == [0, 2, 3, 4, 5] and indices.tolist() == [7, 3, 5, 0, 0]
+    assert last.tolist() == [4, 16, 1, 1]
+    indptr, indices, last = e2e_decode.padded_page_tables(table, np.array([20, 16]), 2, 16)
+    assert indptr.tolist() == [0, 2, 3] and last.tolist() == [4, 16]
+    with pytest.raises(ValueError, match="2 requests in a graph of 1"):
+        e2e_decode.padded_page_tables(table, np.array([20, 16]), 1, 16)
 
 
 def test_a_run_records_its_decode_steps(monkeypatch):
@@ -140,21 +155,30 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
 
 def test_graph_mode_plans_codec_in_the_stream(tmp_path):
     """--cuda-graph on the GPU: the engine's graphs of decode steps run
-    codec (every replay planned in the stream) and the floor, the step
-    profile times each forward on the GPU, and FlashInfer's backends, which
-    plan on the host, are refused."""
+    codec (every replay planned in the stream), FlashInfer's decode (its
+    graph wrapper planned on the host before every replay) and the floor;
+    codec's logprobs match FlashInfer's on their shared history, far closer
+    than the floor's; the step profile times each forward on the GPU; the
+    cascade, and FlashInfer with asynchronous batching, are refused."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: graph mode runs on the GPU machine")
-    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends", "codec,noop", "--layers", "2",
-                     "--new-tokens", "6", "--cuda-graph", "--step-profile"])
+    pytest.importorskip("flashinfer", reason="FlashInfer is not installed (scripts/fetch_peer_wheels.sh)")
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends", "codec,fi_decode,noop",
+                     "--layers", "2", "--new-tokens", "6", "--cuda-graph", "--step-profile"])
     rows = json.loads((tmp_path / "e2e_sysprompt_5.json").read_text())["rows"]
     assert rows["codec"]["cuda_graph"] and rows["codec"]["in_stream_plans"] >= 4, rows["codec"]
+    assert rows["fi_decode"]["replay_plans"] >= 4 and "in_stream_plans" not in rows["fi_decode"], rows["fi_decode"]
     assert rows["codec"]["async_batching"] is False  # the engine's choice: asynchronous for flash names only
     assert "attention_gpu_ms_median" not in rows["codec"]  # the eager steps' timings are left out in graph mode
-    for b in ("codec", "noop"):
+    for b in ("codec", "fi_decode", "noop"):
         assert rows[b]["tokens"] == 30 and rows[b]["step_host_ms_median"]["forward_gpu"] > 0, rows[b]
-    with pytest.raises(SystemExit, match="FlashInfer's backends plan on the host"):
-        e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,fi_decode", "--cuda-graph"])
+    check, control = rows["codec"]["vs_reference"], rows["noop"]["vs_reference"]
+    assert check["reference"] == "fi_decode" and check["steps_compared"] >= 10, check
+    assert check["logprob_rel_l2"] < 2e-2 and check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"]
+    with pytest.raises(SystemExit, match="fi_cascade's levels"):
+        e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,fi_cascade", "--cuda-graph"])
+    with pytest.raises(SystemExit, match="fi_decode plans on the host before each replay"):
+        e2e_decode.main(["--out", str(tmp_path), "--backends", "fi_decode", "--cuda-graph", "--async-batching"])
     # asynchronous batching: the profile finds the batches in the engine's IO pairs, and the GPU's idle gaps
     e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends", "codec", "--layers", "2",
                      "--new-tokens", "6", "--cuda-graph", "--async-batching", "--step-profile"])
