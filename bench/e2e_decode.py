@@ -317,11 +317,11 @@ class FlashInferDecode(TimedPlans):
         super().__init__()
         self._spaces = weakref.WeakKeyDictionary()
         self.wrapper = None
-        self._graph_wrappers, self._graph_wrapper, self._replay_ms = {}, None, []  # by batch size; the step's
+        self._fi_graphs, self._graph_wrapper, self._replay_ms = {}, None, []  # by batch size; the step's
 
     def clear(self):
         super().clear()
-        self._graph_wrappers, self._graph_wrapper, self._replay_ms = {}, None, []
+        self._fi_graphs, self._graph_wrapper, self._replay_ms = {}, None, []
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
@@ -347,10 +347,10 @@ class FlashInferDecode(TimedPlans):
         lens = np.diff(io.cumulative_seqlens_k["full_attention"][:n + 1].cpu().numpy().astype(np.int64))
         table = io.block_table[0, :n, :int(-(-lens.max() // bs))].cpu().numpy()
         indptr, indices, last = padded_page_tables(table, lens, rows, bs)
-        w = self._graph_wrappers.get(rows)
+        w = self._fi_graphs.get(rows)
         if w is None:
             buffer = functools.partial(torch.empty, dtype=torch.int32, device=cache.device)
-            w = self._graph_wrappers[rows] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            w = self._fi_graphs[rows] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 workspace(cache, self._spaces), "NHD", use_cuda_graph=True, use_tensor_cores=True,
                 paged_kv_indptr_buffer=buffer(rows + 1), paged_kv_indices_buffer=buffer(rows * io.block_table.shape[2]),
                 paged_kv_last_page_len_buffer=buffer(rows))
@@ -365,14 +365,16 @@ class FlashInferDecode(TimedPlans):
 
     def plan_in_stream(self, cache, step, query, scale):
         """A capture: planned before it (plan_before_forward), for its batch size."""
-        if self._graph_wrapper is None or self._graph_wrapper is not self._graph_wrappers.get(step.decode.size):
+        if self._graph_wrapper is None or self._graph_wrapper is not self._fi_graphs.get(step.decode.size):
             raise RuntimeError(f"fi_decode: a decode graph of {step.decode.size} requests captured without its "
                                "plan (plan_before_forward runs before the engine's forwards)")
 
     def finish(self):
         super().finish()
         if self._replay_ms:
+            # the first includes FlashInfer's JIT build of its kernels (the engine captures before any step)
             self.replay_plans = {"plans": len(self._replay_ms), "plan_ms_mean": float(np.mean(self._replay_ms)),
+                                 "plan_ms_median": float(np.median(self._replay_ms)),
                                  "plan_ms_max": float(np.max(self._replay_ms))}
 
     def attend(self, cache, q, pages, out):

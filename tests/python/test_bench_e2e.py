@@ -172,9 +172,10 @@ def test_graph_mode_plans_codec_in_the_stream(tmp_path):
     assert "attention_gpu_ms_median" not in rows["codec"]  # the eager steps' timings are left out in graph mode
     for b in ("codec", "fi_decode", "noop"):
         assert rows[b]["tokens"] == 30 and rows[b]["step_host_ms_median"]["forward_gpu"] > 0, rows[b]
+    # the floor's tokens part from FlashInfer's after the prefill (5 steps shared); codec's keep to them
     check, control = rows["codec"]["vs_reference"], rows["noop"]["vs_reference"]
-    assert check["reference"] == "fi_decode" and check["steps_compared"] >= 10, check
-    assert check["logprob_rel_l2"] < 2e-2 and check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"]
+    assert check["reference"] == "fi_decode" and check["steps_compared"] >= 2 * control["steps_compared"], check
+    assert check["logprob_rel_l2"] < 2e-2, check
     with pytest.raises(SystemExit, match="fi_cascade's levels"):
         e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,fi_cascade", "--cuda-graph"])
     with pytest.raises(SystemExit, match="fi_decode plans on the host before each replay"):
