@@ -317,19 +317,21 @@ double TableCostModel::cost_us(int rows, long kv_len) const {
 
 namespace {
 
-// ys over the increasing xs at x: flat below xs, linear between, and beyond
-// the last point linear with the last interval's slope, never negative.
-double interpolate(const auto& xs, const std::vector<double>& ys, double x) {
-  if (x <= double(xs.front())) return ys.front();
+// y(i) over the increasing xs at x: flat below xs, linear between, and beyond
+// the last point linear with the last interval's slope, never negative. Only
+// the y(i) that the interpolation uses are asked for.
+double interpolate(const auto& xs, auto&& y, double x) {
+  if (x <= double(xs.front())) return y(0);
   const std::size_t n = xs.size();
   if (x >= double(xs.back())) {
-    const double slope = n < 2 ? 0 : std::max(0.0, (ys[n - 1] - ys[n - 2]) / double(xs[n - 1] - xs[n - 2]));
-    return ys.back() + slope * (x - double(xs.back()));
+    const double last = y(n - 1);
+    const double slope = n < 2 ? 0 : std::max(0.0, (last - y(n - 2)) / double(xs[n - 1] - xs[n - 2]));
+    return last + slope * (x - double(xs.back()));
   }
   const std::size_t j = std::size_t(std::upper_bound(xs.begin(), xs.end(), x,
                                                      [](double v, auto e) { return v < double(e); }) - xs.begin());
-  const double w = (x - double(xs[j - 1])) / double(xs[j] - xs[j - 1]);
-  return ys[j - 1] + w * (ys[j] - ys[j - 1]);
+  const double w = (x - double(xs[j - 1])) / double(xs[j] - xs[j - 1]), below = y(j - 1);
+  return below + w * (y(j) - below);
 }
 
 }  // namespace
@@ -338,11 +340,11 @@ double TableCostModel::merge_us(std::int64_t rows, int partials) const {
   CODEC_CHECK(rows >= 1, "cost model: merge rows ", rows, " must be >= 1");
   CODEC_CHECK(partials >= 2, "cost model: merge partials ", partials, " must be >= 2");
   if (!prices_merge()) return 0;
-  std::vector<double> at_partials;  // each merge_rows line at `partials`
-  at_partials.reserve(table_.merge_rows.size());
-  for (const std::vector<double>& line : table_.merge_us)
-    at_partials.push_back(interpolate(table_.merge_partials, line, partials));
-  return interpolate(table_.merge_rows, at_partials, double(rows));
+  // over the rows, each merge_rows line at `partials` (the planner asks once per split vector it tries)
+  return interpolate(table_.merge_rows, [&](std::size_t i) {
+    const std::vector<double>& line = table_.merge_us[i];
+    return interpolate(table_.merge_partials, [&](std::size_t j) { return line[j]; }, double(partials));
+  }, double(rows));
 }
 
 std::string TableCostModel::describe() const {
