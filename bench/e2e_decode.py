@@ -4,7 +4,7 @@ the same prompts, in eager mode or with --cuda-graph in the engine's graph
 mode: on the block-table path graphs of decode steps (codec, noop, busy:
 CoDec plans each replay's batch in the stream; fi_decode: FlashInfer's
 CUDA-graph wrapper, planned on the host before each replay, as serving
-engines use it, so in synchronous graphs only; fi_cascade cannot run there),
+engines use it; fi_cascade cannot run there),
 on the slot-list path (@ri) the engine's whole-forward graphs, where a
 backend that fails has its error recorded.
 
@@ -309,15 +309,15 @@ def before_each_forward(fn):
 class FlashInferDecode(TimedPlans):
     """FlashInfer's batch decode (tensor cores) on the step's page tables. In
     the engine's graphs of decode steps, FlashInfer's CUDA-graph wrapper, one
-    per graph's batch size (its buffers are fixed), planned on the host before
-    every replay and capture (plan_before_forward; the capture's eager warm-up
-    runs the eager wrapper), the way serving engines run it."""
+    per graph (batch size and IO pair: its buffers are fixed), planned on the
+    host before every replay and capture (plan_before_forward; the capture's
+    eager warm-up runs the eager wrapper), the way serving engines run it."""
 
     def __init__(self) -> None:
         super().__init__()
         self._spaces = weakref.WeakKeyDictionary()
         self.wrapper = None
-        self._fi_graphs, self._graph_wrapper, self._replay_ms = {}, None, []  # by batch size; the step's
+        self._fi_graphs, self._graph_wrapper, self._replay_ms = {}, None, []  # by (pair, rows); the step's
 
     def clear(self):
         super().clear()
@@ -333,39 +333,48 @@ class FlashInferDecode(TimedPlans):
                           kv_data_type=query.dtype, sm_scale=scale)
 
     def plan_before_forward(self, runner, model):
-        """Before a decode graph's replay or capture (synchronous graphs: the
-        engine's static inputs hold this step's batch): its page tables, read
-        from the engine's block table, planned into the graph wrapper of its
-        batch size, on the stream the graph runs on; the host time is on the
-        step's critical path, and reported (`replay_plan_ms`)."""
+        """Before a decode graph's replay or capture (the engine's host inputs
+        hold this step's batch): its page tables, read from the engine's block
+        table, planned into the graph wrapper of its batch size (and, with
+        asynchronous batching, of the IO pair whose graphs run it), on the
+        stream the graph runs on. A wrapper is planned again only once the
+        copies of its last plan have run: its pinned plan buffer is reused.
+        The host time is on the step's critical path, and reported
+        (`replay_plan_ms`)."""
         import flashinfer
         io, cache = runner.inputs_and_outputs, runner.cache
         if not (io.use_block_table and runner.use_cuda_graph_decode):
             return
         t0 = time.perf_counter()
-        n, rows, bs = io.num_request_in_batch, min(io.num_q_tokens, io.max_requests_per_batch), cache.block_size
-        lens = np.diff(io.cumulative_seqlens_k["full_attention"][:n + 1].cpu().numpy().astype(np.int64))
-        table = io.block_table[0, :n, :int(-(-lens.max() // bs))].cpu().numpy()
+        pair = getattr(io, "current_pair", 0)  # asynchronous batching: two IO pairs, each with its graphs
+        batch = io.io_pairs[pair].host_io if hasattr(io, "io_pairs") else io
+        n, rows, bs = batch.num_request_in_batch, min(batch.num_q_tokens, batch.max_requests_per_batch), cache.block_size
+        lens = np.diff(batch.cumulative_seqlens_k["full_attention"][:n + 1].cpu().numpy().astype(np.int64))
+        table = batch.block_table[0, :n, :int(-(-lens.max() // bs))].cpu().numpy()
         indptr, indices, last = padded_page_tables(table, lens, rows, bs)
-        w = self._fi_graphs.get(rows)
+        w, copied = self._fi_graphs.get((pair, rows), (None, None))
         if w is None:
             buffer = functools.partial(torch.empty, dtype=torch.int32, device=cache.device)
-            w = self._fi_graphs[rows] = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            w, copied = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 workspace(cache, self._spaces), "NHD", use_cuda_graph=True, use_tensor_cores=True,
-                paged_kv_indptr_buffer=buffer(rows + 1), paged_kv_indices_buffer=buffer(rows * io.block_table.shape[2]),
-                paged_kv_last_page_len_buffer=buffer(rows))
+                paged_kv_indptr_buffer=buffer(rows + 1),
+                paged_kv_indices_buffer=buffer(rows * batch.block_table.shape[2]),
+                paged_kv_last_page_len_buffer=buffer(rows)), torch.cuda.Event()
+            self._fi_graphs[(pair, rows)] = (w, copied)
+        copied.synchronize()  # (an event never recorded is complete)
         attn = next(m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx"))
         heads = cache.num_key_value_heads * (model.config.num_attention_heads // model.config.num_key_value_heads)
-        stream = io.compute_stream
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        stream = io.compute_stream if io.compute_stream is not None else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
             w.plan(host(indptr), host(indices), host(last), heads, cache.num_key_value_heads, cache.head_dim, bs,
                    q_data_type=model.dtype, kv_data_type=cache.key_cache[0].dtype, sm_scale=attn.scaling)
-        self._graph_wrapper = w
+        copied.record(stream)
+        self._graph_wrapper = w, rows
         self._replay_ms.append((time.perf_counter() - t0) * 1e3)
 
     def plan_in_stream(self, cache, step, query, scale):
         """A capture: planned before it (plan_before_forward), for its batch size."""
-        if self._graph_wrapper is None or self._graph_wrapper is not self._fi_graphs.get(step.decode.size):
+        if self._graph_wrapper is None or self._graph_wrapper[1] != step.decode.size:
             raise RuntimeError(f"fi_decode: a decode graph of {step.decode.size} requests captured without its "
                                "plan (plan_before_forward runs before the engine's forwards)")
 
@@ -379,7 +388,7 @@ class FlashInferDecode(TimedPlans):
 
     def attend(self, cache, q, pages, out):
         captured = isinstance(self._steps[cache], codec_tf.GraphStep)
-        out.copy_((self._graph_wrapper if captured else self.wrapper).run(q.contiguous(), pages))
+        out.copy_((self._graph_wrapper[0] if captured else self.wrapper).run(q.contiguous(), pages))
 
 
 class FlashInferCascade(TimedPlans):
@@ -753,10 +762,6 @@ def check_args(a, device):
         raise SystemExit("--cuda-graph: fi_cascade's levels and their sizes change from step to step, and "
                          "FlashInfer's graph wrappers fix them (@ri: the engine's whole-forward graphs, which fail "
                          "at capture)")
-    if a.cuda_graph and a.async_batching and "fi_decode" in backends:
-        raise SystemExit("--cuda-graph --async-batching: fi_decode plans on the host before each replay into one "
-                         "pinned buffer, which a copy in the stream reads later; with the next step prepared during "
-                         "this one's forward, the next plan could overwrite it first")
     for b in backends:
         kind, _, path = b.partition("@")
         if kind not in BACKENDS or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
