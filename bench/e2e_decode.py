@@ -366,7 +366,10 @@ class FlashInferDecode(TimedPlans):
         heads = cache.num_key_value_heads * (model.config.num_attention_heads // model.config.num_key_value_heads)
         stream = io.compute_stream if io.compute_stream is not None else torch.cuda.current_stream()
         with torch.cuda.stream(stream):
-            w.plan(host(indptr), host(indices), host(last), heads, cache.num_key_value_heads, cache.head_dim, bs,
+            # the indices reach the plan on the device: from a host tensor FlashInfer copies them blocking, which
+            # would wait for the forward in flight
+            on_device = host(indices).pin_memory().to(cache.device, non_blocking=True)
+            w.plan(host(indptr), on_device, host(last), heads, cache.num_key_value_heads, cache.head_dim, bs,
                    q_data_type=model.dtype, kv_data_type=cache.key_cache[0].dtype, sm_scale=attn.scaling)
         copied.record(stream)
         self._graph_wrapper = w, rows

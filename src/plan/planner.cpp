@@ -685,11 +685,12 @@ class Planning {
   // LPT's makespan is no less than the mean load and the dearest task, so a
   // vector whose bound already reaches the limit skips the schedule (most of
   // the search's vectors: 1.5× less planning at 64 and 1,024 requests, the
-  // same plans). The margin covers the sums' different rounding.
+  // same plans). The margin covers the sums' different rounding, as the
+  // adaptive search's bar does.
   double objective(const std::vector<int>& s, double limit = INFINITY) const {
     const double merge = merge_of(s);
     if (merge >= limit) return INFINITY;
-    if (limit < INFINITY && (merge + pac_bound(s)) * (1 - 1e-12) >= limit) return INFINITY;
+    if (limit < INFINITY && (merge + pac_bound(s)) * (1 - 1e-9) >= limit) return INFINITY;
     const double pac = makespan_of(s, limit - merge);
     return pac >= limit - merge ? INFINITY : merge + pac;
   }
