@@ -318,10 +318,11 @@ class FlashInferDecode(TimedPlans):
         self._spaces = weakref.WeakKeyDictionary()
         self.wrapper = None
         self._fi_graphs, self._graph_wrapper, self._replay_ms = {}, None, []  # by (pair, rows); the step's
+        self._graph_plan_args = None  # the model's heads, dtypes and scale, read at a run's first graph plan
 
     def clear(self):
         super().clear()
-        self._fi_graphs, self._graph_wrapper, self._replay_ms = {}, None, []
+        self._fi_graphs, self._graph_wrapper, self._replay_ms, self._graph_plan_args = {}, None, [], None
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
@@ -362,15 +363,19 @@ class FlashInferDecode(TimedPlans):
                 paged_kv_last_page_len_buffer=buffer(rows)), torch.cuda.Event()
             self._fi_graphs[(pair, rows)] = (w, copied)
         copied.synchronize()  # (an event never recorded is complete)
-        attn = next(m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx"))
-        heads = cache.num_key_value_heads * (model.config.num_attention_heads // model.config.num_key_value_heads)
+        if self._graph_plan_args is None:
+            attn = next(m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx"))
+            heads = cache.num_key_value_heads * (model.config.num_attention_heads // model.config.num_key_value_heads)
+            self._graph_plan_args = ((heads, cache.num_key_value_heads, cache.head_dim, bs),
+                                     dict(q_data_type=model.dtype, kv_data_type=cache.key_cache[0].dtype,
+                                          sm_scale=attn.scaling))
+        shape, kinds = self._graph_plan_args
         stream = io.compute_stream if io.compute_stream is not None else torch.cuda.current_stream()
         with torch.cuda.stream(stream):
             # the indices reach the plan on the device: from a host tensor FlashInfer copies them blocking, which
             # would wait for the forward in flight
             on_device = host(indices).pin_memory().to(cache.device, non_blocking=True)
-            w.plan(host(indptr), on_device, host(last), heads, cache.num_key_value_heads, cache.head_dim, bs,
-                   q_data_type=model.dtype, kv_data_type=cache.key_cache[0].dtype, sm_scale=attn.scaling)
+            w.plan(host(indptr), on_device, host(last), *shape, **kinds)
         copied.record(stream)
         self._graph_wrapper = w, rows
         self._replay_ms.append((time.perf_counter() - t0) * 1e3)

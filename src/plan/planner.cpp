@@ -681,12 +681,11 @@ class Planning {
   }
   // What the search minimises: the makespan and the merge it causes
   // (infinity when that is no less than limit, so that an abandoned LPT
-  // cannot pass for a better plan by a rounding).
-  // LPT's makespan is no less than the mean load and the dearest task, so a
-  // vector whose bound already reaches the limit skips the schedule (most of
-  // the search's vectors: 1.5× less planning at 64 and 1,024 requests, the
-  // same plans). The margin covers the sums' different rounding, as the
-  // adaptive search's bar does.
+  // cannot pass for a better plan by a rounding). LPT's makespan is no less
+  // than the mean load and the dearest task, so a vector whose bound already
+  // reaches the limit skips the schedule (most of the search's vectors: 1.5×
+  // less planning at 64 and 1,024 requests, the same plans); the margin
+  // covers the sums' different rounding, as the adaptive search's bar does.
   double objective(const std::vector<int>& s, double limit = INFINITY) const {
     const double merge = merge_of(s);
     if (merge >= limit) return INFINITY;
