@@ -2,9 +2,9 @@
 on Qwen3-4B's shape (random bf16 weights), one attention backend at a time on
 the same prompts, in eager mode or with --cuda-graph in the engine's graph
 mode: on the block-table path graphs of decode steps (codec, noop, busy:
-CoDec plans each replay's batch in the stream; fi_decode: FlashInfer's
-CUDA-graph wrapper, planned on the host before each replay, as serving
-engines use it; fi_cascade cannot run there),
+CoDec plans each replay's batch in the stream; fi_decode and fi_cascade:
+FlashInfer's CUDA-graph wrappers, planned on the host before each replay, as
+serving engines use them),
 on the slot-list path (@ri) the engine's whole-forward graphs, where a
 backend that fails has its error recorded.
 
@@ -306,23 +306,104 @@ def before_each_forward(fn):
         ModelRunner.compute_batch = compute
 
 
-class FlashInferDecode(TimedPlans):
-    """FlashInfer's batch decode (tensor cores) on the step's page tables. In
-    the engine's graphs of decode steps, FlashInfer's CUDA-graph wrapper, one
-    per graph (batch size and IO pair: its buffers are fixed), planned on the
-    host before every replay and capture (plan_before_forward; the capture's
-    eager warm-up runs the eager wrapper), the way serving engines run it."""
+class GraphPlan:
+    """A FlashInfer CUDA-graph wrapper of one engine graph (its batch of
+    `rows` requests and IO pair: the wrapper's buffers are fixed), the event
+    its last plan's copies record, and what a backend keeps beside it."""
+
+    def __init__(self, rows, wrapper, **kept):
+        self.rows, self.wrapper, self.copied = rows, wrapper, torch.cuda.Event()
+        self.__dict__.update(kept)
+
+
+class FlashInferGraphs(TimedPlans):
+    """The FlashInfer backends. In the engine's graphs of decode steps, one
+    CUDA-graph wrapper per graph (GraphPlan), planned on the host before
+    every replay and capture (plan_before_forward; the capture's eager
+    warm-up runs the eager wrapper), the way serving engines run them."""
 
     def __init__(self) -> None:
         super().__init__()
         self._spaces = weakref.WeakKeyDictionary()
-        self.wrapper = None
-        self._fi_graphs, self._graph_wrapper, self._replay_ms = {}, None, []  # by (pair, rows); the step's
+        self._fi_graphs, self._graph, self._replay_ms = {}, None, []  # GraphPlans by (pair, rows), the step's
         self._graph_plan_args = None  # the model's heads, dtypes and scale, read at a run's first graph plan
 
     def clear(self):
         super().clear()
-        self._fi_graphs, self._graph_wrapper, self._replay_ms, self._graph_plan_args = {}, None, [], None
+        self._fi_graphs, self._graph, self._replay_ms, self._graph_plan_args = {}, None, [], None
+
+    def plan_before_forward(self, runner, model):
+        """Before a decode graph's replay or capture (the engine's host inputs
+        hold this step's batch): its page tables, read from the engine's block
+        table, planned into the wrapper of its graph (batch size and, with
+        asynchronous batching, the IO pair whose graphs run it), on the stream
+        the graph runs on. A wrapper is planned again only once the copies of
+        its last plan have run: its pinned plan buffer is reused. The host
+        time is on the step's critical path, and reported (`replay_plan_ms`)."""
+        io, cache = runner.inputs_and_outputs, runner.cache
+        if not (io.use_block_table and runner.use_cuda_graph_decode):
+            return
+        t0 = time.perf_counter()
+        pair = getattr(io, "current_pair", 0)  # asynchronous batching: two IO pairs, each with its graphs
+        batch = io.io_pairs[pair].host_io if hasattr(io, "io_pairs") else io
+        n, rows, bs = batch.num_request_in_batch, min(batch.num_q_tokens, batch.max_requests_per_batch), cache.block_size
+        lens = np.diff(batch.cumulative_seqlens_k["full_attention"][:n + 1].cpu().numpy().astype(np.int64))
+        table = batch.block_table[0, :n, :int(-(-lens.max() // bs))].cpu().numpy()
+        if self._graph_plan_args is None:
+            attn = next(m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx"))
+            heads = cache.num_key_value_heads * (model.config.num_attention_heads // model.config.num_key_value_heads)
+            self._graph_plan_args = ((heads, cache.num_key_value_heads, cache.head_dim, bs),
+                                     dict(q_data_type=model.dtype, kv_data_type=cache.key_cache[0].dtype,
+                                          sm_scale=attn.scaling))
+        graph = self._fi_graphs.get((pair, rows))
+        if graph is not None:
+            graph.copied.synchronize()
+        stream = io.compute_stream if io.compute_stream is not None else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            graph = self.plan_graph(graph, cache, table, lens, rows, rows * batch.block_table.shape[2])
+            graph.copied.record(stream)
+        self._fi_graphs[(pair, rows)] = self._graph = graph
+        self._replay_ms.append((time.perf_counter() - t0) * 1e3)
+
+    def plan_graph(self, graph, cache, table, lens, rows, max_pages):
+        """Plans the graph's wrapper (made first if `graph` is None, with
+        buffers for `max_pages` page ids) for the step's block table and
+        lengths, and returns its GraphPlan."""
+        raise NotImplementedError
+
+    def plan_in_stream(self, cache, step, query, scale):
+        """A capture: planned before it (plan_before_forward), for its batch size."""
+        if self._graph is None or self._graph.rows != step.decode.size:
+            raise RuntimeError(f"{type(self).__name__}: a decode graph of {step.decode.size} requests captured "
+                               "without its plan (plan_before_forward runs before the engine's forwards)")
+
+    def finish(self):
+        super().finish()
+        if self._replay_ms:
+            # the first includes FlashInfer's JIT build of its kernels (the engine captures before any step)
+            self.replay_plans = {"plans": len(self._replay_ms), "plan_ms_mean": float(np.mean(self._replay_ms)),
+                                 "plan_ms_median": float(np.median(self._replay_ms)),
+                                 "plan_ms_max": float(np.max(self._replay_ms))}
+
+    def captured(self, cache):
+        return isinstance(self._steps[cache], codec_tf.GraphStep)
+
+
+def device_ints(values, device):
+    """int32 values on the device, copied from pinned memory without blocking
+    the host: from a host tensor FlashInfer's plan copies page ids blocking,
+    which under asynchronous batching would wait for the forward in flight."""
+    return host(values).pin_memory().to(device, non_blocking=True)
+
+
+class FlashInferDecode(FlashInferGraphs):
+    """FlashInfer's batch decode (tensor cores) on the step's page tables; in
+    graphs its CUDA-graph wrapper, padding requests appended
+    (padded_page_tables)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wrapper = None
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
@@ -333,91 +414,105 @@ class FlashInferDecode(TimedPlans):
                           cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
                           kv_data_type=query.dtype, sm_scale=scale)
 
-    def plan_before_forward(self, runner, model):
-        """Before a decode graph's replay or capture (the engine's host inputs
-        hold this step's batch): its page tables, read from the engine's block
-        table, planned into the graph wrapper of its batch size (and, with
-        asynchronous batching, of the IO pair whose graphs run it), on the
-        stream the graph runs on. A wrapper is planned again only once the
-        copies of its last plan have run: its pinned plan buffer is reused.
-        The host time is on the step's critical path, and reported
-        (`replay_plan_ms`)."""
+    def plan_graph(self, graph, cache, table, lens, rows, max_pages):
         import flashinfer
-        io, cache = runner.inputs_and_outputs, runner.cache
-        if not (io.use_block_table and runner.use_cuda_graph_decode):
-            return
-        t0 = time.perf_counter()
-        pair = getattr(io, "current_pair", 0)  # asynchronous batching: two IO pairs, each with its graphs
-        batch = io.io_pairs[pair].host_io if hasattr(io, "io_pairs") else io
-        n, rows, bs = batch.num_request_in_batch, min(batch.num_q_tokens, batch.max_requests_per_batch), cache.block_size
-        lens = np.diff(batch.cumulative_seqlens_k["full_attention"][:n + 1].cpu().numpy().astype(np.int64))
-        table = batch.block_table[0, :n, :int(-(-lens.max() // bs))].cpu().numpy()
-        indptr, indices, last = padded_page_tables(table, lens, rows, bs)
-        w, copied = self._fi_graphs.get((pair, rows), (None, None))
-        if w is None:
-            buffer = functools.partial(torch.empty, dtype=torch.int32, device=cache.device)
-            w, copied = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        indptr, indices, last = padded_page_tables(table, lens, rows, cache.block_size)
+        if graph is None:
+            ints = functools.partial(torch.empty, dtype=torch.int32, device=cache.device)
+            graph = GraphPlan(rows, flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                 workspace(cache, self._spaces), "NHD", use_cuda_graph=True, use_tensor_cores=True,
-                paged_kv_indptr_buffer=buffer(rows + 1),
-                paged_kv_indices_buffer=buffer(rows * batch.block_table.shape[2]),
-                paged_kv_last_page_len_buffer=buffer(rows)), torch.cuda.Event()
-            self._fi_graphs[(pair, rows)] = (w, copied)
-        copied.synchronize()  # (an event never recorded is complete)
-        if self._graph_plan_args is None:
-            attn = next(m for m in model.modules() if hasattr(m, "scaling") and hasattr(m, "layer_idx"))
-            heads = cache.num_key_value_heads * (model.config.num_attention_heads // model.config.num_key_value_heads)
-            self._graph_plan_args = ((heads, cache.num_key_value_heads, cache.head_dim, bs),
-                                     dict(q_data_type=model.dtype, kv_data_type=cache.key_cache[0].dtype,
-                                          sm_scale=attn.scaling))
+                paged_kv_indptr_buffer=ints(rows + 1), paged_kv_indices_buffer=ints(max_pages),
+                paged_kv_last_page_len_buffer=ints(rows)))
         shape, kinds = self._graph_plan_args
-        stream = io.compute_stream if io.compute_stream is not None else torch.cuda.current_stream()
-        with torch.cuda.stream(stream):
-            # the indices reach the plan on the device: from a host tensor FlashInfer copies them blocking, which
-            # would wait for the forward in flight
-            on_device = host(indices).pin_memory().to(cache.device, non_blocking=True)
-            w.plan(host(indptr), on_device, host(last), *shape, **kinds)
-        copied.record(stream)
-        self._graph_wrapper = w, rows
-        self._replay_ms.append((time.perf_counter() - t0) * 1e3)
-
-    def plan_in_stream(self, cache, step, query, scale):
-        """A capture: planned before it (plan_before_forward), for its batch size."""
-        if self._graph_wrapper is None or self._graph_wrapper[1] != step.decode.size:
-            raise RuntimeError(f"fi_decode: a decode graph of {step.decode.size} requests captured without its "
-                               "plan (plan_before_forward runs before the engine's forwards)")
-
-    def finish(self):
-        super().finish()
-        if self._replay_ms:
-            # the first includes FlashInfer's JIT build of its kernels (the engine captures before any step)
-            self.replay_plans = {"plans": len(self._replay_ms), "plan_ms_mean": float(np.mean(self._replay_ms)),
-                                 "plan_ms_median": float(np.median(self._replay_ms)),
-                                 "plan_ms_max": float(np.max(self._replay_ms))}
+        graph.wrapper.plan(host(indptr), device_ints(indices, cache.device), host(last), *shape, **kinds)
+        return graph
 
     def attend(self, cache, q, pages, out):
-        captured = isinstance(self._steps[cache], codec_tf.GraphStep)
-        out.copy_((self._graph_wrapper[0] if captured else self.wrapper).run(q.contiguous(), pages))
+        out.copy_((self._graph.wrapper if self.captured(cache) else self.wrapper).run(q.contiguous(), pages))
 
 
-class FlashInferCascade(TimedPlans):
-    """FlashInfer's multi-level cascade, one level per depth of the step's
-    prefix forest; a step whose requests sit at different depths (the wrapper
-    needs one node per request per level) runs as one level."""
+def cascade_step_levels(indptr, indices, last, block_size, rows, nodes=None):
+    """FlashInfer cascade's levels of a step's page tables: one per depth of
+    its prefix forest (codec.derive_forest; or len(nodes)), where the
+    wrapper needs one node per request per level, so a request whose path
+    is shorter has its last node cut into single pages and a rest (where a
+    node has too few pages for that, one level of a node per request). Then
+    a graph's rows - n padding requests: one node of one token of block 0 at
+    every level. With `nodes` (a count per level, which a graph's wrapper
+    fixes) empty nodes, without queries, make up each level's count.
+    Returns (request order: every node's requests contiguous, and per level
+    the qo indptr, kv indptr, kv indices and last page lengths)."""
+    from hydragen import request_paths
+    from peers import forest_json
+    n = indptr.size - 1
+    if rows < n:
+        raise ValueError(f"{n} requests in a graph of {rows}")
+    forest = forest_json(codec.derive_forest(indptr, indices, last, block_size))
+    paths, tree = request_paths(forest), forest["nodes"]
+    depth = len(nodes) if nodes else max(len(p) for p in paths)
+
+    def pieces(path):  # (node, first page, end page) per level
+        cut = depth - len(path) + 1  # pieces of the last node
+        pages = len(tree[path[-1]]["pages"])
+        if cut < 1 or pages < cut:
+            return None
+        ends = list(range(1, cut)) + [pages]
+        return [(x, 0, len(tree[x]["pages"])) for x in path[:-1]] + [(path[-1], a, b) for a, b in zip([0] + ends, ends)]
+
+    split = [pieces(p) for p in paths]
+    if any(x is None for x in split):
+        if nodes and len(nodes) > 1:
+            raise ValueError(f"a step whose requests cannot be cut into a graph's {len(nodes)} levels")
+        split = [[(r, 0, int(indptr[r + 1] - indptr[r]))] for r in range(n)]
+        tree = [{"pages": indices[indptr[r]:indptr[r + 1]].tolist(),
+                 "num_tokens": int((indptr[r + 1] - indptr[r] - 1) * block_size + last[r])} for r in range(n)]
+    order = sorted(range(n), key=lambda r: split[r])
+    levels = [], [], [], []
+    for lvl in range(len(split[0])):
+        q_ptr, k_ptr, k_idx, k_last = [0], [0], [], []
+        for pos, r in enumerate(order):
+            piece = split[r][lvl]
+            if pos and piece == split[order[pos - 1]][lvl]:
+                continue
+            if pos:
+                q_ptr.append(pos)
+            x, a, b = piece
+            node = tree[x]
+            k_idx.extend(node["pages"][a:b])
+            k_ptr.append(len(k_idx))
+            k_last.append(node["num_tokens"] - (b - 1) * block_size if b == len(node["pages"]) else block_size)
+        q_ptr.append(n)
+        for kept, level in zip(levels, (q_ptr, k_ptr, k_idx, k_last)):
+            kept.append(level)
+    qo, kp, ki, kl = levels
+    counts = [len(q) - 1 + (rows > n) for q in qo]
+    if nodes and any(c > m for c, m in zip(counts, nodes)):
+        raise ValueError(f"a step of {counts} nodes per level in a graph's wrapper of {list(nodes)}")
+    order.extend(range(n, rows))
+    for lvl, (q_ptr, k_ptr, k_idx, k_last) in enumerate(zip(qo, kp, ki, kl)):
+        for _ in range((nodes[lvl] if nodes else counts[lvl]) - (len(q_ptr) - 1)):  # the padding, then empty nodes
+            q_ptr.append(rows)
+            k_ptr.append(k_ptr[-1] + 1)
+            k_idx.append(0)
+            k_last.append(1)
+    return order, qo, kp, ki, kl
+
+
+class FlashInferCascade(FlashInferGraphs):
+    """FlashInfer's multi-level cascade (cascade_step_levels), requests
+    reordered so that every node's are contiguous. In graphs its CUDA-graph
+    wrapper fixes the levels and each one's node count: those of the
+    capture's forest, and a node for the padding, as requests finish (a
+    replay whose forest needs more is refused)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._spaces = weakref.WeakKeyDictionary()
-        self._wrappers = {}  # one per number of levels: each allocates its buffers once
+        self._wrappers = {}  # eager: one per number of levels, each allocating its buffers once
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
-        from peers import cascade_levels, forest_json
-        forest = forest_json(codec.derive_forest(step.indptr, step.indices, step.last_page_len, cache.block_size))
-        levels = cascade_levels(forest, cache.block_size)
-        if levels is None:  # one level: every request its own node
-            n = step.indptr.size - 1
-            levels = (list(range(n)), [list(range(n + 1))], [step.indptr], [step.indices], [step.last_page_len])
-        order, qo, kp, ki, kl = levels
+        n = step.indptr.size - 1
+        order, qo, kp, ki, kl = cascade_step_levels(step.indptr, step.indices, step.last_page_len, cache.block_size, n)
         self.order = torch.tensor(order, dtype=torch.int64, device=query.device)
         if len(qo) not in self._wrappers:
             self._wrappers[len(qo)] = flashinfer.MultiLevelCascadeAttentionWrapper(
@@ -427,8 +522,29 @@ class FlashInferCascade(TimedPlans):
                           query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size, causal=False,
                           sm_scale=scale, q_data_type=query.dtype, kv_data_type=query.dtype)
 
+    def plan_graph(self, graph, cache, table, lens, rows, max_pages):
+        import flashinfer
+        bs = cache.block_size
+        tables = page_tables_from_block_table(table, lens, bs)
+        if graph is None:  # each level's nodes at the capture, and one for the padding as requests finish
+            nodes = tuple(len(q) for q in cascade_step_levels(*tables, bs, tables[0].size - 1)[1])
+            ints = functools.partial(torch.empty, dtype=torch.int32, device=cache.device)
+            graph = GraphPlan(rows, flashinfer.MultiLevelCascadeAttentionWrapper(
+                len(nodes), workspace(cache, self._spaces), "NHD", use_cuda_graph=True,
+                qo_indptr_buf_arr=[ints(m + 1) for m in nodes], paged_kv_indptr_buf_arr=[ints(m + 1) for m in nodes],
+                paged_kv_indices_buf_arr=[ints(max_pages + m) for m in nodes],
+                paged_kv_last_page_len_buf_arr=[ints(m) for m in nodes]),
+                nodes=nodes, order=torch.empty(rows, dtype=torch.int64, device=cache.device))
+        order, qo, kp, ki, kl = cascade_step_levels(*tables, bs, rows, graph.nodes)
+        graph.order.copy_(torch.tensor(order, dtype=torch.int64).pin_memory(), non_blocking=True)
+        shape, kinds = self._graph_plan_args
+        graph.wrapper.plan([host(x) for x in qo], [host(x) for x in kp], [device_ints(x, cache.device) for x in ki],
+                           [host(x) for x in kl], *shape, causal=False, **kinds)
+        return graph
+
     def attend(self, cache, q, pages, out):
-        out[self.order] = self.cascade.run(q[self.order], pages)
+        order, cascade = (self._graph.order, self._graph.wrapper) if self.captured(cache) else (self.order, self.cascade)
+        out[order] = cascade.run(q[order], pages)
 
 
 class StepProfile:
@@ -766,10 +882,6 @@ def check_args(a, device):
                          "(as --new-tokens) or >= 3: TPOT takes the intervals from the second generated token on")
     if a.rounds < 1 or len(set(backends)) < len(backends):
         raise SystemExit(f"--rounds {a.rounds} must be >= 1, and --backends {a.backends} name each backend once")
-    if a.cuda_graph and "fi_cascade" in backends:
-        raise SystemExit("--cuda-graph: fi_cascade's levels and their sizes change from step to step, and "
-                         "FlashInfer's graph wrappers fix them (@ri: the engine's whole-forward graphs, which fail "
-                         "at capture)")
     for b in backends:
         kind, _, path = b.partition("@")
         if kind not in BACKENDS or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):

@@ -165,7 +165,8 @@ fi
 if step e2e; then
   # Each workload in each mode of CODEC_E2E_MODES (default eager): eager, graphs (the engine's CUDA graphs of
   # decode steps) or async (graphs with its asynchronous batching). Graph modes run CODEC_E2E_GRAPH_BACKENDS
-  # (default codec,noop; fi_decode runs there too, planned on the host before each replay; the cascade eager only).
+  # (default codec,noop; fi_decode and fi_cascade run there too, their graph wrappers planned on the host before each
+  # replay).
   install_wheels
   for m in ${CODEC_E2E_MODES:-eager}; do
     case $m in

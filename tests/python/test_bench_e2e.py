@@ -71,6 +71,46 @@ def test_a_graphs_padding_requests_read_one_token_each():
         e2e_decode.padded_page_tables(table, np.array([20, 16]), 1, 16)
 
 
+def test_cascade_levels_of_a_graph_put_each_nodes_requests_together():
+    """fi_cascade's levels: requests 0 and 2 under one shared node of two
+    pages, 1 and 3 under another, each with a page of its own, put in node
+    order, and a graph's padding requests, one node of one token of block 0
+    at each level."""
+    tables = ([0, 3, 6, 9, 12], [4, 5, 9, 6, 8, 10, 4, 5, 7, 6, 8, 11], [3, 4, 8, 5])
+    order, qo, kp, ki, kl = e2e_decode.cascade_step_levels(*ints(tables), 16, 6)
+    assert order == [0, 2, 1, 3, 4, 5] and qo == [[0, 2, 4, 6], [0, 1, 2, 3, 4, 6]]
+    assert kp == [[0, 2, 4, 5], [0, 1, 2, 3, 4, 5]]
+    assert ki == [[4, 5, 6, 8, 0], [9, 7, 10, 11, 0]] and kl == [[16, 16, 1], [3, 8, 4, 5, 1]]
+
+
+def test_cascade_levels_cut_a_shorter_path_and_keep_a_graphs_node_counts():
+    """A request that shares nothing (its path one node, three pages) under
+    a forest of two levels: its first page at the first level, the rest at
+    the second. With a graph's fixed counts, nodes without queries make them
+    up; a step that needs more nodes, or levels that no cut can give, is
+    refused, and without a graph a forest no cut fits is one level."""
+    tables = ints(([0, 3, 6, 9], [4, 5, 9, 4, 5, 7, 2, 3, 8], [3, 8, 8]))
+    order, qo, kp, ki, kl = e2e_decode.cascade_step_levels(*tables, 16, 3)
+    assert order == [0, 1, 2] and qo == [[0, 2, 3], [0, 1, 2, 3]] and kp == [[0, 2, 3], [0, 1, 2, 4]]
+    assert ki == [[4, 5, 2], [9, 7, 3, 8]] and kl == [[16, 16], [3, 8, 8]]
+    order, qo, kp, ki, kl = e2e_decode.cascade_step_levels(*tables, 16, 3, (3, 4))
+    assert qo == [[0, 2, 3, 3], [0, 1, 2, 3, 3]] and kp == [[0, 2, 3, 4], [0, 1, 2, 4, 5]]
+    assert ki == [[4, 5, 2, 0], [9, 7, 3, 8, 0]] and kl == [[16, 16, 1], [3, 8, 8, 1]]
+    with pytest.raises(ValueError, match=r"a step of \[3, 4\] nodes per level in a graph's wrapper of \[3, 3\]"):
+        e2e_decode.cascade_step_levels(*tables, 16, 4, (3, 3))
+    one_page = ints(([0, 3, 6, 7], [4, 5, 9, 4, 5, 7, 2], [3, 8, 5]))
+    with pytest.raises(ValueError, match="cannot be cut into a graph's 2 levels"):
+        e2e_decode.cascade_step_levels(*one_page, 16, 3, (3, 4))
+    order, qo, kp, ki, kl = e2e_decode.cascade_step_levels(*one_page, 16, 3)
+    assert order == [0, 1, 2] and qo == [[0, 1, 2, 3]] and kp == [[0, 3, 6, 7]] and kl == [[3, 8, 5]]
+    with pytest.raises(ValueError, match="3 requests in a graph of 2"):
+        e2e_decode.cascade_step_levels(*one_page, 16, 2)
+
+
+def ints(tables):
+    return [np.array(x, dtype=np.int32) for x in tables]
+
+
 def test_a_run_records_its_decode_steps(monkeypatch):
     cpu_engine(monkeypatch)
     model = tiny_qwen3(hidden=256, layers=2, heads=8)
@@ -158,27 +198,30 @@ def test_graph_mode_plans_codec_in_the_stream(tmp_path):
     codec (every replay planned in the stream), FlashInfer's decode (its
     graph wrapper planned on the host before every replay) and the floor;
     codec's logprobs match FlashInfer's on their shared history, far closer
-    than the floor's; the step profile times each forward on the GPU; with
-    asynchronous batching both again; the cascade is refused."""
+    than the floor's, and so do FlashInfer cascade's (its graph wrapper
+    planned likewise); the step profile times each forward on the GPU; with
+    asynchronous batching codec and FlashInfer's decode again."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: graph mode runs on the GPU machine")
     pytest.importorskip("flashinfer", reason="FlashInfer is not installed (scripts/fetch_peer_wheels.sh)")
-    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends", "codec,fi_decode,noop",
-                     "--layers", "2", "--new-tokens", "6", "--cuda-graph", "--step-profile"])
+    e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends",
+                     "codec,fi_decode,fi_cascade,noop", "--layers", "2", "--new-tokens", "6", "--cuda-graph",
+                     "--step-profile"])
     rows = json.loads((tmp_path / "e2e_sysprompt_5.json").read_text())["rows"]
     assert rows["codec"]["cuda_graph"] and rows["codec"]["in_stream_plans"] >= 4, rows["codec"]
-    fi = rows["fi_decode"]  # every decode-only step planned before its forward
-    assert fi["replay_plans"] >= fi["step_host_ms_median"]["decode_only_steps"] >= 4 and "in_stream_plans" not in fi, fi
+    for fi in (rows["fi_decode"], rows["fi_cascade"]):  # every decode-only step planned before its forward
+        assert fi["replay_plans"] >= fi["step_host_ms_median"]["decode_only_steps"] >= 4, fi
+        assert "in_stream_plans" not in fi, fi
     assert rows["codec"]["async_batching"] is False  # the engine's choice: asynchronous for flash names only
     assert "attention_gpu_ms_median" not in rows["codec"]  # the eager steps' timings are left out in graph mode
-    for b in ("codec", "fi_decode", "noop"):
+    for b in ("codec", "fi_decode", "fi_cascade", "noop"):
         assert rows[b]["tokens"] == 30 and rows[b]["step_host_ms_median"]["forward_gpu"] > 0, rows[b]
-    # the floor's tokens part from FlashInfer's after the prefill (5 steps shared); codec's keep to them
-    check, control = rows["codec"]["vs_reference"], rows["noop"]["vs_reference"]
-    assert check["reference"] == "fi_decode" and check["steps_compared"] >= 2 * control["steps_compared"], check
-    assert check["logprob_rel_l2"] < 2e-2, check
-    with pytest.raises(SystemExit, match="fi_cascade's levels"):
-        e2e_decode.main(["--out", str(tmp_path), "--backends", "codec,fi_cascade", "--cuda-graph"])
+    # the floor's tokens part from FlashInfer's after the prefill (5 steps shared); codec's and the cascade's keep to them
+    control = rows["noop"]["vs_reference"]
+    for b in ("codec", "fi_cascade"):
+        check = rows[b]["vs_reference"]
+        assert check["reference"] == "fi_decode" and check["steps_compared"] >= 2 * control["steps_compared"], check
+        assert check["logprob_rel_l2"] < 2e-2, check
     # asynchronous batching: the profile finds the batches in the engine's IO pairs, and the GPU's idle gaps;
     # FlashInfer's graph wrappers, one per IO pair, planned from the pair's host inputs
     e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:5", "--backends", "codec,fi_decode", "--layers",
