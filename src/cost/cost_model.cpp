@@ -7,6 +7,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "codec/core/error.hpp"
 
@@ -83,6 +84,20 @@ namespace {
 
 using nlohmann::json;
 
+// A task grid (us, or one of busy_us) over the table's rows and kv_len, named `name`.
+void validate_task_grid(const CostTable& t, const std::vector<std::vector<double>>& us, const std::string& where,
+                        const std::string& name) {
+  CODEC_CHECK(us.size() == t.rows.size(), where, ": ", name, " has ", us.size(), " rows, expected ", t.rows.size(),
+              " (one per rows entry)");
+  for (std::size_t i = 0; i < us.size(); ++i) {
+    CODEC_CHECK(us[i].size() == t.kv_len.size(), where, ": ", name, "[", i, "] has ", us[i].size(),
+                " values, expected ", t.kv_len.size(), " (one per kv_len entry)");
+    for (std::size_t j = 0; j < us[i].size(); ++j)
+      CODEC_CHECK(std::isfinite(us[i][j]) && us[i][j] > 0, where, ": ", name, "[", i, "][", j, "] = ", us[i][j],
+                  " must be > 0");
+  }
+}
+
 // `where` prefixes every message ("cost table t.json") so errors name the file.
 void validate_table(const CostTable& t, const std::string& where) {
   CODEC_CHECK(t.head_dim == 64 || t.head_dim == 128 || t.head_dim == 256, where,
@@ -99,14 +114,23 @@ void validate_table(const CostTable& t, const std::string& where) {
     CODEC_CHECK(j == 0 || t.kv_len[j] > t.kv_len[j - 1], where, ": kv_len[", j, "] = ", t.kv_len[j],
                 " must be > kv_len[", j - 1, "] = ", t.kv_len[j - 1], " (strictly increasing)");
   }
-  CODEC_CHECK(t.us.size() == t.rows.size(), where, ": us has ", t.us.size(), " rows, expected ",
-              t.rows.size(), " (one per rows entry)");
-  for (std::size_t i = 0; i < t.us.size(); ++i) {
-    CODEC_CHECK(t.us[i].size() == t.kv_len.size(), where, ": us[", i, "] has ", t.us[i].size(),
-                " values, expected ", t.kv_len.size(), " (one per kv_len entry)");
-    for (std::size_t j = 0; j < t.us[i].size(); ++j)
-      CODEC_CHECK(std::isfinite(t.us[i][j]) && t.us[i][j] > 0, where, ": us[", i, "][", j,
-                  "] = ", t.us[i][j], " must be > 0");
+  validate_task_grid(t, t.us, where, "us");
+  // The busy grids: all three fields or none.
+  if (t.blocks != 0 || !t.busy_blocks.empty() || !t.busy_us.empty()) {
+    CODEC_CHECK(t.blocks >= 2 && !t.busy_blocks.empty(), where, ": blocks (", t.blocks, "), busy_blocks and "
+                "busy_us come together, with blocks >= 2 (", t.busy_blocks.size(), " and ", t.busy_us.size(),
+                " entries)");
+    for (std::size_t b = 0; b < t.busy_blocks.size(); ++b) {
+      CODEC_CHECK(t.busy_blocks[b] >= 1 && t.busy_blocks[b] < t.blocks, where, ": busy_blocks[", b, "] = ",
+                  t.busy_blocks[b], " must be in [1, blocks = ", t.blocks, ")");
+      CODEC_CHECK(b == 0 || t.busy_blocks[b] > t.busy_blocks[b - 1], where, ": busy_blocks[", b, "] = ",
+                  t.busy_blocks[b], " must be > busy_blocks[", b - 1, "] = ", t.busy_blocks[b - 1],
+                  " (strictly increasing)");
+    }
+    CODEC_CHECK(t.busy_us.size() == t.busy_blocks.size(), where, ": busy_us has ", t.busy_us.size(),
+                " grids, expected ", t.busy_blocks.size(), " (one per busy_blocks entry)");
+    for (std::size_t b = 0; b < t.busy_us.size(); ++b)
+      validate_task_grid(t, t.busy_us[b], where, "busy_us[" + std::to_string(b) + "]");
   }
   // The merge grid: all three fields or none.
   const bool merge = !t.merge_rows.empty() || !t.merge_partials.empty() || !t.merge_us.empty();
@@ -172,8 +196,13 @@ std::vector<Int> integers(const json& doc, const char* name, const std::string& 
   return out;
 }
 
-std::vector<std::vector<double>> grid(const json& doc, const char* name, const std::string& where) {
-  const json& g = field(doc, name, where);
+// The grid doc[key] (a field name or an index), called `name` in messages.
+std::vector<std::vector<double>> grid(const json& doc, const auto& key, const std::string& where,
+                                      const std::string& name) {
+  const json* at;
+  if constexpr (std::is_convertible_v<decltype(key), const char*>) at = &field(doc, key, where);
+  else at = &doc.at(key);
+  const json& g = *at;
   CODEC_CHECK(g.is_array(), where, ": ", name, " must be an array of arrays, got ", g.type_name());
   std::vector<std::vector<double>> out;
   for (std::size_t i = 0; i < g.size(); ++i) {
@@ -223,11 +252,19 @@ CostTable CostTable::parse(const std::string& json_text, const std::string& sour
                 " must be >= 1");
   t.rows = integers<int>(doc, "rows", where);
   t.kv_len = integers<long>(doc, "kv_len", where);
-  t.us = grid(doc, "us", where);
+  t.us = grid(doc, "us", where, "us");
   if (doc.contains("merge_rows") || doc.contains("merge_partials") || doc.contains("merge_us")) {
     t.merge_rows = integers<std::int64_t>(doc, "merge_rows", where);
     t.merge_partials = integers<int>(doc, "merge_partials", where);
-    t.merge_us = grid(doc, "merge_us", where);
+    t.merge_us = grid(doc, "merge_us", where, "merge_us");
+  }
+  if (doc.contains("blocks") || doc.contains("busy_blocks") || doc.contains("busy_us")) {
+    t.blocks = integer<int>(field(doc, "blocks", where), where, "blocks");
+    t.busy_blocks = integers<int>(doc, "busy_blocks", where);
+    const json& grids = field(doc, "busy_us", where);
+    CODEC_CHECK(grids.is_array(), where, ": busy_us must be an array of grids, got ", grids.type_name());
+    for (std::size_t b = 0; b < grids.size(); ++b)
+      t.busy_us.push_back(grid(grids, b, where, "busy_us[" + std::to_string(b) + "]"));
   }
   validate_table(t, where);
   return t;
@@ -252,6 +289,11 @@ void CostTable::save(const std::string& path) const {
     doc["merge_partials"] = merge_partials;
     doc["merge_us"] = merge_us;
   }
+  if (!busy_blocks.empty()) {
+    doc["blocks"] = blocks;
+    doc["busy_blocks"] = busy_blocks;
+    doc["busy_us"] = busy_us;
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   CODEC_CHECK(out, "cost table ", path, ": cannot open file for writing");
   out << doc.dump(2) << '\n';  // doubles are written with round-trip precision
@@ -271,13 +313,15 @@ namespace {
 // keeps the extrapolation monotone in rows too (a row with more query rows
 // never gets a flatter tail than a smaller one), so the planner never sees a
 // task get cheaper by growing.
-double tail_slope(const CostTable& t, std::size_t i) {
+using Grid = std::vector<std::vector<double>>;
+
+double tail_slope(const CostTable& t, const Grid& us, std::size_t i) {
   const std::size_t n = t.kv_len.size();
   if (n < 2) return 0;
   const double dk = static_cast<double>(t.kv_len[n - 1] - t.kv_len[n - 2]);
   double slope = 0;
   for (std::size_t r = 0; r <= i; ++r)
-    slope = std::max(slope, (t.us[r][n - 1] - t.us[r][n - 2]) / dk);
+    slope = std::max(slope, (us[r][n - 1] - us[r][n - 2]) / dk);
   return slope;
 }
 
@@ -285,35 +329,38 @@ double tail_slope(const CostTable& t, std::size_t i) {
 // used: tasks that small are dominated by fixed overhead, and a flat start
 // keeps the cost monotone. Between columns: linear. Beyond the last: linear
 // with tail_slope.
-double row_cost(const CostTable& t, std::size_t i, long kv_len) {
+double row_cost(const CostTable& t, const Grid& us, std::size_t i, long kv_len) {
   const std::vector<long>& k = t.kv_len;
-  const std::vector<double>& u = t.us[i];
+  const std::vector<double>& u = us[i];
   if (kv_len <= k.front()) return u.front();
   if (kv_len >= k.back())
-    return u.back() + tail_slope(t, i) * static_cast<double>(kv_len - k.back());
+    return u.back() + tail_slope(t, us, i) * static_cast<double>(kv_len - k.back());
   const std::size_t j =
       static_cast<std::size_t>(std::upper_bound(k.begin(), k.end(), kv_len) - k.begin());
   const double w = static_cast<double>(kv_len - k[j - 1]) / static_cast<double>(k[j] - k[j - 1]);
   return u[j - 1] + w * (u[j] - u[j - 1]);
 }
 
-}  // namespace
-
-double TableCostModel::cost_us(int rows, long kv_len) const {
+// A task's cost on grid us (the table's us or one of its busy_us). Rows
+// outside the grid clamp: below, fewer rows than measured still pay the
+// smallest measured task; above, the grid is expected to reach one query
+// tile, and the planner splits larger tasks into tiles (docs/DESIGN.md §4).
+double grid_cost(const CostTable& t, const Grid& us, int rows, long kv_len) {
   CODEC_CHECK(rows >= 1, "cost model: rows ", rows, " must be >= 1");
   CODEC_CHECK(kv_len >= 0, "cost model: kv_len ", kv_len, " must be >= 0");
-  // Rows outside the grid clamp: below, fewer rows than measured still pay the
-  // smallest measured task; above, the grid is expected to reach one query
-  // tile, and the planner splits larger tasks into tiles (docs/DESIGN.md §4).
-  const std::vector<int>& r = table_.rows;
-  if (rows <= r.front()) return row_cost(table_, 0, kv_len);
-  if (rows >= r.back()) return row_cost(table_, r.size() - 1, kv_len);
+  const std::vector<int>& r = t.rows;
+  if (rows <= r.front()) return row_cost(t, us, 0, kv_len);
+  if (rows >= r.back()) return row_cost(t, us, r.size() - 1, kv_len);
   const std::size_t i =
       static_cast<std::size_t>(std::upper_bound(r.begin(), r.end(), rows) - r.begin());
   const double w = static_cast<double>(rows - r[i - 1]) / static_cast<double>(r[i] - r[i - 1]);
-  const double lo = row_cost(table_, i - 1, kv_len);
-  return lo + w * (row_cost(table_, i, kv_len) - lo);
+  const double lo = row_cost(t, us, i - 1, kv_len);
+  return lo + w * (row_cost(t, us, i, kv_len) - lo);
 }
+
+}  // namespace
+
+double TableCostModel::cost_us(int rows, long kv_len) const { return grid_cost(table_, table_.us, rows, kv_len); }
 
 namespace {
 
@@ -347,6 +394,18 @@ double TableCostModel::merge_us(std::int64_t rows, int partials) const {
   }, double(rows));
 }
 
+double TableCostModel::cost_busy_us(int rows, long kv_len, int busy) const {
+  CODEC_CHECK(busy >= 1, "cost model: busy blocks ", busy, " must be >= 1");
+  const CostTable& t = table_;
+  if (!prices_contention() || busy >= t.blocks) return cost_us(rows, kv_len);
+  // over the busy counts busy_blocks..., blocks (busy < blocks: never past the last)
+  const std::size_t n = t.busy_blocks.size();
+  auto counts = t.busy_blocks;
+  counts.push_back(t.blocks);
+  return interpolate(counts, [&](std::size_t b) { return grid_cost(t, b < n ? t.busy_us[b] : t.us, rows, kv_len); },
+                     double(busy));
+}
+
 std::string TableCostModel::describe() const {
   const CostTable& t = table_;
   double lo = t.us[0][0], hi = t.us[0][0];
@@ -360,6 +419,11 @@ std::string TableCostModel::describe() const {
   if (prices_merge())
     os << "; merge: rows " << t.merge_rows.front() << ".." << t.merge_rows.back() << " x partials "
        << t.merge_partials.front() << ".." << t.merge_partials.back();
+  if (prices_contention()) {
+    os << "; busy blocks";
+    for (const int b : t.busy_blocks) os << ' ' << b;
+    os << " of " << t.blocks;
+  }
   return os.str();
 }
 

@@ -79,22 +79,29 @@ struct NodeClass {
   // The predicted cost of one task under a split count: a full chunk and the
   // last, of a tile of rows_hi rows and of rows_hi − 1. The search prices the
   // same split counts over and over (the cost model's interpolation was a
-  // sixth of a plan's time at 64 requests), so prices() fills them once.
+  // sixth of a plan's time at 64 requests), so prices() fills them once: with
+  // every block busy, and, where the model prices contention, at the busy
+  // count of the split vector last asked for.
   struct Prices {
     double full_hi = NAN, last_hi = 0, full_lo = 0, last_lo = 0;
+    int busy = 0;
   };
-  mutable std::vector<Prices> prices_by_splits;
+  mutable std::vector<Prices> prices_by_splits, busy_prices_by_splits;
 };
 
-const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel& cost, int align) {
-  std::vector<NodeClass::Prices>& memo = c.prices_by_splits;
+// busy: the blocks a plan keeps busy, if fewer than all and the model prices
+// contention (CostModel::cost_busy_us); else 0.
+const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy = 0) {
+  std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
   if (splits >= int(memo.size())) memo.resize(std::max<std::size_t>(splits + 1, 2 * memo.size()));
   NodeClass::Prices& p = memo[splits];
-  if (std::isnan(p.full_hi)) {
+  if (std::isnan(p.full_hi) || p.busy != busy) {
     const Chunking k = chunking(c.tokens, splits, align);
-    p.full_hi = cost.cost_us(c.rows_hi, k.len);
-    p.last_hi = cost.cost_us(c.rows_hi, k.last);
-    if (c.tiles_lo) p.full_lo = cost.cost_us(c.rows_hi - 1, k.len), p.last_lo = cost.cost_us(c.rows_hi - 1, k.last);
+    auto price = [&](int rows, int len) { return busy ? cost.cost_busy_us(rows, len, busy) : cost.cost_us(rows, len); };
+    p.full_hi = price(c.rows_hi, k.len);
+    p.last_hi = price(c.rows_hi, k.last);
+    if (c.tiles_lo) p.full_lo = price(c.rows_hi - 1, k.len), p.last_lo = price(c.rows_hi - 1, k.last);
+    p.busy = busy;
   }
   return p;
 }
@@ -106,9 +113,9 @@ class Search {
 
   double chunk_cost(const NodeClass& c, int splits) const { return prices(c, splits, cost_, align_).full_hi; }
   // Σ over one member's tasks (all kv heads) of their predicted cost.
-  double member_cost(const NodeClass& c, int splits) const {
+  double member_cost(const NodeClass& c, int splits, int busy = 0) const {
     const int full = chunking(c.tokens, splits, align_).count - 1;
-    const NodeClass::Prices& p = prices(c, splits, cost_, align_);
+    const NodeClass::Prices& p = prices(c, splits, cost_, align_, busy);
     double total = c.tiles_hi * (full * p.full_hi + p.last_hi);
     if (c.tiles_lo) total += c.tiles_lo * (full * p.full_lo + p.last_lo);
     return total * kv_heads_;
@@ -345,12 +352,12 @@ double Lpt::operator()(std::vector<TaskGroup>& groups, int blocks, Assign&& assi
 
 // The task groups of a split vector, into `groups`.
 void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& splits, const CostModel& cost,
-                 int align, int kv_heads, std::vector<TaskGroup>& groups) {
+                 int align, int kv_heads, int busy, std::vector<TaskGroup>& groups) {
   groups.clear();
   for (std::size_t ci = 0; ci < classes.size(); ++ci) {
     const NodeClass& c = classes[ci];
     const Chunking k = chunking(c.tokens, splits[ci], align);
-    const NodeClass::Prices& p = prices(c, splits[ci], cost, align);
+    const NodeClass::Prices& p = prices(c, splits[ci], cost, align, busy);
     const std::int64_t members = std::int64_t(c.nodes.size()) * kv_heads;
     for (const bool hi : {true, false}) {
       const int tiles = hi ? c.tiles_hi : c.tiles_lo;
@@ -564,7 +571,7 @@ class Planning {
   // each group's items into every slice.
   void place_tasks(PlanArrays& a) {
     std::vector<TaskGroup> groups;
-    task_groups(classes_, splits_, cost_, align_, slice_heads_, groups);
+    task_groups(classes_, splits_, cost_, align_, slice_heads_, busy_of(splits_), groups);
     std::vector<std::pair<int, Task>> placed;  // (block, task) in the order LPT hands them out
     placed.reserve(std::size_t(footprint(classes_, splits_, align_, kv_heads_).tasks));
     makespan_ = lpt_(groups, slice_blocks_, [&](std::size_t g, std::int64_t item, int block) {
@@ -656,9 +663,16 @@ class Planning {
     const Footprint f = footprint(classes_, s, align_, kv_heads_);
     return (max_slots_ == 0 || f.slots <= max_slots_) && (max_tasks_ == 0 || f.tasks <= max_tasks_);
   }
+  // The blocks split vector s keeps busy, where the model prices contention
+  // and its tasks are fewer than the blocks (then all run at once); else 0.
+  int busy_of(const std::vector<int>& s) const {
+    if (!cost_.prices_contention()) return 0;
+    const std::int64_t tasks = footprint(classes_, s, align_, kv_heads_).tasks;
+    return tasks < m_ ? int(tasks) : 0;
+  }
   // The makespan of split vector s, or a time ≥ limit when it is no less.
-  double makespan_of(const std::vector<int>& s, double limit = INFINITY) const {
-    task_groups(classes_, s, cost_, align_, slice_heads_, groups_);
+  double makespan_of(const std::vector<int>& s, int busy, double limit = INFINITY) const {
+    task_groups(classes_, s, cost_, align_, slice_heads_, busy, groups_);
     return lpt_(groups_, slice_blocks_, NoAssign{}, limit);
   }
   // The cost model's price of the merge under split vector s: its rows with
@@ -689,17 +703,18 @@ class Planning {
   double objective(const std::vector<int>& s, double limit = INFINITY) const {
     const double merge = merge_of(s);
     if (merge >= limit) return INFINITY;
-    if (limit < INFINITY && (merge + pac_bound(s)) * (1 - 1e-9) >= limit) return INFINITY;
-    const double pac = makespan_of(s, limit - merge);
+    const int busy = busy_of(s);
+    if (limit < INFINITY && (merge + pac_bound(s, busy)) * (1 - 1e-9) >= limit) return INFINITY;
+    const double pac = makespan_of(s, busy, limit - merge);
     return pac >= limit - merge ? INFINITY : merge + pac;
   }
-  // max(mean block load, dearest task) of one head slice under s
-  double pac_bound(const std::vector<int>& s) const {
+  // max(mean block load, dearest task) of one head slice under s, its tasks priced at `busy`
+  double pac_bound(const std::vector<int>& s, int busy) const {
     double load = 0, dearest = 0;
     for (std::size_t ci = 0; ci < classes_.size(); ++ci) {
       const NodeClass& c = classes_[ci];
-      load += search_.member_cost(c, s[ci]) * double(c.nodes.size());
-      const NodeClass::Prices& p = prices(c, s[ci], cost_, align_);
+      load += search_.member_cost(c, s[ci], busy) * double(c.nodes.size());
+      const NodeClass::Prices& p = prices(c, s[ci], cost_, align_, busy);
       dearest = std::max({dearest, p.full_hi, p.last_hi});
     }
     return std::max(load / slice_blocks_, dearest);

@@ -1,9 +1,11 @@
 // codec profile: measures the PAC kernel on the current GPU over a grid of
-// (query rows, KV length), and the merge over a grid of (rows, partials per
-// row), and writes the cost table the planner reads.
+// (query rows, KV length), with every block busy and with fewer, and the
+// merge over a grid of (rows, partials per row), and writes the cost table
+// the planner reads.
 #include <cstdio>
 #include <cctype>
 #include <filesystem>
+#include <numeric>
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_engine.hpp"
@@ -18,6 +20,19 @@ namespace {
 // way it is in a real plan, where a block walks many tasks.
 constexpr int kTasksPerBlock = 2;
 const long kKvLens[] = {16, 64, 256, 1024, 4096, 16384};
+
+// Busy blocks to time the task grid at besides all m: m/64 to m/2, rounded
+// up to counts whose tasks fill whole nodes (a node gives one task per kv
+// head). A plan of fewer tasks than blocks, a small tree's, runs with the
+// other blocks idle, and each task gets more of the bandwidth.
+std::vector<int> busy_counts(int m, int kv_heads) {
+  const int step = kv_heads / std::gcd(kv_heads, kTasksPerBlock);
+  std::vector<int> counts;
+  for (const int part : {64, 16, 4, 2})
+    if (const int k = std::max(step, (m / part + step - 1) / step * step); k < m && (counts.empty() || k > counts.back()))
+      counts.push_back(k);
+  return counts;
+}
 
 // The merge grid: requests (each row of theirs merging p partials) and p.
 const int kMergeRequests[] = {1, 8, 64, 512};
@@ -117,21 +132,33 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps) {
   const RooflineCostModel cost(RooflineParams::h200(), h, w.dtype);  // all tasks are equal: any model will do
   const ForestManager::Tables& t = batch.tables;
   std::vector<std::int32_t> indptr, indices, lasts;
-  for (const int r : rows) {
-    std::vector<double> line;
-    for (const long n : kKvLens) {
-      // The first r/G requests of every node, cut to their first n tokens.
-      const std::int32_t pages = std::int32_t((n + w.page_size - 1) / w.page_size);
-      const std::int32_t last = std::int32_t(n - std::int64_t(pages - 1) * w.page_size);
-      const PageTable view = first_requests(t, nodes, max_reqs, r / G, pages, last, w.page_size, batch.num_pages,
-                                            indptr, indices, lasts);
-      const Plan plan = make_plan(derive_forest(view), h, w.dtype, cost, opt);
-      const double us = bench.time(plan, reps) * 1e3 / kTasksPerBlock;
-      std::fprintf(stderr, "  rows %3d  kv_len %6ld  %9.3f us per task\n", r, n, us);
-      line.push_back(us);
+  // The task grid with `blocks` blocks busy, kTasksPerBlock tasks each.
+  auto task_grid = [&](int blocks) {
+    PlannerOptions o = opt;
+    o.num_blocks = blocks;
+    const int used = kTasksPerBlock * blocks / h.num_kv_heads;  // nodes
+    std::vector<std::vector<double>> grid;
+    for (const int r : rows) {
+      std::vector<double> line;
+      for (const long n : kKvLens) {
+        // The first r/G requests of the first `used` nodes, cut to their first n tokens.
+        const std::int32_t pages = std::int32_t((n + w.page_size - 1) / w.page_size);
+        const std::int32_t last = std::int32_t(n - std::int64_t(pages - 1) * w.page_size);
+        const PageTable view = first_requests(t, used, max_reqs, r / G, pages, last, w.page_size, batch.num_pages,
+                                              indptr, indices, lasts);
+        const Plan plan = make_plan(derive_forest(view), h, w.dtype, cost, o);
+        const double us = bench.time(plan, reps) * 1e3 / kTasksPerBlock;
+        std::fprintf(stderr, "  blocks %3d  rows %3d  kv_len %6ld  %9.3f us per task\n", blocks, r, n, us);
+        line.push_back(us);
+      }
+      grid.push_back(line);
     }
-    table.us.push_back(line);
-  }
+    return grid;
+  };
+  table.us = task_grid(opt.num_blocks);
+  table.blocks = opt.num_blocks;
+  table.busy_blocks = busy_counts(opt.num_blocks, h.num_kv_heads);
+  for (const int k : table.busy_blocks) table.busy_us.push_back(task_grid(k));
   profile_merge(w, cost, reps, table);
   const std::string path = out.empty() ? default_cost_table_path(device.name, h, w.dtype) : out;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());

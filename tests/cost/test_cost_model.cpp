@@ -462,6 +462,70 @@ TEST(Merge, SavesLoadsAndValidatesTheGrid) {
                           "cost table t.json: missing field 'merge_partials'"));
 }
 
+// sample_table timed at 8 and 32 of 64 blocks busy: the grid at 8 is a
+// third of `us`, at 32 a half.
+CostTable busy_table() {
+  CostTable t = sample_table();
+  t.blocks = 64;
+  t.busy_blocks = {8, 32};
+  t.busy_us = {t.us, t.us};
+  for (std::size_t i = 0; i < t.us.size(); ++i)
+    for (std::size_t j = 0; j < t.us[i].size(); ++j) t.busy_us[0][i][j] /= 3, t.busy_us[1][i][j] /= 2;
+  return t;
+}
+
+TEST(Contention, ModelsWithoutBusyGridsPriceEveryBlockBusy) {
+  const TableCostModel table(sample_table());
+  EXPECT_FALSE(table.prices_contention());
+  EXPECT_DOUBLE_EQ(table.cost_busy_us(8, 150, 1), table.cost_us(8, 150));
+  const RooflineCostModel roofline(RooflineParams::h200(), kQwen, DType::bf16);
+  EXPECT_FALSE(roofline.prices_contention());
+  EXPECT_DOUBLE_EQ(roofline.cost_busy_us(8, 150, 1), roofline.cost_us(8, 150));
+}
+
+TEST(Contention, LinearInTheBusyBlocksFlatBelowAndAllBusyFromBlocksOn) {
+  const TableCostModel model(busy_table());
+  EXPECT_TRUE(model.prices_contention());
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 8), 5.0 / 3);     // a grid point
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 32), 2.5);
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 20), (5.0 / 3 + 2.5) / 2);  // between the two grids
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 48), (2.5 + 5) / 2);        // between the last and `us`
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 1), 5.0 / 3);     // fewer than the first: flat
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 64), 5);          // every block: us
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 500), 5);         // more than the table's blocks: us
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(5, 150, 8), 3.25 / 3);    // bilinear within a grid, as cost_us
+  EXPECT_DOUBLE_EQ(model.cost_busy_us(2, 600, 32), (5 + 0.01 * 200) / 2);  // its tail too
+  EXPECT_TRUE(throws_with([&] { model.cost_busy_us(8, 200, 0); }, "busy blocks 0 must be >= 1"));
+  EXPECT_TRUE(throws_with([&] { model.cost_busy_us(0, 200, 8); }, "rows 0 must be >= 1"));
+  EXPECT_NE(model.describe().find("busy blocks 8 32 of 64"), std::string::npos) << model.describe();
+}
+
+TEST(Contention, SavesLoadsAndValidatesTheBusyGrids) {
+  const CostTable t = busy_table();
+  const CostTable back = round_trip(t, "busy_round_trip.json");
+  EXPECT_EQ(back.blocks, 64);
+  EXPECT_EQ(back.busy_blocks, t.busy_blocks);
+  EXPECT_EQ(back.busy_us, t.busy_us);
+  EXPECT_TRUE(round_trip(sample_table(), "no_busy.json").busy_blocks.empty());
+
+  auto fails = [&](auto edit, const std::string& needle) {
+    CostTable bad = busy_table();
+    edit(bad);
+    return throws_with([&] { bad.validate(); }, needle);
+  };
+  EXPECT_TRUE(fails([](CostTable& b) { b.blocks = 0; }, "blocks (0), busy_blocks and busy_us come together"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_blocks = {8, 64}; }, "busy_blocks[1] = 64 must be in [1, blocks = 64)"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_blocks = {0, 8}; }, "busy_blocks[0] = 0 must be in [1, blocks = 64)"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_blocks = {32, 8}; },
+                    "busy_blocks[1] = 8 must be > busy_blocks[0] = 32 (strictly increasing)"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_us.pop_back(); }, "busy_us has 1 grids, expected 2"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_us[1][2] = {1, 2}; }, "busy_us[1][2] has 2 values, expected 3"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_us[0][1][0] = 0; }, "busy_us[0][1][0] = 0 must be > 0"));
+  EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"busy_blocks\": [8], \"us\""), "cost table t.json: missing field 'blocks'"));
+  EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"blocks\": 64, \"busy_blocks\": [8], \"busy_us\": [[1]], \"us\""),
+                          "cost table t.json: busy_us[0][0] must be an array, got number"));
+}
+
 // The tables `codec profile` measured and the repository ships: each must load,
 // describe the head_dim and dtype its file name says (the tool picks tables by
 // name), and grow with the KV length, as any real measurement of a streaming

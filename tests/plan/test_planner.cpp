@@ -347,6 +347,70 @@ TEST(Planner, AMergePriceStopsSplittingSmallTrees) {
   EXPECT_LT(merges(best).first, most_pac);
 }
 
+// The roofline's prices and a merge of `per_partial` µs a partial (as
+// MergePriced), and contention: a task of a plan that keeps busy < m blocks
+// busy shares the bandwidth among max(busy, floor) blocks (`floor`: fewer
+// cannot pull more), or among m with floor ≥ m (contention priced, and no
+// price changed).
+class ContentionPriced final : public CostModel {
+ public:
+  ContentionPriced(const HeadConfig& heads, double per_partial, int floor)
+      : heads_(heads), per_partial_(per_partial), floor_(floor) {}
+  double cost_us(int rows, long kv_len) const override { return cost_busy_us(rows, kv_len, m); }
+  bool prices_merge() const override { return true; }
+  double merge_us(std::int64_t, int partials) const override { return per_partial_ * partials; }
+  bool prices_contention() const override { return true; }
+  double cost_busy_us(int rows, long kv_len, int busy) const override {
+    EXPECT_GE(busy, 1);
+    EXPECT_LE(busy, m);
+    RooflineParams p = RooflineParams::h200();
+    p.concurrent_blocks = std::min(m, std::max(busy, floor_));
+    return RooflineCostModel(p, heads_, DType::bf16).cost_us(rows, kv_len);
+  }
+  std::string describe() const override { return "roofline with contention and a merge price"; }
+  static constexpr int m = 264;
+
+ private:
+  HeadConfig heads_;
+  double per_partial_;
+  int floor_;
+};
+
+// depth:2 on 264 blocks, its merge priced: with every task priced as if all
+// blocks were busy, the search cuts the nodes to fill them; priced at the
+// blocks a plan keeps busy, the long chunks of a coarse plan get the
+// bandwidth an idle GPU gives them, and the search cuts less. Its objective
+// is then no worse than the other plan's splits priced the same way. A
+// model that prices contention without changing a price changes no plan.
+TEST(Planner, ContentionPricingCutsSmallTreesLess) {
+  const Workload w = builtin_workload("depth:2");
+  const Forest forest = derive_forest(workload_page_tables(w).view());
+  PlannerOptions opt;
+  opt.num_blocks = ContentionPriced::m;
+  const Plan full = make_plan(forest, w.heads, w.dtype, MergePriced(w.heads, 0.5), opt);
+  const ContentionPriced contention(w.heads, 0.5, 33);
+  const Plan busy = make_plan(forest, w.heads, w.dtype, contention, opt);
+  EXPECT_LT(merges(busy).first, merges(full).first);
+  EXPECT_LT(busy.stats().num_tasks, ContentionPriced::m);  // a plan of one wave, priced at its busy blocks
+  EXPECT_LT(busy.stats().makespan_us, full.stats().makespan_us);
+  opt.split = SplitPolicy::given;
+  const PlanView v = full.view();
+  opt.given_splits.assign(v.node_splits, v.node_splits + v.num_nodes);
+  const Plan full_repriced = make_plan(forest, w.heads, w.dtype, contention, opt);
+  EXPECT_LE(busy.stats().makespan_us + busy.stats().merge_us,
+            (full_repriced.stats().makespan_us + full_repriced.stats().merge_us) * (1 + 1e-9));
+
+  opt.split = SplitPolicy::adaptive;
+  for (const char* name : {"depth:2", "shape:4", "batch:16", "fewshot"}) {
+    const Workload x = builtin_workload(name);
+    const Forest f = derive_forest(workload_page_tables(x).view());
+    const Plan plain = make_plan(f, x.heads, x.dtype, MergePriced(x.heads, 0.5), opt);
+    const Plan same = make_plan(f, x.heads, x.dtype, ContentionPriced(x.heads, 0.5, ContentionPriced::m), opt);
+    ASSERT_EQ(plain.bytes().size(), same.bytes().size()) << name;
+    EXPECT_EQ(0, std::memcmp(plain.bytes().data(), same.bytes().data(), plain.bytes().size())) << name;
+  }
+}
+
 // A merge that costs nothing leaves every plan as the PAC-only search makes it.
 TEST(Planner, AFreeMergeChangesNoPlan) {
   for (const char* name : {"depth:2", "shape:4", "batch:16", "fewshot"}) {

@@ -24,6 +24,12 @@ class CostModel {
   // false), and the planner then weighs PAC tasks alone.
   virtual bool prices_merge() const { return false; }
   virtual double merge_us(std::int64_t /*rows*/, int /*partials*/) const { return 0; }
+  // Predicted time of a task when only `busy` blocks run at once: each then
+  // gets more than 1/m of the memory bandwidth, so a plan of fewer tasks
+  // than blocks runs them faster than cost_us says. Models that do not
+  // price it (prices_contention() false) return cost_us.
+  virtual bool prices_contention() const { return false; }
+  virtual double cost_busy_us(int rows, long kv_len, int /*busy*/) const { return cost_us(rows, kv_len); }
   virtual std::string describe() const = 0;
 };
 
@@ -73,7 +79,11 @@ class RooflineCostModel final : public CostModel {
 // a grid of (rows that merge, partials per row):
 //    "merge_rows": [32, ...], "merge_partials": [2, 4, ...], "merge_us": [[...], ...]
 // bilinear between grid points, flat below the grid, linear with a
-// non-negative slope beyond it.
+// non-negative slope beyond it. Optionally the same task grid timed with
+// fewer blocks running ("us" is with all `blocks` of them busy):
+//    "blocks": 264, "busy_blocks": [8, 32, ...], "busy_us": [[[...], ...], ...]
+// with busy_us[b] a grid like "us" at busy_blocks[b] blocks; linear in the
+// busy count between those points and `blocks`, flat below the first.
 struct CostTable {
   std::string device;
   int head_dim = 0;
@@ -84,6 +94,9 @@ struct CostTable {
   std::vector<std::int64_t> merge_rows;       // strictly increasing, ≥ 1; empty: the merge is not priced
   std::vector<int> merge_partials;            // strictly increasing, ≥ 2
   std::vector<std::vector<double>> merge_us;  // [merge_rows.size()][merge_partials.size()], ≥ 0
+  int blocks = 0;                             // the blocks busy in `us`; 0: contention is not priced
+  std::vector<int> busy_blocks;               // strictly increasing, ≥ 1, < blocks
+  std::vector<std::vector<std::vector<double>>> busy_us;  // [busy_blocks.size()] grids like us, > 0
 
   void validate() const;
   static CostTable load(const std::string& path);  // throws naming the file and field
@@ -97,6 +110,8 @@ class TableCostModel final : public CostModel {
   double cost_us(int rows, long kv_len) const override;
   bool prices_merge() const override { return !table_.merge_rows.empty(); }
   double merge_us(std::int64_t rows, int partials) const override;
+  bool prices_contention() const override { return !table_.busy_blocks.empty(); }
+  double cost_busy_us(int rows, long kv_len, int busy) const override;
   std::string describe() const override;
   const CostTable& table() const { return table_; }
 

@@ -107,7 +107,8 @@ struct PlanStats {
   int merged_requests = 0;  // requests whose rows merge more than one partial
   double makespan_us = 0;     // slowest block's predicted time
   double merge_us = 0;        // the merge's predicted time after it (0: the cost model prices none)
-  double lower_bound_us = 0;  // no plan under this cost model can be faster
+  double lower_bound_us = 0;  // no plan under this cost model, every block busy, can be faster (a plan of fewer
+                              // tasks than blocks under a model that prices contention may come in under it)
   double cost_l_us = 0;       // the paper's mean-load bound, which sets the split caps
   double plan_ms = 0;         // host time of make_plan
   std::int64_t kv_tokens_read = 0;    // Σ task KV tokens (each kv head counted)
