@@ -309,11 +309,12 @@ def before_each_forward(fn):
 class GraphPlan:
     """A FlashInfer CUDA-graph wrapper of one engine graph (its batch of
     `rows` requests and IO pair: the wrapper's buffers are fixed), the event
-    its last plan's copies record, and what a backend keeps beside it."""
+    its last plan's copies record, and for the cascade its node count per
+    level and its request order on the device."""
 
-    def __init__(self, rows, wrapper, **kept):
+    def __init__(self, rows, wrapper, nodes=None, order=None):
         self.rows, self.wrapper, self.copied = rows, wrapper, torch.cuda.Event()
-        self.__dict__.update(kept)
+        self.nodes, self.order = nodes, order
 
 
 class FlashInferGraphs(TimedPlans):
@@ -433,58 +434,25 @@ class FlashInferDecode(FlashInferGraphs):
 
 def cascade_step_levels(indptr, indices, last, block_size, rows, nodes=None):
     """FlashInfer cascade's levels of a step's page tables: one per depth of
-    its prefix forest (codec.derive_forest; or len(nodes)), where the
-    wrapper needs one node per request per level, so a request whose path
-    is shorter has its last node cut into single pages and a rest (where a
-    node has too few pages for that, one level of a node per request). Then
-    a graph's rows - n padding requests: one node of one token of block 0 at
-    every level. With `nodes` (a count per level, which a graph's wrapper
-    fixes) empty nodes, without queries, make up each level's count.
-    Returns (request order: every node's requests contiguous, and per level
-    the qo indptr, kv indptr, kv indices and last page lengths)."""
-    from hydragen import request_paths
-    from peers import forest_json
+    its prefix forest (codec.derive_forest; or len(nodes)), shorter paths cut
+    (peers.cascade_levels); where no cut fits, one level of a node per
+    request. Then a graph's rows - n padding requests: one node of one token
+    of block 0 at every level. With `nodes` (a count per level, which a
+    graph's wrapper fixes) empty nodes, without queries, make up each
+    level's count; a step that needs more is refused. Returns (request
+    order: every node's requests contiguous, and per level the qo indptr,
+    kv indptr, kv indices and last page lengths)."""
+    from peers import cascade_levels, forest_json
     n = indptr.size - 1
     if rows < n:
         raise ValueError(f"{n} requests in a graph of {rows}")
     forest = forest_json(codec.derive_forest(indptr, indices, last, block_size))
-    paths, tree = request_paths(forest), forest["nodes"]
-    depth = len(nodes) if nodes else max(len(p) for p in paths)
-
-    def pieces(path):  # (node, first page, end page) per level
-        cut = depth - len(path) + 1  # pieces of the last node
-        pages = len(tree[path[-1]]["pages"])
-        if cut < 1 or pages < cut:
-            return None
-        ends = list(range(1, cut)) + [pages]
-        return [(x, 0, len(tree[x]["pages"])) for x in path[:-1]] + [(path[-1], a, b) for a, b in zip([0] + ends, ends)]
-
-    split = [pieces(p) for p in paths]
-    if any(x is None for x in split):
+    levels = cascade_levels(forest, block_size, len(nodes) if nodes else None, cut=True)
+    if levels is None:
         if nodes and len(nodes) > 1:
             raise ValueError(f"a step whose requests cannot be cut into a graph's {len(nodes)} levels")
-        split = [[(r, 0, int(indptr[r + 1] - indptr[r]))] for r in range(n)]
-        tree = [{"pages": indices[indptr[r]:indptr[r + 1]].tolist(),
-                 "num_tokens": int((indptr[r + 1] - indptr[r] - 1) * block_size + last[r])} for r in range(n)]
-    order = sorted(range(n), key=lambda r: split[r])
-    levels = [], [], [], []
-    for lvl in range(len(split[0])):
-        q_ptr, k_ptr, k_idx, k_last = [0], [0], [], []
-        for pos, r in enumerate(order):
-            piece = split[r][lvl]
-            if pos and piece == split[order[pos - 1]][lvl]:
-                continue
-            if pos:
-                q_ptr.append(pos)
-            x, a, b = piece
-            node = tree[x]
-            k_idx.extend(node["pages"][a:b])
-            k_ptr.append(len(k_idx))
-            k_last.append(node["num_tokens"] - (b - 1) * block_size if b == len(node["pages"]) else block_size)
-        q_ptr.append(n)
-        for kept, level in zip(levels, (q_ptr, k_ptr, k_idx, k_last)):
-            kept.append(level)
-    qo, kp, ki, kl = levels
+        levels = list(range(n)), [list(range(n + 1))], [indptr.tolist()], [indices.tolist()], [last.tolist()]
+    order, qo, kp, ki, kl = levels
     counts = [len(q) - 1 + (rows > n) for q in qo]
     if nodes and any(c > m for c, m in zip(counts, nodes)):
         raise ValueError(f"a step of {counts} nodes per level in a graph's wrapper of {list(nodes)}")
@@ -502,8 +470,12 @@ class FlashInferCascade(FlashInferGraphs):
     """FlashInfer's multi-level cascade (cascade_step_levels), requests
     reordered so that every node's are contiguous. In graphs its CUDA-graph
     wrapper fixes the levels and each one's node count: those of the
-    capture's forest, and a node for the padding, as requests finish (a
-    replay whose forest needs more is refused)."""
+    capture's forest, and a node for the padding, as requests finish. A
+    replay whose forest needs more is refused, the backend's error recorded:
+    a forest deeper than two levels can gain nodes at a level as requests
+    finish (a path that loses its branch is cut anew). Counts of `rows` per
+    level would always fit, but FlashInfer sizes its query tile from them,
+    which would read a shared node's KV once per 16 rows."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -398,12 +398,15 @@ double TableCostModel::cost_busy_us(int rows, long kv_len, int busy) const {
   CODEC_CHECK(busy >= 1, "cost model: busy blocks ", busy, " must be >= 1");
   const CostTable& t = table_;
   if (!prices_contention() || busy >= t.blocks) return cost_us(rows, kv_len);
-  // over the busy counts busy_blocks..., blocks (busy < blocks: never past the last)
+  // over the busy counts busy_blocks..., blocks (busy < blocks: never past the last); never dearer than with
+  // every block busy, where a measurement's noise would have it so
   const std::size_t n = t.busy_blocks.size();
   auto counts = t.busy_blocks;
   counts.push_back(t.blocks);
-  return interpolate(counts, [&](std::size_t b) { return grid_cost(t, b < n ? t.busy_us[b] : t.us, rows, kv_len); },
-                     double(busy));
+  const double all = cost_us(rows, kv_len);
+  return std::min(all, interpolate(counts, [&](std::size_t b) {
+    return b < n ? grid_cost(t, t.busy_us[b], rows, kv_len) : all;
+  }, double(busy)));
 }
 
 std::string TableCostModel::describe() const {

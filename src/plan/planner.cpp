@@ -663,12 +663,13 @@ class Planning {
     const Footprint f = footprint(classes_, s, align_, kv_heads_);
     return (max_slots_ == 0 || f.slots <= max_slots_) && (max_tasks_ == 0 || f.tasks <= max_tasks_);
   }
-  // The blocks split vector s keeps busy, where the model prices contention
-  // and its tasks are fewer than the blocks (then all run at once); else 0.
+  // The blocks split vector s keeps busy where the model prices contention:
+  // its tasks if fewer than the blocks (then all run at once), else the
+  // blocks (which may be fewer than those the model's `us` had busy); 0 when
+  // the model does not price it.
   int busy_of(const std::vector<int>& s) const {
     if (!cost_.prices_contention()) return 0;
-    const std::int64_t tasks = footprint(classes_, s, align_, kv_heads_).tasks;
-    return tasks < m_ ? int(tasks) : 0;
+    return int(std::min<std::int64_t>(footprint(classes_, s, align_, kv_heads_).tasks, m_));
   }
   // The makespan of split vector s, or a time ≥ limit when it is no less.
   double makespan_of(const std::vector<int>& s, int busy, double limit = INFINITY) const {

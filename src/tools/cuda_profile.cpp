@@ -156,8 +156,8 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps) {
     return grid;
   };
   table.us = task_grid(opt.num_blocks);
-  table.blocks = opt.num_blocks;
   table.busy_blocks = busy_counts(opt.num_blocks, h.num_kv_heads);
+  if (!table.busy_blocks.empty()) table.blocks = opt.num_blocks;
   for (const int k : table.busy_blocks) table.busy_us.push_back(task_grid(k));
   profile_merge(w, cost, reps, table);
   const std::string path = out.empty() ? default_cost_table_path(device.name, h, w.dtype) : out;

@@ -495,6 +495,9 @@ TEST(Contention, LinearInTheBusyBlocksFlatBelowAndAllBusyFromBlocksOn) {
   EXPECT_DOUBLE_EQ(model.cost_busy_us(8, 200, 500), 5);         // more than the table's blocks: us
   EXPECT_DOUBLE_EQ(model.cost_busy_us(5, 150, 8), 3.25 / 3);    // bilinear within a grid, as cost_us
   EXPECT_DOUBLE_EQ(model.cost_busy_us(2, 600, 32), (5 + 0.01 * 200) / 2);  // its tail too
+  CostTable noisy = busy_table();
+  noisy.busy_us[1][1][1] = 100;  // at 32 blocks dearer than at 64
+  EXPECT_DOUBLE_EQ(TableCostModel(noisy).cost_busy_us(8, 200, 32), 5);  // never dearer than with all busy
   EXPECT_TRUE(throws_with([&] { model.cost_busy_us(8, 200, 0); }, "busy blocks 0 must be >= 1"));
   EXPECT_TRUE(throws_with([&] { model.cost_busy_us(0, 200, 8); }, "rows 0 must be >= 1"));
   EXPECT_NE(model.describe().find("busy blocks 8 32 of 64"), std::string::npos) << model.describe();

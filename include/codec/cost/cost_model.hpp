@@ -83,7 +83,8 @@ class RooflineCostModel final : public CostModel {
 // fewer blocks running ("us" is with all `blocks` of them busy):
 //    "blocks": 264, "busy_blocks": [8, 32, ...], "busy_us": [[[...], ...], ...]
 // with busy_us[b] a grid like "us" at busy_blocks[b] blocks; linear in the
-// busy count between those points and `blocks`, flat below the first.
+// busy count between those points and `blocks`, flat below the first, and
+// never dearer than "us".
 struct CostTable {
   std::string device;
   int head_dim = 0;

@@ -113,6 +113,7 @@ struct PlanStats {
   double plan_ms = 0;         // host time of make_plan
   std::int64_t kv_tokens_read = 0;    // Σ task KV tokens (each kv head counted)
   std::int64_t unique_kv_tokens = 0;  // forest tokens × kv heads
+  // makespan over the bound: below 1 only for a plan of one wave under a model that prices contention
   double quality() const { return lower_bound_us > 0 ? makespan_us / lower_bound_us : 1.0; }
 };
 
