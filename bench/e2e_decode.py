@@ -162,7 +162,7 @@ class TimedPlans(codec_tf.PagedAttention):
     def __call__(self, module, *args, **kwargs):
         t = time.perf_counter()
         out = super().__call__(module, *args, **kwargs)
-        if isinstance(self._steps[kwargs["cache"]], codec_tf.GraphStep):  # a capture: no step of its own
+        if self.captured(kwargs["cache"]):  # a capture: no step of its own
             return out
         if module.layer_idx == 0:  # a step starts: when, and whether all its rows decode
             step = self._steps[kwargs["cache"]]
@@ -170,6 +170,10 @@ class TimedPlans(codec_tf.PagedAttention):
             self.host_ms.append(0.0)
         self.host_ms[-1] += (time.perf_counter() - t) * 1e3
         return out
+
+    def captured(self, cache):
+        """Whether this layer call is a graph's capture (its replays run without Python)."""
+        return isinstance(self._steps[cache], codec_tf.GraphStep)
 
     def decode_step_ms(self):
         """The host interval from each decode-only step's first layer to the next step's."""
@@ -191,7 +195,7 @@ class TimedPlans(codec_tf.PagedAttention):
         super().plan(cache, step, query, scale)
 
     def decode(self, cache, q, pages, out):
-        if isinstance(self._steps[cache], codec_tf.GraphStep):  # captured: replays run without Python
+        if self.captured(cache):  # captured: replays run without Python
             self.attend(cache, q, pages, out)
             return
         if not q.is_cuda:  # the CPU engine (tests): no GPU time to take
@@ -385,9 +389,6 @@ class FlashInferGraphs(TimedPlans):
             self.replay_plans = {"plans": len(self._replay_ms), "plan_ms_mean": float(np.mean(self._replay_ms)),
                                  "plan_ms_median": float(np.median(self._replay_ms)),
                                  "plan_ms_max": float(np.max(self._replay_ms))}
-
-    def captured(self, cache):
-        return isinstance(self._steps[cache], codec_tf.GraphStep)
 
 
 def device_ints(values, device):

@@ -7,7 +7,6 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <type_traits>
 
 #include "codec/core/error.hpp"
 
@@ -196,13 +195,8 @@ std::vector<Int> integers(const json& doc, const char* name, const std::string& 
   return out;
 }
 
-// The grid doc[key] (a field name or an index), called `name` in messages.
-std::vector<std::vector<double>> grid(const json& doc, const auto& key, const std::string& where,
-                                      const std::string& name) {
-  const json* at;
-  if constexpr (std::is_convertible_v<decltype(key), const char*>) at = &field(doc, key, where);
-  else at = &doc.at(key);
-  const json& g = *at;
+// The grid g, called `name` in messages.
+std::vector<std::vector<double>> grid(const json& g, const std::string& where, const std::string& name) {
   CODEC_CHECK(g.is_array(), where, ": ", name, " must be an array of arrays, got ", g.type_name());
   std::vector<std::vector<double>> out;
   for (std::size_t i = 0; i < g.size(); ++i) {
@@ -252,11 +246,11 @@ CostTable CostTable::parse(const std::string& json_text, const std::string& sour
                 " must be >= 1");
   t.rows = integers<int>(doc, "rows", where);
   t.kv_len = integers<long>(doc, "kv_len", where);
-  t.us = grid(doc, "us", where, "us");
+  t.us = grid(field(doc, "us", where), where, "us");
   if (doc.contains("merge_rows") || doc.contains("merge_partials") || doc.contains("merge_us")) {
     t.merge_rows = integers<std::int64_t>(doc, "merge_rows", where);
     t.merge_partials = integers<int>(doc, "merge_partials", where);
-    t.merge_us = grid(doc, "merge_us", where, "merge_us");
+    t.merge_us = grid(field(doc, "merge_us", where), where, "merge_us");
   }
   if (doc.contains("blocks") || doc.contains("busy_blocks") || doc.contains("busy_us")) {
     t.blocks = integer<int>(field(doc, "blocks", where), where, "blocks");
@@ -264,7 +258,7 @@ CostTable CostTable::parse(const std::string& json_text, const std::string& sour
     const json& grids = field(doc, "busy_us", where);
     CODEC_CHECK(grids.is_array(), where, ": busy_us must be an array of grids, got ", grids.type_name());
     for (std::size_t b = 0; b < grids.size(); ++b)
-      t.busy_us.push_back(grid(grids, b, where, "busy_us[" + std::to_string(b) + "]"));
+      t.busy_us.push_back(grid(grids[b], where, "busy_us[" + std::to_string(b) + "]"));
   }
   validate_table(t, where);
   return t;
@@ -398,15 +392,16 @@ double TableCostModel::cost_busy_us(int rows, long kv_len, int busy) const {
   CODEC_CHECK(busy >= 1, "cost model: busy blocks ", busy, " must be >= 1");
   const CostTable& t = table_;
   if (!prices_contention() || busy >= t.blocks) return cost_us(rows, kv_len);
-  // over the busy counts busy_blocks..., blocks (busy < blocks: never past the last); never dearer than with
-  // every block busy, where a measurement's noise would have it so
-  const std::size_t n = t.busy_blocks.size();
-  auto counts = t.busy_blocks;
-  counts.push_back(t.blocks);
+  // over the busy counts busy_blocks..., then from the last of them to `blocks`, where every block is busy; never
+  // dearer than that, where a measurement's noise would have it so
   const double all = cost_us(rows, kv_len);
-  return std::min(all, interpolate(counts, [&](std::size_t b) {
-    return b < n ? grid_cost(t, t.busy_us[b], rows, kv_len) : all;
-  }, double(busy)));
+  const int last = t.busy_blocks.back();
+  if (busy >= last) {
+    const double at_last = grid_cost(t, t.busy_us.back(), rows, kv_len);
+    return std::min(all, at_last + (all - at_last) * double(busy - last) / double(t.blocks - last));
+  }
+  return std::min(all, interpolate(t.busy_blocks, [&](std::size_t b) { return grid_cost(t, t.busy_us[b], rows, kv_len); },
+                                   double(busy)));
 }
 
 std::string TableCostModel::describe() const {
