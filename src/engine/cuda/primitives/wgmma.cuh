@@ -48,6 +48,15 @@ __device__ __forceinline__ std::uint64_t desc(std::uint32_t smem_addr, std::uint
          std::uint64_t(1) << 62;
 }
 
+// The descriptor of the operand `bytes` (a multiple of 16) past d's. Only the
+// start-address field moves, so only the low word is added to: the field holds
+// address / 16 in 14 bits and shared memory ends below 2^18 bytes, so it never
+// carries into the leading byte offset. One integer add per wgmma, where
+// rebuilding the descriptor from an address takes about ten.
+__device__ __forceinline__ std::uint64_t advance(std::uint64_t d, std::uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | std::uint32_t(std::uint32_t(d) + (bytes >> 4));
+}
+
 // Orders this warpgroup's register accesses before the wgmmas that follow.
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

@@ -30,12 +30,14 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   for (int i = 0; i < N / 2; ++i) wgmma::fence_operand(s[i]);
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) wgmma::fence_operand(o[i]);
+  const std::uint64_t dq = wgmma::desc(sq, 16, 1024), dk = wgmma::desc(sk, 16, 1024);
+  const std::uint64_t dv = wgmma::desc(sv, N * 128, 1024);
   wgmma::fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {  // k16 step kk: column block kk / 4, bytes 32 · (kk % 4) of its rows
     const std::uint32_t k_off = 32 * (kk % 4);
-    wgmma::mma_ss<N, T>(s, wgmma::desc(sq + (kk / 4) * (Tr::kMaxRows * 128) + k_off, 16, 1024),
-                        wgmma::desc(sk + (kk / 4) * (N * 128) + k_off, 16, 1024));
+    wgmma::mma_ss<N, T>(s, wgmma::advance(dq, (kk / 4) * (Tr::kMaxRows * 128) + k_off),
+                        wgmma::advance(dk, (kk / 4) * (N * 128) + k_off));
   }
   wgmma::commit();
   wgmma::wait_all();
@@ -87,8 +89,7 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
     for (int j = j0; j < j1; ++j) {  // 16 tokens = 2048 bytes of every column block
 #pragma unroll
       for (int nb = 0; nb < D / kPV; ++nb)  // output columns nb · kPV: column block nb · kPV / 64
-        wgmma::mma_rs<kPV, T>(o + nb * kPV / 2, a[j],
-                              wgmma::desc(sv + 2048 * j + nb * (kPV / 64) * (N * 128), N * 128, 1024));
+        wgmma::mma_rs<kPV, T>(o + nb * kPV / 2, a[j], wgmma::advance(dv, 2048 * j + nb * (kPV / 64) * (N * 128)));
     }
     wgmma::commit();
   }
