@@ -13,7 +13,10 @@
 #   git archive -o abtmp/old.tar REV CMakeLists.txt cmake include src tests bench data
 # and no FILE is named. With CODEC_AB_OLD_ARGS="--merge kernel" (and neither
 # FILE nor an old tree) "old" is the working tree's own build run with those
-# extra bench options: an A/B of a runtime choice.
+# extra bench options: an A/B of a runtime choice. CODEC_AB_NEW_ARGS gives
+# "new" extra options of its own, e.g. two cost tables on one build:
+#   CODEC_AB_OLD_ARGS="--cost-table abtmp/old.json" CODEC_AB_NEW_ARGS="--cost-table abtmp/new.json" \
+#     bash scripts/gpu_ab.sh "$OUT" -- "--workload depth:2"
 # The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
 #   ### old|new rROUND ARGS | the bench row (workload, times in ms, ...)
 set -uo pipefail
@@ -59,7 +62,7 @@ mkdir -p "$out"
   for r in $(seq 1 "$rounds"); do
     for args in "$@"; do
       for b in old new; do
-        bin=./build-gpu/codec extra=""
+        bin=./build-gpu/codec extra=${CODEC_AB_NEW_ARGS:-}
         if [ $b = old ]; then
           if [ $same_build = 1 ]; then extra=${CODEC_AB_OLD_ARGS}; else bin=$old/build/codec; fi
         fi
