@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   codec::tools::WorkloadArgs profile_w;
   std::string profile_out;
   int profile_reps = 10;
+  bool profile_busy = false;
   CLI::App* profile_cmd =
       app.add_subcommand("profile", "Measure the PAC kernel on this GPU and write the planner's cost table");
   profile_cmd->add_option("--model", profile_w.model, "Model shape (default qwen3-4b)");
@@ -92,6 +93,9 @@ int main(int argc, char** argv) {
       ->check(in_range(1, 1 << 20));
   profile_cmd->add_option("--out", profile_out, "Table file (default: data/cost_tables/<device>_d<D>_<dtype>.json)");
   profile_cmd->add_option("--reps", profile_reps, "Timed repetitions per grid point")->check(in_range(1, 1e6));
+  profile_cmd->add_flag("--busy-grid", profile_busy,
+                        "Also time the task grid with m/64 to m/2 blocks busy, for contention pricing (measured not to "
+                        "pay on the H200 yet: docs/DESIGN_NOTES.md, Planner 11)");
 
   codec::tools::FuzzArgs fuzz;
   CLI::App* fuzz_cmd =
@@ -118,7 +122,7 @@ int main(int argc, char** argv) {
     if (*fuzz_cmd) return codec::tools::run_fuzz(fuzz);
     if (*profile_cmd) {
 #if CODEC_HAS_CUDA
-      return codec::tools::run_profile(profile_w, profile_out, profile_reps);
+      return codec::tools::run_profile(profile_w, profile_out, profile_reps, profile_busy);
 #else
       throw codec::Error("codec profile: this build has no CUDA engine");
 #endif

@@ -55,7 +55,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
 
 int run_bench(const WorkloadArgs& args, const BenchArgs& bench);
 // Measures a cost table on the current GPU (CUDA builds only).
-int run_profile(const WorkloadArgs& args, const std::string& out, int reps);
+int run_profile(const WorkloadArgs& args, const std::string& out, int reps, bool busy_grid);
 // Where a measured table for this device and head configuration is kept.
 std::string default_cost_table_path(const std::string& device, const HeadConfig& heads, DType dtype);
 int run_plan(const WorkloadArgs& args, const std::string& target);

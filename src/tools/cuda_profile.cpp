@@ -1,7 +1,7 @@
 // codec profile: measures the PAC kernel on the current GPU over a grid of
-// (query rows, KV length), with every block busy and with fewer, and the
-// merge over a grid of (rows, partials per row), and writes the cost table
-// the planner reads.
+// (query rows, KV length), with every block busy (and, with --busy-grid, with
+// fewer), and the merge over a grid of (rows, partials per row), and writes
+// the cost table the planner reads.
 #include <cstdio>
 #include <cctype>
 #include <filesystem>
@@ -97,7 +97,7 @@ void profile_merge(const Workload& base, const CostModel& cost, int reps, CostTa
 
 }  // namespace
 
-int run_profile(const WorkloadArgs& args, const std::string& out, int reps) {
+int run_profile(const WorkloadArgs& args, const std::string& out, int reps, bool busy_grid) {
   CODEC_CHECK(cuda_device_count() > 0, "codec profile needs a CUDA device");
   Workload w;
   w.name = "profile";
@@ -156,7 +156,7 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps) {
     return grid;
   };
   table.us = task_grid(opt.num_blocks);
-  table.busy_blocks = busy_counts(opt.num_blocks, h.num_kv_heads);
+  if (busy_grid) table.busy_blocks = busy_counts(opt.num_blocks, h.num_kv_heads);
   if (!table.busy_blocks.empty()) table.blocks = opt.num_blocks;
   for (const int k : table.busy_blocks) table.busy_us.push_back(task_grid(k));
   profile_merge(w, cost, reps, table);
