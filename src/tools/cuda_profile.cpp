@@ -156,9 +156,11 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps, bool
     return grid;
   };
   table.us = task_grid(opt.num_blocks);
-  if (busy_grid) table.busy_blocks = busy_counts(opt.num_blocks, h.num_kv_heads);
-  if (!table.busy_blocks.empty()) table.blocks = opt.num_blocks;
-  for (const int k : table.busy_blocks) table.busy_us.push_back(task_grid(k));
+  if (busy_grid) {
+    table.busy_blocks = busy_counts(opt.num_blocks, h.num_kv_heads);
+    for (const int k : table.busy_blocks) table.busy_us.push_back(task_grid(k));
+    if (!table.busy_blocks.empty()) table.blocks = opt.num_blocks;  // the three fields come together
+  }
   profile_merge(w, cost, reps, table);
   const std::string path = out.empty() ? default_cost_table_path(device.name, h, w.dtype) : out;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
