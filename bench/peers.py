@@ -5,8 +5,9 @@ For each workload, `codec bench --backend cuda --dump` times CoDec and the flat
 baseline and writes the batch it ran: Q, the paged K/V pool, the per-request
 page tables, the derived prefix forest and CoDec's checked output. This script
 then loads exactly that data onto the GPU and times, under the same protocol
-(warm-up, a 256 MB L2 flush before every run, CUDA events around the attention
-alone, CUDA-graph replays, median):
+(warm-up, a 256 MB L2 flush before every run: a read, which leaves L2 clean,
+or with --flush write a memset, whose dirty lines are written back during the
+run; CUDA events around the attention alone, CUDA-graph replays, median):
 
   fi_decode   FlashInfer BatchDecodeWithPagedKVCacheWrapper over the per-request
               page tables (shared pages are physically shared, as for flat),
@@ -35,7 +36,7 @@ Every peer's output is checked against CoDec's (which `codec bench` checked
 against the fp64 reference): relative L2 error, no NaN. `<peer>_ms` is the
 best variant of a family whose error is within 1e-2 (`<peer>_variant` names it).
 
-  python3 bench/peers.py --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex]
+  python3 bench/peers.py --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex] [--flush write]
 """
 import argparse
 import json
@@ -68,9 +69,10 @@ class Timer:
     """Median of CUDA-event timings, each run after an L2 flush; a CUDA graph of
     fn when it can be captured (launch gaps then cost what they cost CoDec)."""
 
-    def __init__(self, reps):
+    def __init__(self, reps, flush):
         self.reps = reps
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        self.flush_by_write = flush == "write"
+        self.flush = torch.zeros(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
     def __call__(self, fn, graph=True):
         fn()  # JIT, lazy allocations
@@ -81,7 +83,10 @@ class Timer:
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for i in range(WARMUP + self.reps):
-            self.flush.fill_(i & 0xFF)
+            if self.flush_by_write:
+                self.flush.fill_(i & 0xFF)
+            else:
+                self.flush.sum()  # reads it all, writes one number
             start.record()
             run()
             stop.record()
@@ -353,6 +358,8 @@ def main():
     ap.add_argument("--peers", default="fi_decode,fi_cascade,hydragen,sdpa,flex",
                     help="peer families to time (also: pat, once scripts/fetch_pat.sh and gpu_run.sh's pat step built it)")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--flush", choices=("read", "write"), default="read",
+                    help="L2 flush before each timed run: a read (L2 left clean) or a write (left dirty)")
     ap.add_argument("--scratch", default="/tmp/codec_peers", help="where dumps go (deleted after each workload)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -366,7 +373,7 @@ def main():
 
         versions = f"flashinfer {flashinfer.__version__}, " + versions
     log(f"{versions}, {torch.cuda.get_device_name()}")
-    timer = Timer(args.reps)
+    timer = Timer(args.reps, args.flush)
     results = []
     for name in args.workloads.split(","):
         workload, _, page_size = name.partition("@")
@@ -376,7 +383,7 @@ def main():
         saved = os.path.join(args.out, f"codec_{tag}.json")
         t0 = time.time()
         subprocess.run([args.codec, "bench", "--backend", "cuda", "--workload", workload, "--reps", str(args.reps),
-                        *(["--page-size", page_size] if page_size else []), "--dump", d, "--save", saved],
+                        "--flush", args.flush, *(["--page-size", page_size] if page_size else []), "--dump", d, "--save", saved],
                        check=True, stdout=sys.stderr)
         codec_row = json.load(open(saved))[0]
         log(f"{name}: codec {codec_row['codec_ms']:.4f} ms, flat {codec_row['flat_ms']:.4f} ms "

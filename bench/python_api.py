@@ -145,7 +145,7 @@ def main():
     p.add_argument("--reps", type=int, default=200)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    timer = Timer(30)
+    timer = Timer(30, "read")
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "host": host_rows([int(b) for b in a.batches.split(",")], a.reps, timer),
               "cli": cli_rows(a.codec, a.workloads.split(","), a.out, timer, 30) if a.workloads else []}

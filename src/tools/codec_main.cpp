@@ -72,6 +72,12 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", bench.threads, "CPU threads (default: all)")->check(in_range(0, 4096));
   bench_cmd->add_option("--reps", bench.reps, "Timed repetitions, median reported (default: 30 on a GPU, 5 on the CPU)")
       ->check(in_range(1, 1e6));
+  bench_cmd->add_option("--flush", bench.flush,
+                        "How L2 is flushed before each timed GPU run: read (a 256 MB read; L2 left clean, as after "
+                        "a decode step's QKV projection) or write (a 256 MB memset; its dirty lines are written back "
+                        "during the run)")
+      ->check(CLI::IsMember({"read", "write"}))
+      ->capture_default_str();
   bench_cmd->add_option("--dump", bench.dump, "Write inputs and outputs as .npy files into this folder");
   bench_cmd->add_option("--save", bench.save, "Also write the result rows as JSON to this file");
 

@@ -294,7 +294,8 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
     progress("timing CoDec and flat");
 #if CODEC_HAS_CUDA
-    std::unique_ptr<CudaBench> gpu_bench = cuda ? std::make_unique<CudaBench>(batch) : nullptr;
+    const L2Flush flush = bench.flush == "read" ? L2Flush::read : L2Flush::write;
+    std::unique_ptr<CudaBench> gpu_bench = cuda ? std::make_unique<CudaBench>(batch, flush) : nullptr;
 #endif
     auto measure = [&](const Plan& plan, const char* label) {
 #if CODEC_HAS_CUDA
@@ -326,6 +327,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"split", split},
                       {"scale", scale},
                       {"backend", backend},
+                      {"l2_flush", cuda ? bench.flush : "none"},
                       {"requests", batch.num_requests()},
                       {"unique_kv_tokens", forest.unique_tokens()},
                       {"flat_kv_tokens", forest.flat_tokens()},

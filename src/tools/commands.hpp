@@ -29,6 +29,7 @@ struct BenchArgs {
   int reps = 0;  // 0: the backend's default
   std::string dump;
   std::string save;  // also write the rows as JSON to this file
+  std::string flush = "read";  // how the GPU's L2 is flushed before each timed run: "read" or "write"
 };
 
 // Workload specs named by --workload: a comma-separated list, in which "all"

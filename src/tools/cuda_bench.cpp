@@ -9,13 +9,15 @@
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_check.hpp"
+#include "cuda_flush.hpp"
 
 namespace codec::tools {
 
 namespace {
 
-// Larger than the H200's 60 MB L2 several times over: writing it evicts every
-// line of the previous run, so each timed run reads KV from device memory.
+// Larger than the H200's 60 MB L2 several times over: reading or writing it
+// evicts every line of the previous run, so each timed run reads KV from
+// device memory.
 constexpr std::size_t kFlushBytes = std::size_t(256) << 20;
 
 struct DeviceBuffer {
@@ -31,20 +33,23 @@ struct DeviceBuffer {
 
 struct CudaBench::Impl {
   const Batch& batch;
-  DeviceBuffer k, v, q, out, lse, flush;
+  L2Flush flush_mode;
+  DeviceBuffer k, v, q, out, lse, flush, sink;
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
 
-  explicit Impl(const Batch& b)
-      : batch(b), k(b.k.size()), v(b.v.size()), q(b.q.size()),
+  Impl(const Batch& b, L2Flush mode)
+      : batch(b), flush_mode(mode), k(b.k.size()), v(b.v.size()), q(b.q.size()),
         out(std::size_t(b.num_requests()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.dtype)),
-        lse(std::size_t(b.num_requests()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes) {
+        lse(std::size_t(b.num_requests()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes),
+        sink(sizeof(std::uint32_t)) {
     CODEC_CUDA_CHECK(cudaStreamCreate(&stream));
     CODEC_CUDA_CHECK(cudaEventCreate(&start));
     CODEC_CUDA_CHECK(cudaEventCreate(&stop));
     CODEC_CUDA_CHECK(cudaMemcpy(k.ptr, b.k.data(), b.k.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemcpy(v.ptr, b.v.data(), b.v.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemcpy(q.ptr, b.q.data(), b.q.size(), cudaMemcpyHostToDevice));
+    CODEC_CUDA_CHECK(cudaMemset(flush.ptr, 0, kFlushBytes));  // what a read flush reads is defined
   }
   ~Impl() {
     cudaEventDestroy(start);
@@ -65,7 +70,7 @@ struct CudaBench::Impl {
   }
 };
 
-CudaBench::CudaBench(const Batch& batch) : impl_(std::make_unique<Impl>(batch)) {}
+CudaBench::CudaBench(const Batch& batch, L2Flush flush) : impl_(std::make_unique<Impl>(batch, flush)) {}
 CudaBench::~CudaBench() = default;
 
 std::string CudaBench::device_name() const {
@@ -139,7 +144,8 @@ double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps
   std::vector<double> times;
   constexpr int kWarmup = 5;
   for (int i = 0; i < kWarmup + reps; ++i) {
-    CODEC_CUDA_CHECK(cudaMemsetAsync(s.flush.ptr, i & 0xFF, kFlushBytes, s.stream));
+    if (s.flush_mode == L2Flush::write) CODEC_CUDA_CHECK(cudaMemsetAsync(s.flush.ptr, i & 0xFF, kFlushBytes, s.stream));
+    else flush_l2_by_reading(s.flush.ptr, kFlushBytes, static_cast<std::uint32_t*>(s.sink.ptr), s.stream);
     CODEC_CUDA_CHECK(cudaEventRecord(s.start, s.stream));
     CODEC_CUDA_CHECK(cudaGraphLaunch(exec, s.stream));
     CODEC_CUDA_CHECK(cudaEventRecord(s.stop, s.stream));

@@ -14,10 +14,15 @@
 
 namespace codec::tools {
 
+// How L2 is emptied before each timed run: by a memset of a buffer several
+// times its size (its lines left dirty, written back while the run reads) or
+// by a read of it (left clean).
+enum class L2Flush { write, read };
+
 // Device copies of one batch, shared by the runs of every plan over it.
 class CudaBench {
  public:
-  explicit CudaBench(const Batch& batch);
+  CudaBench(const Batch& batch, L2Flush flush);
   ~CudaBench();
   CudaBench(const CudaBench&) = delete;
   CudaBench& operator=(const CudaBench&) = delete;

@@ -70,7 +70,7 @@ void profile_merge(const Workload& base, const CostModel& cost, int reps, CostTa
   for (int i = 0; i < most; ++i) w.nodes.push_back({std::to_string(i), -1, kMergeNodeTokens});
   for (int i = 0; i < most; ++i) w.requests.push_back(i);
   const Batch batch = materialize(w);
-  CudaBench bench(batch);
+  CudaBench bench(batch, L2Flush::read);  // as `codec bench` times plans by default
   PlannerOptions opt = cuda_planner_options(w.heads, w.dtype);
   opt.split = SplitPolicy::fixed;
   const std::int32_t pages = std::int32_t((kMergeNodeTokens + w.page_size - 1) / w.page_size);
@@ -121,7 +121,7 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps, bool
   std::fprintf(stderr, "profile: %s, %d blocks, %d tasks per block, %d nodes of %ld tokens\n", device.name.c_str(),
                opt.num_blocks, kTasksPerBlock, nodes, max_len);
   const Batch batch = materialize(w);
-  CudaBench bench(batch);
+  CudaBench bench(batch, L2Flush::read);  // as `codec bench` times plans by default
 
   CostTable table;
   table.device = device.name;

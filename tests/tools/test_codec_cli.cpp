@@ -115,7 +115,8 @@ TEST(CodecCli, BadArgumentsExitWith2AndNameTheValue) {
                         Case{"plan --workload depth:2 --page-size 0", "page-size"},
                         Case{"bench --workload depth:2 --page-size -5", "must be a number >= 1 and <= 1048576, not '-5'"},
                         Case{"bench --workload depth:2 --scale 0", "--scale: must be a number > 0"},
-                        Case{"bench --workload depth:2 --blocks -1e300", "not '-1e300'"}}) {
+                        Case{"bench --workload depth:2 --blocks -1e300", "not '-1e300'"},
+                        Case{"bench --workload depth:2 --flush dirty", "dirty"}}) {
     const Result r = run_codec(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.named), std::string::npos) << c.args << "\n" << r.output;
