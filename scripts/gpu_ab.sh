@@ -19,6 +19,7 @@
 #     bash scripts/gpu_ab.sh "$OUT" -- "--workload depth:2"
 # The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
 #   ### old|new rROUND ARGS | the bench row (workload, times in ms, ...)
+# which scripts/ab_summary.py sums up (new / old per ARGS, geometric mean).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 usage() { echo "usage: [CODEC_AB_ROUNDS=N] bash scripts/gpu_ab.sh OUT FILE... -- 'BENCH ARGS'..." >&2; exit 2; }
