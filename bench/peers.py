@@ -383,7 +383,8 @@ def main():
         saved = os.path.join(args.out, f"codec_{tag}.json")
         t0 = time.time()
         subprocess.run([args.codec, "bench", "--backend", "cuda", "--workload", workload, "--reps", str(args.reps),
-                        "--flush", args.flush, *(["--page-size", page_size] if page_size else []), "--dump", d, "--save", saved],
+                        "--flush", args.flush, *(["--page-size", page_size] if page_size else []),
+                        "--dump", d, "--save", saved],
                        check=True, stdout=sys.stderr)
         codec_row = json.load(open(saved))[0]
         log(f"{name}: codec {codec_row['codec_ms']:.4f} ms, flat {codec_row['flat_ms']:.4f} ms "
