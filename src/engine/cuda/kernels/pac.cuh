@@ -19,7 +19,7 @@
 //               warp 3 without rows)
 // so small tasks still use every warp. Each warp keeps its own online-softmax
 // state; at the end of the task the S states of a row are merged through
-// shared memory with merge_weights (state.hpp).
+// shared memory (store_rows).
 //
 // Tasks of kWgmmaMinRows rows or more run on Hopper's wgmma instead (sm_90a
 // builds): the 4 warps are one warpgroup over 64 row slots, each warp sees
