@@ -4,7 +4,8 @@
 # and links: the kernels take ~6 minutes of nvcc each, device time otherwise.
 # Flags as PAT's setup.py under torch's BuildExtension; CUTLASS from the
 # FlashInfer wheel in .whl/ (scripts/fetch_peer_wheels.sh), torch's headers
-# from PYTHON's torch (the CPU wheel carries the CUDA headers too).
+# from PYTHON's torch, which need not import (the CPU wheel carries the CUDA
+# headers too).
 #   bash scripts/fetch_pat.sh && bash scripts/prebuild_pat.sh [PYTHON]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m zipfile -e "$wheel" "$tmp/fi" > /dev/null
 cutlass=$tmp/fi/flashinfer/data/cutlass
-torch_inc=$("$python" -c "from torch.utils.cpp_extension import include_paths; print(' '.join(include_paths()))")
+# torch's two include folders, found without importing torch (a wheel installed
+# without its CUDA libraries does not import, and its headers are all this needs)
+torch_inc=$("$python" -c "import importlib.util, os; t = os.path.dirname(importlib.util.find_spec('torch').origin);
+print(os.path.join(t, 'include'), os.path.join(t, 'include', 'torch', 'csrc', 'api', 'include'))")
 mkdir -p .pat/prebuilt
 flags=(-std=c++20 -O3 --use_fast_math -lineinfo --expt-relaxed-constexpr --expt-extended-lambda
        --compiler-options -fPIC -gencode=arch=compute_90a,code=sm_90a
