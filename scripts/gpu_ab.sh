@@ -59,7 +59,7 @@ mkdir -p "$out"
   wait
   echo "== built $(date)"
   timeout 300 ./build-gpu/tests/test_engine_cuda 2>&1 | tail -20
-  row() { timeout 120 "$@" 2>&1 | grep -E "^[a-z]+(:[0-9.A-Z]+)? +[0-9.]+ " | head -1; }
+  row() { timeout 120 "$@" 2>&1 | grep -E "^[A-Za-z0-9_.-]+(:[0-9.A-Z]+)? +[0-9.]+ " | head -1; }
   for r in $(seq 1 "$rounds"); do
     for args in "$@"; do
       for b in old new; do
