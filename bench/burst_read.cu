@@ -14,7 +14,7 @@
 //   ldg      16-byte loads into registers, no shared memory.
 // Each line prints the launch's time and the bytes it moved over that time.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90a bench/burst_read.cu -o burst_read && ./burst_read
+//   cmake --build build-gpu --target bench_burst_read && ./build-gpu/bench/bench_burst_read
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "cuda_flush.hpp"  // the L2 flush of `codec bench`
 
 #define CHECK(call)                                                                              \
   do {                                                                                           \
@@ -106,13 +108,6 @@ __global__ void __launch_bounds__(kThreads) burst(const Burst p) {
   if (smem[threadIdx.x] == 0xAB && smem[threadIdx.x + 1] == 0xCD) *p.sink = 1;  // the buffer holds zeros
 }
 
-__global__ void read_flush(const uint4* src, std::size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += stride) acc ^= src[i].x;
-  if (acc == 0x9e3779b9u) *sink = acc;
-}
-
 }  // namespace
 
 int main() {
@@ -135,7 +130,7 @@ int main() {
   auto time_us = [&](auto launch) {
     std::vector<float> t;
     for (int i = 0; i < 25; ++i) {
-      read_flush<<<4 * sms, 512>>>(reinterpret_cast<const uint4*>(flush), kFlushBytes / 16, sink);
+      codec::tools::flush_l2_by_reading(flush, kFlushBytes, sink, sms, nullptr);
       CHECK(cudaEventRecord(start));
       launch();
       CHECK(cudaEventRecord(stop));

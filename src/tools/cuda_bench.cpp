@@ -34,6 +34,7 @@ struct DeviceBuffer {
 struct CudaBench::Impl {
   const Batch& batch;
   L2Flush flush_mode;
+  int sms = 0;  // the read flush's grid: looked up once, not before every timed run
   DeviceBuffer k, v, q, out, lse, flush, sink;
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -50,6 +51,9 @@ struct CudaBench::Impl {
     CODEC_CUDA_CHECK(cudaMemcpy(v.ptr, b.v.data(), b.v.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemcpy(q.ptr, b.q.data(), b.q.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemset(flush.ptr, 0, kFlushBytes));  // what a read flush reads is defined
+    int device = 0;
+    CODEC_CUDA_CHECK(cudaGetDevice(&device));
+    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   }
   ~Impl() {
     cudaEventDestroy(start);
@@ -145,7 +149,7 @@ double CudaBench::time_graph(const Plan& plan, std::span<std::byte> ws, int reps
   constexpr int kWarmup = 5;
   for (int i = 0; i < kWarmup + reps; ++i) {
     if (s.flush_mode == L2Flush::write) CODEC_CUDA_CHECK(cudaMemsetAsync(s.flush.ptr, i & 0xFF, kFlushBytes, s.stream));
-    else flush_l2_by_reading(s.flush.ptr, kFlushBytes, static_cast<std::uint32_t*>(s.sink.ptr), s.stream);
+    else flush_l2_by_reading(s.flush.ptr, kFlushBytes, static_cast<std::uint32_t*>(s.sink.ptr), s.sms, s.stream);
     CODEC_CUDA_CHECK(cudaEventRecord(s.start, s.stream));
     CODEC_CUDA_CHECK(cudaGraphLaunch(exec, s.stream));
     CODEC_CUDA_CHECK(cudaEventRecord(s.stop, s.stream));

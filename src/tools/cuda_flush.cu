@@ -29,10 +29,7 @@ __global__ void read_all(const uint4* __restrict__ src, std::size_t n, std::uint
 
 }  // namespace
 
-void flush_l2_by_reading(const void* buffer, std::size_t bytes, std::uint32_t* sink, cudaStream_t stream) {
-  int sms = 0, device = 0;
-  CODEC_CUDA_CHECK(cudaGetDevice(&device));
-  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+void flush_l2_by_reading(const void* buffer, std::size_t bytes, std::uint32_t* sink, int sms, cudaStream_t stream) {
   read_all<<<4 * sms, 512, 0, stream>>>(static_cast<const uint4*>(buffer), bytes / sizeof(uint4), sink);
   CODEC_CUDA_CHECK_LAUNCH("read_all (L2 flush)", stream);
 }
