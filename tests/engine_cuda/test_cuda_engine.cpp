@@ -261,6 +261,70 @@ TEST(CudaEngine, EdgeCases) {
   check_case({{32, 1, 64}, DType::f16, 16, Layout::hnd, 2, 8, 0.3}, 26);
 }
 
+// The longest run of consecutive tasks within one block that the kernel packs
+// (cuda_pac_pack_limits), capped at a pack's size.
+int longest_pack(const Plan& plan, int head_dim) {
+  const CudaPackLimits limits = cuda_pac_pack_limits(head_dim);
+  const PlanView p = plan.view();
+  int longest = 0;
+  for (int b = 0; b < p.num_blocks; ++b)
+    for (int i = p.block_indptr[b], run = 0; i < p.block_indptr[b + 1]; ++i) {
+      const Task& t = p.tasks[i];
+      const bool fits = t.row_end - t.row_begin <= limits.rows && t.kv_end - t.kv_begin <= limits.tokens;
+      run = fits ? run + 1 : 0;
+      longest = std::max(longest, std::min(run, limits.tasks));
+    }
+  return longest;
+}
+
+TEST(CudaEngine, SmallTasksRunPacked) {
+  SKIP_WITHOUT_GPU();
+  // One root (0-200 tokens) under 24 requests with private tails of 0-16 or
+  // 0-100 tokens: every tail is a task of G rows, and on as few blocks as KV
+  // heads each block runs many in a row, so the kernel packs them a warp each
+  // (single-step and multi-step, partial last steps, empty rows of a warp's
+  // row tile); the flat plan's whole-path tasks pack too.
+  struct Case {
+    HeadConfig heads;
+    DType dtype;
+    int page_size;
+  };
+  const Case cases[] = {
+      {{8, 8, 64}, DType::f16, 1},      // MHA: 1 row per task
+      {{32, 8, 128}, DType::bf16, 16},  // GQA 4 (qwen3-4b)
+      {{40, 8, 128}, DType::f16, 5},    // GQA 5
+      {{16, 1, 256}, DType::bf16, 16},  // GQA 16: a full row tile
+      {{32, 8, 256}, DType::f16, 3},    // GQA 4, packs of 2
+      {{64, 4, 64}, DType::bf16, 16},   // GQA 16
+  };
+  for (const Case& c : cases)
+    for (const int max_tail : {16, 100}) {
+      test::RandomBatchSpec spec;
+      spec.seed = std::uint64_t(61 + max_tail + c.page_size);
+      spec.heads = c.heads;
+      spec.dtype = c.dtype;
+      spec.page_size = c.page_size;
+      spec.num_nodes = 1;
+      spec.num_requests = 24;
+      spec.fork_prob = 0;
+      spec.max_node_pages = (200 + c.page_size - 1) / c.page_size;
+      spec.max_tail = max_tail;
+      const test::RandomBatch b = test::make_random_batch(spec);
+      const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, b.q.data());
+      const DeviceBatch d = upload(b, Layout::nhd);
+      const Forest forest = derive_forest(b.table());
+      PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
+      opt.num_blocks = c.heads.num_kv_heads;
+      const std::string what = spec.describe() + " tails <= " + std::to_string(max_tail);
+      for (const bool flat : {false, true}) {
+        const Plan plan = make_plan(flat ? flatten(forest) : forest, c.heads, c.dtype, h200_cost(c.heads, c.dtype), opt);
+        EXPECT_EQ(longest_pack(plan, c.heads.head_dim), cuda_pac_pack_limits(c.heads.head_dim).tasks)
+            << what << (flat ? " flat" : " shared") << ": no full pack in the plan";
+        expect_matches(run_gpu(plan, d), ref, c.dtype, what + (flat ? " flat" : " shared"));
+      }
+    }
+}
+
 TEST(CudaEngine, ScoresRisingAcrossTiles) {
   SKIP_WITHOUT_GPU();
   // Keys scaled up page after page (RandomBatchSpec::key_ramp): a row's max

@@ -47,6 +47,16 @@ inline constexpr int kCudaMaxTileRows = 64;
 constexpr int cuda_pac_min_blocks_per_sm(int head_dim) { return head_dim == 64 ? 4 : 2; }
 static_assert(cuda_pac_min_blocks_per_sm(128) == h200::kBlocksPerSm, "the H200 roofline's block count is the kernel's");
 
+// A PAC block runs up to `tasks` of its consecutive tasks side by side, one per
+// warp, when each has at most `rows` rows and `tokens` KV tokens (a pack,
+// kernels/pac.cuh); a lone such task runs on all 4 warps.
+struct CudaPackLimits {
+  int tasks;
+  int rows;
+  int tokens;
+};
+constexpr CudaPackLimits cuda_pac_pack_limits(int head_dim) { return {head_dim == 256 ? 2 : 4, 16, 512}; }
+
 // Number of CUDA devices; 0 when there is none or no usable driver. Never throws.
 int cuda_device_count() noexcept;
 

@@ -2,7 +2,7 @@
 // Compile-time configuration of the CUDA kernels, one traits struct per
 // (head_dim, dtype): tile sizes, pipeline depth, shared-memory layout, with
 // static_asserts that name the limit a configuration would break.
-#include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm
+#include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm, cuda_pac_pack_limits
 
 namespace codec::cuda {
 
@@ -62,22 +62,26 @@ struct PacTraits {
   // 8 banks apart (a half-warp then covers all 32 banks).
   static constexpr int kStagingStride = D + 8;
   static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float)) + kMaxRows;
-  // Tokens of a tile one thread copies (the same chunk of each): rows
-  // kFirst + k · kTokenStride, k < kTokensPerThread, with kFirst = tid / kChunks.
-  static constexpr int kTokenStride = kThreads / kChunks;
-  static constexpr int kTokensPerThread = kTileTokens / kTokenStride;
+  // Packs (kernels/pac.cuh): up to kMaxPack consecutive tasks of a block, each
+  // of at most kRowsPerWarp rows and kPackMaxTokens tokens, run side by side,
+  // one warp each; warp w streams its task through tokens [16w, 16w + 16) of
+  // every stage, so a warp has as many bytes in flight as a block's task of
+  // one row tile shares among its 4 warps.
+  static constexpr int kMaxPack = cuda_pac_pack_limits(D).tasks;
+  static constexpr int kPackMaxTokens = cuda_pac_pack_limits(D).tokens;
 
   static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
   static_assert(sizeof(T) == 2, "tensor-core path is fp16 / bf16 only");
   static_assert(kChunks >= 8, "the swizzle permutes 8 chunks of 16 bytes per row: head_dim must be >= 64");
   static_assert(kTileTokens % kTokenStep == 0, "a tile must be whole 16-token mma steps");
-  static_assert((kTileTokens * kChunks) % kThreads == 0, "every thread copies the same number of KV chunks");
+  static_assert(kMaxPack <= kWarps && kMaxPack == kTileTokens / kTokenStep,
+                "a pack runs one task per warp, each on its own 16 tokens of every stage");
+  static_assert(cuda_pac_pack_limits(D).rows == kRowsPerWarp, "a packed task's rows are one warp's row tile");
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kTileTokens * 128 % 1024 == 0,
                 "every operand and column block must start on a 1024-byte boundary (wgmma's 128-byte swizzle)");
   static_assert(kThreads >= kMaxRows, "one thread loads each row's single-partial flag");
   static_assert(kStagingBytes <= kSmemBytes, "epilogue staging must fit in the Q + KV shared memory it reuses");
   static_assert(kStages >= 2, "the main loop overlaps a tile's copy with the previous tile's compute");
-  static_assert(kThreads % kChunks == 0, "a thread copies the same 16-byte chunk of each of its tokens");
   static_assert(kMinBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024,
                 "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
 };

@@ -24,6 +24,9 @@
 // Tasks of kWgmmaMinRows rows or more run on Hopper's wgmma instead (sm_90a
 // builds): the 4 warps are one warpgroup over 64 row slots, each warp sees
 // every token, and K and V leave shared memory once per tile.
+//
+// Consecutive small tasks of a block (≤ 16 rows, ≤ kPackMaxTokens tokens),
+// 2 to kMaxPack of them, run as a pack instead: one task per warp (pac_pack).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -165,7 +168,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // prologue. The first tiles' page ids and the rows' request ids are issued
   // before anything waits; the Q copies, which need the request ids, and the
   // first KV tiles follow, then the single-partial flags.
-  KvLoader<D, T> kv(p.kv, task, pages, geo, num_tiles, skv);
+  KvLoader<D, T> kv(p.kv, task, pages, geo, num_tiles, skv, tid, 0);
   typename KvLoader<D, T>::Prologue pro;
   kv.look_up_first(pro);
   // the task's query rows into sq; rows up to the last row tile (all 64 on the
@@ -227,10 +230,115 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   __syncthreads();  // the next task's prologue overwrites the staging
 }
 
+// How many of the block's tasks from i on (before end) form a pack: the
+// leading run, up to kMaxPack, of tasks of at most kRowsPerWarp rows and
+// kPackMaxTokens tokens. The same answer in every warp.
+template <int D, typename T>
+__device__ __forceinline__ int pack_size(const PlanView& plan, int i, int end) {
+  using Tr = PacTraits<D, T>;
+  const int lane = threadIdx.x % 32;
+  bool fits = false;
+  if (lane < Tr::kMaxPack && i + lane < end) {
+    const Task& t = plan.tasks[i + lane];
+    fits = t.row_end - t.row_begin <= Tr::kRowsPerWarp && t.kv_end - t.kv_begin <= Tr::kPackMaxTokens;
+  }
+  return __ffs(~__ballot_sync(0xffffffffu, fits)) - 1;  // lanes from kMaxPack on never fit
+}
+
+// A pack of `count` small tasks from tasks[i], one per warp (kernel_traits.cuh).
+// A task of 1-16 tokens and a few rows costs a block ~3.7 µs, mostly
+// dependent round trips (descriptor, page ids, the first tile) and the
+// epilogue's barriers, against ~0.5 µs for its bytes (results/h200/run28);
+// side by side, 2-4 tasks pay those latencies once. Warp w keeps row tile w of
+// Q and tokens [16w, 16w + 16) of every stage, streams its task 16 tokens a
+// step, kStages − 1 steps ahead, synchronising with __syncwarp only, and
+// writes its rows from registers: no staging, no barrier until the pack ends.
+template <int D, typename T>
+__device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, const PageGeometry geo,
+                                         unsigned char* smem) {
+  using Tr = PacTraits<D, T>;
+  const PlanView& plan = p.plan;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = plan.group;
+  if (warp < count) {
+    const Task task = plan.tasks[i + warp];
+    const int rows = task.row_end - task.row_begin;
+    const int kv_len = task.kv_end - task.kv_begin;
+    const int num_steps = (kv_len + Tr::kTokenStep - 1) / Tr::kTokenStep;
+    const std::int32_t* reqs = plan.node_reqs + task.req_begin;
+    T* sq = reinterpret_cast<T*>(smem);
+    T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
+    const int row0 = warp * Tr::kRowsPerWarp;  // of Q, and of every stage
+
+    KvLoader<D, T, 32, Tr::kTokenStep> kv(p.kv, task, plan.node_pages + task.page_begin, geo, num_steps, skv, lane,
+                                          row0);
+    typename KvLoader<D, T, 32, Tr::kTokenStep>::Prologue pro;
+    kv.look_up_first(pro);
+    {
+      const T* q = static_cast<const T*>(p.q);
+      for (int c = lane; c < Tr::kRowsPerWarp * Tr::kChunks; c += 32) {
+        const int r = c / Tr::kChunks, cq = c % Tr::kChunks, v = task.row_begin + r;
+        const T* src = q;
+        if (r < rows) src += p.q_rows.at(reqs[v / G], task.kv_head * G + v % G) + 8 * cq;
+        cp_async_16(sq + tile_offset<Tr::kMaxRows>(row0 + r, cq), src, r < rows);
+      }
+    }
+    kv.start(pro);
+    // this lane's rows lane / 4 + 8h: their request and whether it has a
+    // single partial, loaded while the copies fly
+    int req[2];
+    bool single[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lane / 4 + 8 * h;
+      req[h] = r < rows ? reqs[(task.row_begin + r) / G] : 0;
+      single[h] = r < rows && plan.num_partials(req[h]) == 1;
+    }
+
+    SoftmaxState state[2];
+    float o[D / 2] = {};
+    for (int t = 0; t < num_steps; ++t) {
+      __syncwarp();  // the warp is done with step t − 1: its stage may be refilled
+      kv.refill(t, pro.ahead);
+      cp_async_wait<Tr::kStages - 1>();
+      __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
+      const T* sk = kv.stage(t);
+      attend_tile_mma<D, T>(sq, sk, sk + Tr::kTileTokens * D, warp, row0, 1,
+                            row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, state, o);
+    }
+    cp_async_wait<0>();
+
+    // epilogue: rows lane / 4 + 8h, columns 8n + 2 (lane % 4) + {0, 1}
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = lane / 4 + 8 * h, v = task.row_begin + r;
+      state[h].l = butterfly<4>(state[h].l, SumOp{});
+      const float inv_l = state[h].inv_l(), lse = state[h].lse();
+      if (r >= rows) continue;
+      const int col = 2 * (lane % 4);
+      if (single[h]) {
+        const int head = task.kv_head * G + v % G;
+        T* out = static_cast<T*>(p.out) + p.out_rows.at(req[h], head) + col;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<std::uint32_t*>(out + 8 * n) = pack2<T>(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+        if (lane % 4 == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req[h], head)] = lse * p.lse_scale;
+      } else {
+        const std::int64_t slot = task.slot0 + v;
+        float* out = p.part_o + slot * D + col;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<float2*>(out + 8 * n) = make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+        if (lane % 4 == 0) p.part_lse[slot] = lse;
+      }
+    }
+  }
+  __syncthreads();  // the next task's prologue overwrites Q and the stages
+}
+
 // Programmatic dependent launch (sm_90): the merge kernel is launched with
 // programmatic stream serialisation (merge.cuh), so it may start once every PAC
 // block has called launch_dependents (or exited). A block calls it when it
-// starts its last task: by then the merge's launch and its plan-only prologue
+// starts its last task (or pack): by then the merge's launch and its plan-only prologue
 // overlap that task, ~2–5 µs of a two-kernel run that small trees spend in
 // 30–60 µs, while merge blocks waiting in griddepcontrol.wait never sit beside
 // PAC blocks that still have several tasks to run. The trigger carries no
@@ -253,9 +361,16 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
   const PlanView& plan = p.plan;
   const PageGeometry geo(plan.page_size);
   const int begin = plan.block_indptr[blockIdx.x], end = plan.block_indptr[blockIdx.x + 1];
-  for (int i = begin; i < end; ++i) {
-    if (i == end - 1) pdl_launch_dependents();
-    pac_task<D, T>(p, plan.tasks[i], geo, smem);
+  for (int i = begin; i < end;) {
+    // the task's descriptor is loaded beside the pack test's, not after it:
+    // one round trip before a task starts, as without packs
+    const Task task = plan.tasks[i];
+    const int pack = pack_size<D, T>(plan, i, end);
+    const int count = pack >= 2 ? pack : 1;  // a lone small task keeps all 4 warps
+    if (i + count == end) pdl_launch_dependents();
+    if (count >= 2) pac_pack<D, T>(p, i, count, geo, smem);
+    else pac_task<D, T>(p, task, geo, smem);
+    i += count;
   }
 }
 

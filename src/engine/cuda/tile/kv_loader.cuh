@@ -37,33 +37,42 @@ struct PageGeometry {
   __device__ __forceinline__ int page(int t) const { return shift >= 0 ? t >> shift : t / size; }
 };
 
-// One block's loader for one task. Token t of the chunk's tile lives in page
-// pages[t / page_size] at slot t % page_size (PageGeometry). kThreads is a
-// multiple of kChunks, so a thread always copies the same 16-byte chunk c of
-// its tokens: rows tid / kChunks + k · kTokenStride of the tile. The kChunks
-// threads of a token share its address, so each warp looks up its (at most
-// 16) tokens once, one per lane (lookup), and hands the offsets out by shuffle
-// (copy): ~35 integer instructions of page arithmetic per warp and tile
-// instead of per token.
+// One task's loader: kLanes threads (the block, or one warp of a pack) copy
+// kStepTokens tokens per tile, into rows row0 .. row0 + kStepTokens − 1 of
+// each stage (a block's task: the whole stage; warp w of a pack: its 16
+// tokens from 16w). Token t of the chunk lives in page pages[t / page_size]
+// at slot t % page_size (PageGeometry). kLanes is a multiple of kChunks, so a
+// thread always copies the same 16-byte chunk c of its tokens: rows lane /
+// kChunks + k · kTokenStride of the tile. The kChunks threads of a token
+// share its address, so each warp looks up its (at most 16) tokens once, one
+// per lane (lookup), and hands the offsets out by shuffle (copy): ~35 integer
+// instructions of page arithmetic per warp and tile instead of per token.
 //
 // A tile's page ids are looked up one refill before they are copied, so that
 // the load's latency (an L1 or L2 round trip per tile) hides behind a tile of
 // compute instead of stalling the copy. cp.async groups: start() commits
-// kStages − 1 groups (tiles 0 .. kStages − 2; whatever the block issued
+// kStages − 1 groups (tiles 0 .. kStages − 2; whatever the threads issued
 // before, Q, rides in the first), and every refill() one more.
-template <int D, typename T>
+template <int D, typename T, int kLanes = PacTraits<D, T>::kThreads, int kStepTokens = PacTraits<D, T>::kTileTokens>
 class KvLoader {
   using Tr = PacTraits<D, T>;
-  static constexpr int kWarpTokens = 32 / Tr::kChunks;  // tokens a warp copies per step k
-  static_assert(Tr::kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
+  static constexpr int kTokenStride = kLanes / Tr::kChunks;      // tokens the kLanes threads copy at once
+  static constexpr int kTokensPerThread = kStepTokens / kTokenStride;
+  static constexpr int kWarpTokens = 32 / Tr::kChunks;           // tokens a warp copies per step k
+  static_assert(kLanes % 32 == 0 && kLanes % Tr::kChunks == 0,
+                "a thread copies the same 16-byte chunk of each of its tokens");
+  static_assert(kStepTokens % kTokenStride == 0, "every thread copies the same number of KV chunks");
+  static_assert(kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
+  static_assert(kStepTokens <= Tr::kTileTokens, "a step fits in a stage");
 
  public:
+  // lane: this thread's index among the kLanes; row0: the stage row of the
+  // step's first token.
   __device__ __forceinline__ KvLoader(const KvPool& pool, const Task& task, const std::int32_t* pages,
-                                      PageGeometry geo, int num_tiles, T* stages)
+                                      PageGeometry geo, int num_tiles, T* stages, int lane, int row0)
       : pool_(pool), pages_(pages), geo_(geo), kv_begin_(task.kv_begin), kv_end_(task.kv_end),
-        num_tiles_(num_tiles), stages_(stages) {
-    const int tid = threadIdx.x, c = tid % Tr::kChunks;
-    const std::int64_t head_offset = std::int64_t(task.kv_head) * pool.stride_head + 8 * c;
+        num_tiles_(num_tiles), lane_(lane), row0_(row0), stages_(stages) {
+    const std::int64_t head_offset = std::int64_t(task.kv_head) * pool.stride_head + 8 * (lane % Tr::kChunks);
     k_base_ = reinterpret_cast<const char*>(static_cast<const T*>(pool.k) + head_offset);
     v_base_ = reinterpret_cast<const char*>(static_cast<const T*>(pool.v) + head_offset);
   }
@@ -98,11 +107,12 @@ class KvLoader {
       cp_async_commit();
     }
   }
-  // Main loop, tile t, once every warp is done with tile t − 1: tile t +
-  // kStages − 1 (its tokens in `ahead`) into the stage tile t − 1 used, then
-  // `ahead` becomes the next refill's. The group is committed even when empty,
-  // so that the count stays in step with t: after refill(t), waiting until at
-  // most kStages − 1 groups are pending completes tiles 0 .. t (and Q).
+  // Main loop, tile t, once every thread of the kLanes is done with tile t −
+  // 1: tile t + kStages − 1 (its tokens in `ahead`) into the stage tile t − 1
+  // used, then `ahead` becomes the next refill's. The group is committed even
+  // when empty, so that the count stays in step with t: after refill(t),
+  // waiting until at most kStages − 1 groups are pending completes tiles 0 ..
+  // t (and Q).
   __device__ __forceinline__ void refill(int t, LaneToken& ahead) const {
     if (t + Tr::kStages - 1 < num_tiles_) copy(t + Tr::kStages - 1, ahead);
     cp_async_commit();
@@ -113,23 +123,23 @@ class KvLoader {
 
  private:
   __device__ __forceinline__ LaneToken lookup(int tile) const {
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int warp = lane_ / 32, lane = lane_ % 32;
     const int k = lane / kWarpTokens;
-    const int t = kv_begin_ + tile * Tr::kTileTokens + warp * kWarpTokens + lane % kWarpTokens + k * Tr::kTokenStride;
-    if (tile >= num_tiles_ || k >= Tr::kTokensPerThread || t >= kv_end_) return LaneToken{0, 0, false};
+    const int t = kv_begin_ + tile * kStepTokens + warp * kWarpTokens + lane % kWarpTokens + k * kTokenStride;
+    if (tile >= num_tiles_ || k >= kTokensPerThread || t >= kv_end_) return LaneToken{0, 0, false};
     const int page = geo_.page(t);
     return LaneToken{pages_[page], t - page * geo_.size, true};
   }
   __device__ __forceinline__ void copy(int tile, LaneToken token) const {
-    const int tid = threadIdx.x, lane = tid % 32, c = tid % Tr::kChunks;
+    const int lane = lane_ % 32, c = lane_ % Tr::kChunks;
     const unsigned valid_lanes = __ballot_sync(0xffffffffu, token.valid);
     const std::int64_t lane_offset = (std::int64_t(token.page) * pool_.stride_page +
                                       std::int64_t(token.slot) * pool_.stride_token) * std::int64_t(sizeof(T));
     T* sk = stage(tile);
     T* sv = sk + Tr::kTileTokens * D;
 #pragma unroll
-    for (int k = 0; k < Tr::kTokensPerThread; ++k) {
-      const int j = tid / Tr::kChunks + k * Tr::kTokenStride;
+    for (int k = 0; k < kTokensPerThread; ++k) {
+      const int j = row0_ + lane_ / Tr::kChunks + k * kTokenStride;
       const int src_lane = k * kWarpTokens + lane / Tr::kChunks;
       const std::int64_t offset = __shfl_sync(0xffffffffu, lane_offset, src_lane);
       const bool valid = (valid_lanes >> src_lane) & 1u;
@@ -141,7 +151,7 @@ class KvLoader {
   const KvPool& pool_;  // in the kernel's parameters
   const std::int32_t* pages_;
   PageGeometry geo_;
-  int kv_begin_, kv_end_, num_tiles_;
+  int kv_begin_, kv_end_, num_tiles_, lane_, row0_;
   T* stages_;
   const char* k_base_;
   const char* v_base_;
