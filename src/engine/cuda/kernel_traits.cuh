@@ -65,8 +65,8 @@ struct PacTraits {
   // Packs (kernels/pac.cuh): up to kMaxPack consecutive tasks of a block, each
   // of at most kRowsPerWarp rows and kPackMaxTokens tokens, run side by side,
   // one warp each; warp w streams its task through tokens [16w, 16w + 16) of
-  // every stage, so a warp has as many bytes in flight as a block's task of
-  // one row tile shares among its 4 warps.
+  // every stage, so a full pack keeps as many bytes in flight as one task on
+  // the whole block.
   static constexpr int kMaxPack = cuda_pac_pack_limits(D).tasks;
   static constexpr int kPackMaxTokens = cuda_pac_pack_limits(D).tokens;
 
