@@ -301,6 +301,7 @@ nb::dict stats_of(const PlanStats& s) {
   d["num_requests"] = s.num_requests;
   d["num_nodes"] = s.num_nodes;
   d["num_tasks"] = s.num_tasks;
+  d["num_wide_tasks"] = s.num_wide_tasks;
   d["num_blocks"] = s.num_blocks;
   d["num_slots"] = s.num_slots;
   d["max_splits"] = s.max_splits;
@@ -394,7 +395,8 @@ class Planner {
       const int cap_requests = options.capacity ? max_requests_ : batch;
       const std::int64_t cap_entries = options.capacity ? max_page_entries_ : std::max<std::int64_t>(entries, 1);
       need_bytes = cuda_workspace_bytes(PlanCapacity::for_batches(cap_requests, cap_entries, heads_,
-                                                                  options.max_tile_rows, options.num_blocks, need),
+                                                                  options.max_tile_rows, options.num_blocks, need,
+                                                                  options.wide_blocks()),
                                         heads_.head_dim) + kCudaAlign;
       if (options.capacity) slots = options.capacity->slots;
       else if (need_bytes <= workspace_bytes_)

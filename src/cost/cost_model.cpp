@@ -67,6 +67,11 @@ double RooflineCostModel::cost_us(int rows, long kv_len) const {
   return std::max(bytes / bytes_per_us, flops / flops_per_us) + params_.task_overhead_us;
 }
 
+double RooflineCostModel::wide_cost_us(int rows, long kv_len) const {
+  // the same traffic and work as one task of `rows` rows, on two blocks' share of the device
+  return (cost_us(rows, kv_len) - params_.task_overhead_us) / 2 + params_.task_overhead_us;
+}
+
 std::string RooflineCostModel::describe() const {
   std::ostringstream os;
   os << "roofline: " << params_.bandwidth_gbps << " GB/s, " << params_.peak_tflops
@@ -83,11 +88,22 @@ namespace {
 
 using nlohmann::json;
 
-// A task grid (us, or one of busy_us) over the table's rows and kv_len, named `name`.
+// Strictly increasing values ≥ 1, named `name`.
+void validate_axis(const auto& v, const std::string& where, const std::string& name) {
+  CODEC_CHECK(!v.empty(), where, ": ", name, " is empty");
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    CODEC_CHECK(v[i] >= 1, where, ": ", name, "[", i, "] = ", v[i], " must be >= 1");
+    CODEC_CHECK(i == 0 || v[i] > v[i - 1], where, ": ", name, "[", i, "] = ", v[i], " must be > ", name, "[",
+                i - 1, "] = ", v[i - 1], " (strictly increasing)");
+  }
+}
+
+// A task grid (us, one of busy_us, or wide_us over wide_rows) over `rows`
+// and the table's kv_len, named `name`.
 void validate_task_grid(const CostTable& t, const std::vector<std::vector<double>>& us, const std::string& where,
-                        const std::string& name) {
-  CODEC_CHECK(us.size() == t.rows.size(), where, ": ", name, " has ", us.size(), " rows, expected ", t.rows.size(),
-              " (one per rows entry)");
+                        const std::string& name, const std::vector<int>& rows, const char* rows_name = "rows") {
+  CODEC_CHECK(us.size() == rows.size(), where, ": ", name, " has ", us.size(), " rows, expected ", rows.size(),
+              " (one per ", rows_name, " entry)");
   for (std::size_t i = 0; i < us.size(); ++i) {
     CODEC_CHECK(us[i].size() == t.kv_len.size(), where, ": ", name, "[", i, "] has ", us[i].size(),
                 " values, expected ", t.kv_len.size(), " (one per kv_len entry)");
@@ -101,19 +117,13 @@ void validate_task_grid(const CostTable& t, const std::vector<std::vector<double
 void validate_table(const CostTable& t, const std::string& where) {
   CODEC_CHECK(t.head_dim == 64 || t.head_dim == 128 || t.head_dim == 256, where,
               ": head_dim = ", t.head_dim, " is unsupported (supported: 64, 128, 256)");
-  CODEC_CHECK(!t.rows.empty(), where, ": rows is empty");
-  CODEC_CHECK(!t.kv_len.empty(), where, ": kv_len is empty");
-  for (std::size_t i = 0; i < t.rows.size(); ++i) {
-    CODEC_CHECK(t.rows[i] >= 1, where, ": rows[", i, "] = ", t.rows[i], " must be >= 1");
-    CODEC_CHECK(i == 0 || t.rows[i] > t.rows[i - 1], where, ": rows[", i, "] = ", t.rows[i],
-                " must be > rows[", i - 1, "] = ", t.rows[i - 1], " (strictly increasing)");
+  validate_axis(t.rows, where, "rows");
+  validate_axis(t.kv_len, where, "kv_len");
+  validate_task_grid(t, t.us, where, "us", t.rows);
+  if (!t.wide_rows.empty() || !t.wide_us.empty()) {
+    validate_axis(t.wide_rows, where, "wide_rows");
+    validate_task_grid(t, t.wide_us, where, "wide_us", t.wide_rows, "wide_rows");
   }
-  for (std::size_t j = 0; j < t.kv_len.size(); ++j) {
-    CODEC_CHECK(t.kv_len[j] >= 1, where, ": kv_len[", j, "] = ", t.kv_len[j], " must be >= 1");
-    CODEC_CHECK(j == 0 || t.kv_len[j] > t.kv_len[j - 1], where, ": kv_len[", j, "] = ", t.kv_len[j],
-                " must be > kv_len[", j - 1, "] = ", t.kv_len[j - 1], " (strictly increasing)");
-  }
-  validate_task_grid(t, t.us, where, "us");
   // The busy grids: all three fields or none.
   if (t.blocks != 0 || !t.busy_blocks.empty() || !t.busy_us.empty()) {
     CODEC_CHECK(t.blocks >= 2 && !t.busy_blocks.empty(), where, ": blocks (", t.blocks, "), busy_blocks and "
@@ -129,7 +139,7 @@ void validate_table(const CostTable& t, const std::string& where) {
     CODEC_CHECK(t.busy_us.size() == t.busy_blocks.size(), where, ": busy_us has ", t.busy_us.size(),
                 " grids, expected ", t.busy_blocks.size(), " (one per busy_blocks entry)");
     for (std::size_t b = 0; b < t.busy_us.size(); ++b)
-      validate_task_grid(t, t.busy_us[b], where, "busy_us[" + std::to_string(b) + "]");
+      validate_task_grid(t, t.busy_us[b], where, "busy_us[" + std::to_string(b) + "]", t.rows);
   }
   // The merge grid: all three fields or none.
   const bool merge = !t.merge_rows.empty() || !t.merge_partials.empty() || !t.merge_us.empty();
@@ -252,6 +262,10 @@ CostTable CostTable::parse(const std::string& json_text, const std::string& sour
     t.merge_partials = integers<int>(doc, "merge_partials", where);
     t.merge_us = grid(field(doc, "merge_us", where), where, "merge_us");
   }
+  if (doc.contains("wide_rows") || doc.contains("wide_us")) {
+    t.wide_rows = integers<int>(doc, "wide_rows", where);
+    t.wide_us = grid(field(doc, "wide_us", where), where, "wide_us");
+  }
   if (doc.contains("blocks") || doc.contains("busy_blocks") || doc.contains("busy_us")) {
     t.blocks = integer<int>(field(doc, "blocks", where), where, "blocks");
     t.busy_blocks = integers<int>(doc, "busy_blocks", where);
@@ -282,6 +296,10 @@ void CostTable::save(const std::string& path) const {
     doc["merge_rows"] = merge_rows;
     doc["merge_partials"] = merge_partials;
     doc["merge_us"] = merge_us;
+  }
+  if (!wide_rows.empty()) {
+    doc["wide_rows"] = wide_rows;
+    doc["wide_us"] = wide_us;
   }
   if (!busy_blocks.empty()) {
     doc["blocks"] = blocks;
@@ -339,10 +357,10 @@ double row_cost(const CostTable& t, const Grid& us, std::size_t i, long kv_len) 
 // outside the grid clamp: below, fewer rows than measured still pay the
 // smallest measured task; above, the grid is expected to reach one query
 // tile, and the planner splits larger tasks into tiles (docs/DESIGN.md §4).
-double grid_cost(const CostTable& t, const Grid& us, int rows, long kv_len) {
+// (wide_us over wide_rows likewise.)
+double grid_cost(const CostTable& t, const Grid& us, int rows, long kv_len, const std::vector<int>& r) {
   CODEC_CHECK(rows >= 1, "cost model: rows ", rows, " must be >= 1");
   CODEC_CHECK(kv_len >= 0, "cost model: kv_len ", kv_len, " must be >= 0");
-  const std::vector<int>& r = t.rows;
   if (rows <= r.front()) return row_cost(t, us, 0, kv_len);
   if (rows >= r.back()) return row_cost(t, us, r.size() - 1, kv_len);
   const std::size_t i =
@@ -354,7 +372,14 @@ double grid_cost(const CostTable& t, const Grid& us, int rows, long kv_len) {
 
 }  // namespace
 
-double TableCostModel::cost_us(int rows, long kv_len) const { return grid_cost(table_, table_.us, rows, kv_len); }
+double TableCostModel::cost_us(int rows, long kv_len) const {
+  return grid_cost(table_, table_.us, rows, kv_len, table_.rows);
+}
+
+double TableCostModel::wide_cost_us(int rows, long kv_len) const {
+  if (!prices_wide()) return CostModel::wide_cost_us(rows, kv_len);
+  return grid_cost(table_, table_.wide_us, rows, kv_len, table_.wide_rows);
+}
 
 namespace {
 
@@ -397,11 +422,11 @@ double TableCostModel::cost_busy_us(int rows, long kv_len, int busy) const {
   const double all = cost_us(rows, kv_len);
   const int last = t.busy_blocks.back();
   if (busy >= last) {
-    const double at_last = grid_cost(t, t.busy_us.back(), rows, kv_len);
+    const double at_last = grid_cost(t, t.busy_us.back(), rows, kv_len, t.rows);
     return std::min(all, at_last + (all - at_last) * double(busy - last) / double(t.blocks - last));
   }
-  return std::min(all, interpolate(t.busy_blocks, [&](std::size_t b) { return grid_cost(t, t.busy_us[b], rows, kv_len); },
-                                   double(busy)));
+  const auto at = [&](std::size_t b) { return grid_cost(t, t.busy_us[b], rows, kv_len, t.rows); };
+  return std::min(all, interpolate(t.busy_blocks, at, double(busy)));
 }
 
 std::string TableCostModel::describe() const {
@@ -417,6 +442,7 @@ std::string TableCostModel::describe() const {
   if (prices_merge())
     os << "; merge: rows " << t.merge_rows.front() << ".." << t.merge_rows.back() << " x partials "
        << t.merge_partials.front() << ".." << t.merge_partials.back();
+  if (prices_wide()) os << "; wide: rows " << t.wide_rows.front() << ".." << t.wide_rows.back();
   if (prices_contention()) {
     os << "; busy blocks";
     for (const int b : t.busy_blocks) os << ' ' << b;

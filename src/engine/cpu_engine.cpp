@@ -208,14 +208,17 @@ void run_with(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   PlanView p = plan.view();
   p.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
   const CpuRunner<T, O> runner(p, kv, io, workspace, plan.workspace(), plan.heads().scale());
-  const int max_rows = std::max(1, plan.extent().max_task_rows);
-  // Phase 1 (PAC): blocks are the plan's balanced bins; threads take them in turn.
+  const int max_rows = std::max({1, plan.extent().max_task_rows, plan.extent().max_wide_rows});
+  // Phase 1 (PAC): blocks, then wide blocks, are the plan's balanced bins; threads take them in turn.
+  const int bins = p.num_blocks + p.num_wide_blocks;
 #pragma omp parallel num_threads(threads)
   {
     Scratch scratch(max_rows, p.head_dim);
 #pragma omp for schedule(dynamic, 1)
-    for (int b = 0; b < p.num_blocks; ++b)
-      for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) runner.task(p.tasks[i], scratch);
+    for (int b = 0; b < bins; ++b) {
+      const std::int32_t* indptr = b < p.num_blocks ? p.block_indptr + b : p.wide_indptr + (b - p.num_blocks);
+      for (int i = indptr[0]; i < indptr[1]; ++i) runner.task(p.tasks[i], scratch);
+    }
   }
   // Phase 2 (POR): rows are independent.
 #pragma omp parallel num_threads(threads)

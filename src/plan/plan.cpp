@@ -23,6 +23,8 @@ constexpr void for_each_array(F&& f) {
   using C = const PlanCapacity&;
   f(&PlanArrays::tasks, &PlanView::tasks, [](C c) { return c.tasks; });
   f(&PlanArrays::block_indptr, &PlanView::block_indptr, [](C c) { return std::int64_t(c.blocks) + 1; });
+  f(&PlanArrays::wide_indptr, &PlanView::wide_indptr,
+    [](C c) { return c.wide_blocks ? std::int64_t(c.wide_blocks) + 1 : 0; });
   f(&PlanArrays::node_page_begin, &PlanView::node_page_begin, [](C c) { return std::int64_t(c.nodes) + 1; });
   f(&PlanArrays::node_pages, &PlanView::node_pages, [](C c) { return c.node_pages; });
   f(&PlanArrays::node_req_begin, &PlanView::node_req_begin, [](C c) { return std::int64_t(c.nodes) + 1; });
@@ -72,6 +74,9 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
     CODEC_CHECK(v.first <= v.second, "plan has ", v.first, " ", name, ", more than its capacity of ", v.second);
   CODEC_CHECK(std::int64_t(a.block_indptr.size()) - 1 == c.blocks, "plan has ", a.block_indptr.size() - 1,
               " blocks; a plan at this capacity must have exactly ", c.blocks);
+  const std::int64_t wide = a.wide_indptr.empty() ? 0 : std::int64_t(a.wide_indptr.size()) - 1;
+  CODEC_CHECK(wide == c.wide_blocks, "plan has ", wide, " wide blocks; a plan at this capacity must have exactly ",
+              c.wide_blocks);
   CODEC_CHECK(std::int64_t(a.node_page_begin.size()) == nodes + 1 && std::int64_t(a.node_req_begin.size()) == nodes + 1 &&
                   std::int64_t(a.node_slot_base.size()) == nodes,
               "plan arrays disagree on their ", nodes, " nodes (node_page_begin ", a.node_page_begin.size(),
@@ -100,7 +105,7 @@ void write_arrays(const PlanArrays& a, const std::array<std::size_t, count_array
 }  // namespace
 
 PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
-                                       int max_tile_rows, int blocks, std::int64_t slots) {
+                                       int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks) {
   CODEC_CHECK(max_requests >= 1, "capacity: max_requests ", max_requests, " must be >= 1");
   CODEC_CHECK(max_page_entries >= 1, "capacity: max_page_entries ", max_page_entries, " must be >= 1");
   CODEC_CHECK(max_tile_rows >= 1, "capacity: max_tile_rows ", max_tile_rows, " must be >= 1");
@@ -108,6 +113,7 @@ PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_e
   PlanCapacity c;
   c.requests = max_requests;
   c.blocks = blocks;
+  c.wide_blocks = wide_blocks;
   c.nodes = int(std::min<std::int64_t>(2 * std::int64_t(max_requests) - 1, max_page_entries));
   c.node_pages = max_page_entries;
   c.node_reqs = max_page_entries;
@@ -121,6 +127,7 @@ PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_e
 void PlanCapacity::validate() const {
   CODEC_CHECK(requests >= 1 && blocks >= 1 && nodes >= 1, "capacity: requests ", requests, ", blocks ", blocks,
               " and nodes ", nodes, " must be >= 1");
+  CODEC_CHECK(wide_blocks >= 0, "capacity: wide_blocks ", wide_blocks, " must be >= 0");
   CODEC_CHECK(node_pages >= 0 && node_reqs >= 0 && tasks >= 0 && partials >= 0 && slots >= 0,
               "capacity: sizes must be >= 0");
   constexpr std::int64_t kInt = std::numeric_limits<std::int32_t>::max();
@@ -144,6 +151,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
 
   counts_.num_tasks = int(a.tasks.size());
   counts_.num_blocks = int(a.block_indptr.size()) - 1;
+  counts_.num_wide_blocks = a.wide_indptr.empty() ? 0 : int(a.wide_indptr.size()) - 1;
   counts_.num_nodes = int(a.node_splits.size());
   counts_.num_requests = requests;
   counts_.num_slots = capacity ? int(capacity->slots) : stats.num_slots;
@@ -153,7 +161,11 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   counts_.head_dim = heads.head_dim;
   counts_.page_size = page_size;
 
-  for (const Task& t : a.tasks) extent_.max_task_rows = std::max(extent_.max_task_rows, t.row_end - t.row_begin);
+  const std::size_t narrow = a.block_indptr.empty() ? 0 : std::size_t(a.block_indptr.back());
+  for (std::size_t i = 0; i < a.tasks.size(); ++i) {
+    int& most = i < narrow ? extent_.max_task_rows : extent_.max_wide_rows;
+    most = std::max(most, a.tasks[i].row_end - a.tasks[i].row_begin);
+  }
   if (!a.node_pages.empty()) {
     const auto [lo, hi] = std::minmax_element(a.node_pages.begin(), a.node_pages.end());
     extent_.min_page = *lo, extent_.max_page = *hi;
@@ -167,9 +179,10 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
 }
 
-PlanArrays PlanArrays::none(int blocks) {
+PlanArrays PlanArrays::none(int blocks, int wide_blocks) {
   PlanArrays a;
   a.block_indptr.assign(std::size_t(blocks) + 1, 0);
+  if (wide_blocks > 0) a.wide_indptr.assign(std::size_t(wide_blocks) + 1, 0);
   a.node_page_begin = {0};
   a.node_req_begin = {0};
   a.partial_indptr = {0};
@@ -183,7 +196,7 @@ void PlanArrays::clear() {
 Plan Plan::empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity) {
   PlanStats stats;
   stats.num_blocks = capacity.blocks;
-  return Plan(heads, dtype, page_size, PlanArrays::none(capacity.blocks), stats, &capacity);
+  return Plan(heads, dtype, page_size, PlanArrays::none(capacity.blocks, capacity.wide_blocks), stats, &capacity);
 }
 
 PlanView Plan::view(const void* base) const {

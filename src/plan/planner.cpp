@@ -20,10 +20,17 @@ void PlannerOptions::validate() const {
   CODEC_CHECK(chunk_align >= 1, "planner chunk_align ", chunk_align, " must be >= 1");
   CODEC_CHECK(fixed_splits >= 1, "planner fixed_splits ", fixed_splits, " must be >= 1");
   CODEC_CHECK(max_slots >= 0, "planner max_slots ", max_slots, " must be >= 0");
+  CODEC_CHECK(wide_tile_rows == 0 || wide_tile_rows >= max_tile_rows, "planner wide_tile_rows ", wide_tile_rows,
+              " must be 0 or >= max_tile_rows ", max_tile_rows);
+  CODEC_CHECK(wide_tile_rows == 0 || (wide_span >= 1 && num_blocks % wide_span == 0), "planner wide_span ",
+              wide_span, " must be >= 1 and divide num_blocks ", num_blocks);
+  CODEC_CHECK(wide_min_rows >= 0, "planner wide_min_rows ", wide_min_rows, " must be >= 0");
   if (capacity) {
     capacity->validate();
     CODEC_CHECK(capacity->blocks == num_blocks, "planner capacity of ", capacity->blocks,
                 " blocks differs from num_blocks ", num_blocks);
+    CODEC_CHECK(capacity->wide_blocks == wide_blocks(), "planner capacity of ", capacity->wide_blocks,
+                " wide blocks differs from the options' ", wide_blocks());
   }
 }
 
@@ -70,6 +77,8 @@ Chunking chunking(int n, int splits, int align) {
 struct NodeClass {
   int tokens = 0;
   int rows = 0;       // n_q · G
+  bool wide = false;  // its tasks are wide (PlannerOptions::wide_tile_rows)
+  int span = 1;       // blocks one of its tasks takes the place of: wide_span if wide
   int tiles_hi = 0;   // row tiles of rows_hi rows, then tiles_lo tiles of rows_hi − 1 rows
   int tiles_lo = 0;
   int rows_hi = 0;
@@ -97,7 +106,10 @@ const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel&
   NodeClass::Prices& p = memo[splits];
   if (std::isnan(p.full_hi) || p.busy != busy) {
     const Chunking k = chunking(c.tokens, splits, align);
-    auto price = [&](int rows, int len) { return busy ? cost.cost_busy_us(rows, len, busy) : cost.cost_us(rows, len); };
+    auto price = [&](int rows, int len) {
+      if (c.wide) return cost.wide_cost_us(rows, len);
+      return busy ? cost.cost_busy_us(rows, len, busy) : cost.cost_us(rows, len);
+    };
     p.full_hi = price(c.rows_hi, k.len);
     p.last_hi = price(c.rows_hi, k.last);
     if (c.tiles_lo) p.full_lo = price(c.rows_hi - 1, k.len), p.last_lo = price(c.rows_hi - 1, k.last);
@@ -110,15 +122,18 @@ class Search {
  public:
   Search(const CostModel& cost, int align, int kv_heads, int blocks)
       : cost_(cost), align_(align), kv_heads_(kv_heads), blocks_(blocks) {}
+  // The head slice searched: kv_heads heads on `blocks` blocks.
+  void slice(int kv_heads, int blocks) { kv_heads_ = kv_heads, blocks_ = blocks; }
 
   double chunk_cost(const NodeClass& c, int splits) const { return prices(c, splits, cost_, align_).full_hi; }
-  // Σ over one member's tasks (all kv heads) of their predicted cost.
+  // Σ over one member's tasks (all kv heads) of their predicted cost, times
+  // the blocks each takes the place of: the block time the member takes.
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {
     const int full = chunking(c.tokens, splits, align_).count - 1;
     const NodeClass::Prices& p = prices(c, splits, cost_, align_, busy);
     double total = c.tiles_hi * (full * p.full_hi + p.last_hi);
     if (c.tiles_lo) total += c.tiles_lo * (full * p.full_lo + p.last_lo);
-    return total * kv_heads_;
+    return total * kv_heads_ * c.span;
   }
   // Fewest chunks whose largest costs at most tau. Splitting never lowers the
   // total (b · C(r, n/b) ≥ C(r, n)), so b < C(r, n)/tau cannot meet tau: start
@@ -197,13 +212,14 @@ class Search {
   }
 
  private:
-  // Chunks of one member (all its row tiles and kv heads) dearer than limit.
+  // Places (blocks) taken by the chunks of one member (all its row tiles and
+  // kv heads) dearer than limit: a wide chunk takes span of them.
   double dear_chunks(const NodeClass& c, int splits, double limit) const {
     const int full = chunking(c.tokens, splits, align_).count - 1;
     const NodeClass::Prices& p = prices(c, splits, cost_, align_);
     double n = c.tiles_hi * (full * (p.full_hi > limit) + (p.last_hi > limit));
     if (c.tiles_lo) n += c.tiles_lo * (full * (p.full_lo > limit) + (p.last_lo > limit));
-    return n * kv_heads_;
+    return n * kv_heads_ * c.span;
   }
 
   const CostModel& cost_;
@@ -215,6 +231,7 @@ class Search {
 struct TaskGroup {
   double cost;
   int cls;
+  bool wide;        // its class's tasks are wide
   bool hi_tiles;    // tiles of rows_hi rows (else rows_hi − 1)
   bool last_chunk;  // the shorter last chunk (else the full ones)
   std::int64_t count;
@@ -227,7 +244,8 @@ struct TaskGroup {
 // lower block. Items are numbered round by round, so items next to each other
 // (the row tiles of one chunk) run at the same time on different blocks and
 // share the chunk through L2. assign(group, item, block), or NoAssign when only
-// the makespan is wanted.
+// the makespan is wanted. Blocks start at the loads `start` gives (all 0
+// without), as the blocks after a plan's wide blocks do.
 //
 // Two ways to find a group's slots, both exact. Fewer items than blocks (most
 // groups of small trees: 3,053 of 3,089 at 64 requests): a merge of the
@@ -246,7 +264,9 @@ class Lpt {
   // (loads only grow, so the makespan is no less: a search rejecting plans
   // that do not beat its best stops there).
   template <typename Assign>
-  double operator()(std::vector<TaskGroup>& groups, int blocks, Assign&& assign, double limit = INFINITY);
+  double operator()(std::vector<TaskGroup>& groups, int blocks, Assign&& assign, double limit = INFINITY,
+                    const std::vector<double>* start = nullptr);
+  const std::vector<double>& loads() const { return load_; }  // each block's, after the last call
 
  private:
   using Slot = std::pair<double, int>;  // (load or slot, block), ordered as ties are broken
@@ -257,11 +277,13 @@ class Lpt {
 };
 
 template <typename Assign>
-double Lpt::operator()(std::vector<TaskGroup>& groups, int blocks, Assign&& assign, double limit) {
+double Lpt::operator()(std::vector<TaskGroup>& groups, int blocks, Assign&& assign, double limit,
+                       const std::vector<double>* start) {
   std::sort(groups.begin(), groups.end(), [](const TaskGroup& a, const TaskGroup& b) {
     return a.cost > b.cost || (a.cost == b.cost && a.seq < b.seq);
   });
-  load_.assign(blocks, 0.0);
+  if (start) load_.assign(start->begin(), start->end());
+  else load_.assign(blocks, 0.0);
   take_.assign(blocks, 0);
   auto lower = [](const Slot& x, const Slot& y) {
     return x.first < y.first || (x.first == y.first && x.second < y.second);
@@ -271,17 +293,19 @@ double Lpt::operator()(std::vector<TaskGroup>& groups, int blocks, Assign&& assi
   // leaves it stale until the next few-item group.
   sorted_.resize(blocks);
   merged_.resize(blocks);
-  for (int b = 0; b < blocks; ++b) sorted_[b] = {0.0, b};
+  for (int b = 0; b < blocks; ++b) sorted_[b] = {load_[b], b};
+  if (start) std::sort(sorted_.begin(), sorted_.end(), lower);
   bool stale = false;
   order_.resize(blocks);
-  double peak = 0;
+  double peak = start ? *std::max_element(load_.begin(), load_.end()) : 0;
+  if (peak >= limit) return peak;
   auto hand_out = [&](std::size_t g) {  // group g's take_, item by item, round by round
     if constexpr (!std::is_same_v<std::remove_cvref_t<Assign>, NoAssign>) {
       std::int64_t item = 0, most = 0;
       for (int b = 0; b < blocks; ++b) most = std::max(most, take_[b]);
       for (std::int64_t round = 0; round < most; ++round)
         for (int b = 0; b < blocks; ++b)
-          if (take_[b] > round) assign(g, item++, b);
+          if (take_[b] > round) assign(groups[g], item++, b);
     }
   };
   for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -364,8 +388,9 @@ void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& 
       if (tiles == 0) continue;
       const int seq = int(groups.size());
       if (k.count > 1)
-        groups.push_back({hi ? p.full_hi : p.full_lo, int(ci), hi, false, members * tiles * (k.count - 1), seq});
-      groups.push_back({hi ? p.last_hi : p.last_lo, int(ci), hi, true, members * tiles, int(groups.size())});
+        groups.push_back(
+            {hi ? p.full_hi : p.full_lo, int(ci), c.wide, hi, false, members * tiles * (k.count - 1), seq});
+      groups.push_back({hi ? p.last_hi : p.last_lo, int(ci), c.wide, hi, true, members * tiles, int(groups.size())});
     }
   }
 }
@@ -401,6 +426,12 @@ class Planning {
   // class's (chunk lengths are multiples of the alignment) and only prices a
   // last chunk up to align − 1 tokens high; it keeps the search small when
   // lengths are all different (1,024 questions of 30–456 tokens: ~27 classes).
+  //
+  // A node of more than max_tile_rows rows is wide where the options allow
+  // (wide_tile_rows) and it pays (wide_pays): its row tiles are wide tasks.
+  // Then the wide blocks take a head slice's place of span blocks each, so
+  // the slices are cut so that each holds whole wide blocks: g = gcd(m /
+  // span, Hkv).
   void classify() {
     std::map<std::pair<int, int>, int> class_of_shape;
     node_class_.assign(forest_.num_nodes(), -1);
@@ -414,18 +445,41 @@ class Planning {
         NodeClass c;
         c.tokens = tokens;
         c.rows = rows;
-        const int tiles = (rows + opt_.max_tile_rows - 1) / opt_.max_tile_rows;
+        c.wide = opt_.wide_tile_rows > 0 && rows > opt_.max_tile_rows && wide_pays(rows, tokens);
+        c.span = c.wide ? opt_.wide_span : 1;
+        const int tiles = row_tiles(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
         c.rows_hi = (rows + tiles - 1) / tiles;
         c.tiles_lo = c.rows_hi * tiles - rows;  // tiles one row short, so all tiles differ by ≤ 1 row
         c.tiles_hi = tiles - c.tiles_lo;
         c.max_splits = tokens / align_;
-        c.unsplit_cost = cost_.cost_us(c.rows_hi, c.tokens);
+        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.rows_hi, c.tokens) : cost_.cost_us(c.rows_hi, c.tokens);
+        wide_ = wide_ || c.wide;
         classes_.push_back(std::move(c));
       }
       node_class_[i] = it->second;
       classes_[it->second].nodes.push_back(i);
     }
+    if (wide_) {
+      slices_ = std::gcd(m_ / opt_.wide_span, kv_heads_);
+      slice_heads_ = kv_heads_ / slices_;
+      slice_blocks_ = m_ / slices_;
+      search_.slice(slice_heads_, slice_blocks_);
+    }
     if (cost_.prices_merge()) merge_paths();
+  }
+
+  static int row_tiles(int rows, int tile_rows) { return (rows + tile_rows - 1) / tile_rows; }
+  // Whether a node's rows go wide: its wide tasks hold at least
+  // wide_min_rows rows, and they take no more block time (each on span
+  // blocks) than its tasks would, unsplit; on a tie wide, which reads the
+  // KV once per wide tile rather than once per tile. Without a measured
+  // wide grid a wide task is priced as two tasks of half its rows: a tie.
+  bool wide_pays(int rows, int tokens) const {
+    const int narrow = row_tiles(rows, opt_.max_tile_rows), wide = row_tiles(rows, opt_.wide_tile_rows);
+    const int wide_rows = (rows + wide - 1) / wide;
+    return wide_rows >= opt_.wide_min_rows &&
+           double(wide) * opt_.wide_span * cost_.wide_cost_us(wide_rows, tokens) <=
+               double(narrow) * cost_.cost_us((rows + narrow - 1) / narrow, tokens);
   }
 
   // The classes on each request's path, as a count per class, and how many
@@ -568,14 +622,18 @@ class Planning {
   }
 
   // 5. Tasks: replay LPT on the chosen splits for one head slice, expanding
-  // each group's items into every slice.
+  // each group's items into every slice. Blocks (and wide blocks) of a slice
+  // are numbered slice by slice, or, in a plan with wide blocks, slice-minor
+  // (block j of slice k is j · slices + k): blocks start in the order of
+  // their index as wide blocks leave (schedule), and so every slice's block
+  // j starts with the same wide load before it.
   void place_tasks(PlanArrays& a) {
     std::vector<TaskGroup> groups;
     task_groups(classes_, splits_, cost_, align_, slice_heads_, busy_of(splits_), groups);
-    std::vector<std::pair<int, Task>> placed;  // (block, task) in the order LPT hands them out
+    std::vector<std::pair<int, Task>> placed, placed_wide;  // (block, task) in the order LPT hands them out
     placed.reserve(std::size_t(footprint(classes_, splits_, align_, kv_heads_).tasks));
-    makespan_ = lpt_(groups, slice_blocks_, [&](std::size_t g, std::int64_t item, int block) {
-      const TaskGroup& grp = groups[g];
+    auto expand = [&](std::vector<std::pair<int, Task>>& into, int slice_size, const TaskGroup& grp,
+                      std::int64_t item, int block) {
       const NodeClass& c = classes_[grp.cls];
       const Chunking k = chunking(c.tokens, splits_[grp.cls], align_);
       const std::int64_t tiles = grp.hi_tiles ? c.tiles_hi : c.tiles_lo;
@@ -598,19 +656,30 @@ class Planning {
       const SlotLayout slots{a.node_slot_base[node], kv_heads_, (a.node_req_begin[node + 1] - a.node_req_begin[node]) * G_};
       for (int slice = 0; slice < slices_; ++slice) {
         const int kv_head = slice * slice_heads_ + head;
-        placed.push_back({slice * slice_blocks_ + block,
-                          Task{node, kv_head, chunk, kv_begin, kv_end, row_begin, row_end, a.node_page_begin[node],
-                               a.node_req_begin[node], slots.at(chunk, kv_head, 0)}});
+        into.push_back({wide_ ? block * slices_ + slice : slice * slice_size + block,
+                        Task{node, kv_head, chunk, kv_begin, kv_end, row_begin, row_end, a.node_page_begin[node],
+                             a.node_req_begin[node], slots.at(chunk, kv_head, 0)}});
       }
       kv_tokens_read_ += std::int64_t(kv_end - kv_begin) * slices_;
-    });
-    // block by block, each in the order handed out: a counting sort
-    a.block_indptr.assign(m_ + 1, 0);
-    for (const auto& [block, task] : placed) ++a.block_indptr[block + 1];
-    for (int b = 0; b < m_; ++b) a.block_indptr[b + 1] += a.block_indptr[b];
-    std::vector<std::int32_t> cursor(a.block_indptr.begin(), a.block_indptr.end() - 1);
-    a.tasks.resize(placed.size());
-    for (const auto& [block, task] : placed) a.tasks[cursor[block]++] = task;
+    };
+    makespan_ = schedule(
+        groups, [&](const TaskGroup& g, std::int64_t item, int b) { expand(placed, slice_blocks_, g, item, b); },
+        [&](const TaskGroup& g, std::int64_t item, int b) { expand(placed_wide, slice_wide(), g, item, b); });
+    // block by block, each in the order handed out, then the wide blocks: counting sorts
+    auto sort_into = [&](std::vector<std::int32_t>& indptr, int blocks, const std::vector<std::pair<int, Task>>& from) {
+      const auto first = std::int32_t(a.tasks.size());
+      indptr.assign(std::size_t(blocks) + 1, first);
+      for (const auto& [block, task] : from) ++indptr[block + 1];
+      for (int b = 0; b < blocks; ++b) indptr[b + 1] += indptr[b] - first;
+      std::vector<std::int32_t> cursor(indptr.begin(), indptr.end() - 1);
+      a.tasks.resize(a.tasks.size() + from.size());
+      for (const auto& [block, task] : from) a.tasks[cursor[block]++] = task;
+    };
+    a.tasks.clear();
+    sort_into(a.block_indptr, m_, placed);
+    num_wide_tasks_ = int(placed_wide.size());
+    const int wide_blocks = opt_.capacity ? opt_.capacity->wide_blocks : wide_ ? opt_.wide_blocks() : 0;
+    if (wide_blocks > 0) sort_into(a.wide_indptr, wide_blocks, placed_wide);
   }
 
   // 6. Reduction schedule: each request's partials, every chunk of every node
@@ -644,6 +713,7 @@ class Planning {
     st.num_requests = forest_.num_requests();
     for (const NodeClass& c : classes_) st.num_units += int(c.nodes.size()) * (c.tiles_hi + c.tiles_lo) * kv_heads_;
     st.num_tasks = int(a.tasks.size());
+    st.num_wide_tasks = num_wide_tasks_;
     st.num_blocks = m_;
     st.max_splits = max_splits_;
     st.num_slots = int(slots_);
@@ -668,13 +738,34 @@ class Planning {
   // blocks (which may be fewer than those the model's `us` had busy); 0 when
   // the model does not price it.
   int busy_of(const std::vector<int>& s) const {
-    if (!cost_.prices_contention()) return 0;
+    if (!cost_.prices_contention() || wide_) return 0;
     return int(std::min<std::int64_t>(footprint(classes_, s, align_, kv_heads_).tasks, m_));
   }
   // The makespan of split vector s, or a time ≥ limit when it is no less.
   double makespan_of(const std::vector<int>& s, int busy, double limit = INFINITY) const {
     task_groups(classes_, s, cost_, align_, slice_heads_, busy, groups_);
-    return lpt_(groups_, slice_blocks_, NoAssign{}, limit);
+    return schedule(groups_, NoAssign{}, NoAssign{}, limit);
+  }
+  int slice_wide() const { return slice_blocks_ / opt_.wide_span; }  // wide blocks of a head slice
+  // LPT of one head slice's groups. With wide tasks, in two phases as the
+  // kernels run: the wide groups on the slice's wide blocks, then the other
+  // groups on its blocks, block j starting at the (j / span)-th earliest end
+  // of a wide block: the blocks' kernel is a dependent launch of the wide one,
+  // and its blocks take each SM as its wide block leaves, in index order.
+  template <typename Assign, typename AssignWide>
+  double schedule(std::vector<TaskGroup>& groups, Assign&& assign, AssignWide&& assign_wide,
+                  double limit = INFINITY) const {
+    if (!wide_) return lpt_(groups, slice_blocks_, assign, limit);
+    wide_groups_.clear();
+    block_groups_.clear();
+    for (const TaskGroup& g : groups) (g.wide ? wide_groups_ : block_groups_).push_back(g);
+    const double wide_peak = lpt_(wide_groups_, slice_wide(), assign_wide, limit);
+    if (wide_peak >= limit) return wide_peak;
+    std::vector<double> ends = lpt_.loads();
+    std::sort(ends.begin(), ends.end());
+    start_.resize(slice_blocks_);
+    for (int j = 0; j < slice_blocks_; ++j) start_[j] = ends[j / opt_.wide_span];
+    return std::max(wide_peak, lpt_(block_groups_, slice_blocks_, assign, limit, &start_));
   }
   // The cost model's price of the merge under split vector s: its rows with
   // more than one partial, and the most partials a row has (0 when the model
@@ -792,10 +883,13 @@ class Planning {
   const CostModel& cost_;
   const PlannerOptions& opt_;
   const int G_, kv_heads_, m_, align_;
-  const int slices_, slice_heads_, slice_blocks_;
-  const Search search_;
+  bool wide_ = false;  // some class is wide (classify)
+  int slices_, slice_heads_, slice_blocks_;  // head slices (classify may recut them for wide blocks)
+  Search search_;
   mutable Lpt lpt_;                         // scratch of makespan_of and place_tasks
   mutable std::vector<TaskGroup> groups_;  // scratch of makespan_of
+  mutable std::vector<TaskGroup> wide_groups_, block_groups_;  // scratch of schedule
+  mutable std::vector<double> start_;                          // scratch of schedule
   mutable std::vector<int> chunks_;        // scratch of merge_of
   std::vector<NodeClass> classes_;
   // merge_paths: each distinct path as (class, nodes of it) pairs, and its requests
@@ -808,6 +902,7 @@ class Planning {
   int max_splits_ = 0;
   double makespan_ = 0;
   std::int64_t kv_tokens_read_ = 0;
+  int num_wide_tasks_ = 0;
 };
 
 }  // namespace

@@ -45,7 +45,13 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
   cmd->add_option("--cost-table", w.cost_table,
                   "Cost table file measured by 'codec profile', or 'roofline' (default: the table measured on "
                   "this GPU under data/cost_tables if there is one, else the roofline)");
-  cmd->add_option("--blocks", w.blocks, "Planner blocks m (default: the backend's)")->check(in_range(1, 1 << 20));
+  cmd->add_option("--blocks", w.blocks, "Planner blocks m (default: the backend's; a count that is not whole wide "
+                                          "blocks plans no wide tasks)")
+      ->check(in_range(1, 1 << 20));
+  cmd->add_option("--wide", w.wide, "Wide tasks (nodes of more than 64 rows on the wide kernel): auto, where the "
+                                    "target runs them (an H200 at head_dim 128), or off; bench takes a list "
+                                    "(auto,off: a row each)")
+      ->capture_default_str();
   cmd->add_option("--max-memory", w.max_memory_gb,
                   "Host memory in GB a workload may take (page tables, and for bench its KV pool); refused beyond")
       ->check(in_range(0, 1e6, true))

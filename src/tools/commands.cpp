@@ -117,6 +117,17 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
   CODEC_CHECK(forest_file.good(), "--dump: cannot write '", dir, "/forest.json'");
 }
 
+// "a,b,c" → {"a", "b", "c"} ("" → {""}).
+std::vector<std::string> comma_list(const std::string& s) {
+  std::vector<std::string> items;
+  for (std::size_t at = 0; at <= s.size();) {
+    const std::size_t comma = std::min(s.find(',', at), s.size());
+    items.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
 std::string fixed(double x, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);
@@ -204,9 +215,15 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
     s.roofline = RooflineParams::cpu(threads);
   } else {
     s.roofline = RooflineParams::h200();
-    // Without a GPU to ask: the H200's 132 SMs × the PAC blocks each holds.
+    // Without a GPU to ask: the H200's 132 SMs × the PAC blocks each holds,
+    // and wide tasks at head_dim 128 (cuda_planner_options on an H200).
     s.options.num_blocks = h200::kSms * cuda_pac_min_blocks_per_sm(w.heads.head_dim);
     s.options.max_tile_rows = kCudaMaxTileRows;
+    if (w.heads.head_dim == 128) {
+      s.options.wide_tile_rows = kCudaMaxWideRows;
+      s.options.wide_span = cuda_pac_min_blocks_per_sm(w.heads.head_dim);
+      s.options.wide_min_rows = kCudaWideMinRows;
+    }
     s.device = "NVIDIA H200";
 #if CODEC_HAS_CUDA
     if (target == "cuda") {
@@ -216,6 +233,10 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
 #endif
   }
   if (args.blocks > 0) s.options.num_blocks = args.blocks;
+  for (const std::string& wide : comma_list(args.wide))
+    CODEC_CHECK(wide == "auto" || wide == "off", "--wide '", args.wide, "': each entry must be auto or off");
+  // (bench's --wide auto,off plans both from the auto options)
+  if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
   s.roofline.concurrent_blocks = s.options.num_blocks;
   if (args.cost_table == "roofline") {
     s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);
@@ -241,14 +262,23 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
   const int reps = bench.reps > 0 ? bench.reps : (cuda ? 30 : 5);
   const double default_scale = cuda ? 1.0 : kCpuScale;
   const std::vector<std::string> specs = expand_workloads(args.workload);
-  std::vector<std::string> splits;  // --split a,b,c: one CoDec row per policy against one flat run
-  for (std::size_t at = 0; at <= args.split.size();) {
-    const std::size_t comma = std::min(args.split.find(',', at), args.split.size());
-    splits.push_back(args.split.substr(at, comma - at));
+  // --split a,b and --wide auto,off: one CoDec row per policy and wide choice against one flat run
+  const std::vector<std::string> splits = comma_list(args.split), wides = comma_list(args.wide);
+  for (const std::string& split : splits) {
     PlannerOptions check;
-    apply_split(splits.back(), check);  // reject a bad policy before any work
-    at = comma + 1;
+    apply_split(split, check);  // reject a bad policy before any work
   }
+  for (const std::string& wide : wides)  // (planner_setup checks them too, after the batches are built)
+    CODEC_CHECK(wide == "auto" || wide == "off", "--wide '", args.wide, "': each entry must be auto or off");
+  struct Variant {
+    std::string split, wide, label;
+  };
+  std::vector<Variant> variants;
+  for (const std::string& split : splits)
+    for (const std::string& wide : wides)
+      variants.push_back({split, wide,
+                          (splits.size() > 1 ? "  split " + split : std::string()) +
+                              (wides.size() > 1 ? "  wide " + wide : std::string())});
   // Where results go is checked before any work: a run must not end by finding it cannot save them.
   if (!bench.dump.empty()) {
     std::error_code ec;
@@ -312,19 +342,22 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     double flops = 0;  // 4 · rows · n · D over the forest's nodes
     for (const ForestNode& n : forest.nodes) flops += 4.0 * n.num_reqs * w.heads.num_qo_heads * n.num_tokens * w.heads.head_dim;
     const double floor_ms = std::max(unique_bytes / kH200Bandwidth, flops / kH200Flops) * 1e3;
-    for (const std::string& split : splits) {
+    for (const Variant& variant : variants) {
+      const std::string& split = variant.split;
       PlannerOptions shared_opt = opt;
       apply_split(split, shared_opt);
+      if (variant.wide == "off") shared_opt.wide_tile_rows = 0;
       const Plan shared = make_plan(forest, w.heads, w.dtype, *cost, shared_opt);
       const Measured mc = measure(shared, "codec");
       const bool pass = mc.error.within(tol) && mf.error.within(tol) && mc.lse_error.within(tol) &&
                         mf.lse_error.within(tol);
       all_pass = all_pass && pass;
-      if (!bench.dump.empty() && split == splits.front())
+      if (!bench.dump.empty() && &variant == &variants.front())
         dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, forest, mc, mf);
       const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
       rows.push_back({{"workload", w.name},
                       {"split", split},
+                      {"wide", variant.wide},
                       {"scale", scale},
                       {"backend", backend},
                       {"l2_flush", cuda ? bench.flush : "none"},
@@ -354,6 +387,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"max_splits", shared.stats().max_splits},
                       {"predicted_merge_us", shared.stats().merge_us},
                       {"blocks", opt.num_blocks},
+                      {"wide_tasks", shared.stats().num_wide_tasks},
                       {"cost_model", cost->describe()},
                       {"pass", pass}});
       if (!args.json)
@@ -363,13 +397,13 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                     fixed(mf.median_ms / mc.median_ms, 2).c_str(), fixed(codec_mb, 1).c_str(),
                     fixed(flat_mb, 1).c_str(), fixed(floor_ms, 4).c_str(), fixed(mc.median_ms / floor_ms, 2).c_str(),
                     mc.partial_ms >= 0 ? fixed(100.0 * (1.0 - mc.partial_ms / mc.median_ms), 1).c_str() : "-",
-                    mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL",
-                    splits.size() > 1 ? ("  split " + split).c_str() : "");
+                    mc.error.rel_l2, mf.error.rel_l2, pass ? "ok" : "FAIL", variant.label.c_str());
       std::fflush(stdout);
       if (!pass)
         std::fprintf(stderr,
-                     "codec: %s (split %s) failed verification: codec %s, lse %s; flat %s, lse %s (tolerance %g)\n",
-                     w.name.c_str(), split.c_str(), mc.error.describe().c_str(), mc.lse_error.describe().c_str(),
+                     "codec: %s (split %s, wide %s) failed verification: codec %s, lse %s; flat %s, lse %s "
+                     "(tolerance %g)\n",
+                     w.name.c_str(), split.c_str(), variant.wide.c_str(), mc.error.describe().c_str(), mc.lse_error.describe().c_str(),
                      mf.error.describe().c_str(), mf.lse_error.describe().c_str(), tol);
     }
   }
@@ -386,8 +420,9 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
   const std::vector<std::string> specs = expand_workloads(args.workload);
   nlohmann::json rows = nlohmann::json::array();
   if (!args.json)
-    std::printf("%-14s %5s %6s %6s %7s %6s %6s %11s %11s %8s %8s %9s %8s\n", "workload", "reqs", "nodes", "units",
-                "tasks", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "merge_us", "derive_ms", "plan_ms");
+    std::printf("%-14s %5s %6s %6s %7s %6s %6s %6s %11s %11s %8s %8s %9s %8s\n", "workload", "reqs", "nodes",
+                "units", "tasks", "wide", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "merge_us",
+                "derive_ms", "plan_ms");
   for (const std::string& spec : specs) {
     const Workload w = load_workload(spec, args, 1.0, /*with_batch=*/false);
     const WorkloadTables tables = workload_page_tables(w);
@@ -407,6 +442,7 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"nodes", s.num_nodes},
                     {"units", s.num_units},
                     {"tasks", s.num_tasks},
+                    {"wide_tasks", s.num_wide_tasks},
                     {"blocks", s.num_blocks},
                     {"max_splits", s.max_splits},
                     {"slots", s.num_slots},
@@ -420,8 +456,9 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"unique_kv_tokens", s.unique_kv_tokens},
                     {"cost_model", cost->describe()}});
     if (!args.json)
-      std::printf("%-14s %5d %6d %6d %7d %6d %6d %11s %11s %8s %8s %9s %8s\n", w.name.c_str(), s.num_requests,
-                  s.num_nodes, s.num_units, s.num_tasks, s.num_blocks, s.max_splits, fixed(s.makespan_us, 2).c_str(),
+      std::printf("%-14s %5d %6d %6d %7d %6d %6d %6d %11s %11s %8s %8s %9s %8s\n", w.name.c_str(), s.num_requests,
+                  s.num_nodes, s.num_units, s.num_tasks, s.num_wide_tasks, s.num_blocks, s.max_splits,
+                  fixed(s.makespan_us, 2).c_str(),
                   fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(), fixed(s.merge_us, 2).c_str(),
                   fixed(derive_ms, 3).c_str(), fixed(s.plan_ms, 3).c_str());
   }

@@ -19,6 +19,7 @@ struct WorkloadArgs {
   std::string cost_table;             // measured cost table instead of the roofline
   int blocks = 0;                     // planner blocks m; 0 picks the backend's default
   std::string split = "adaptive";     // CoDec plan's splitting: adaptive, none, fixed:K, exhaustive
+  std::string wide = "auto";          // wide tasks: "auto" (where the target runs them) or "off"
   double max_memory_gb = 16;          // host memory a workload may take (Workload::footprint), refused beyond
   bool json = false;
 };

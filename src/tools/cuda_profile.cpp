@@ -1,7 +1,8 @@
 // codec profile: measures the PAC kernel on the current GPU over a grid of
 // (query rows, KV length), with every block busy (and, with --busy-grid, with
-// fewer), and the merge over a grid of (rows, partials per row), and writes
-// the cost table the planner reads.
+// fewer), the wide kernel's tasks likewise where the device runs them, and the
+// merge over a grid of (rows, partials per row), and writes the cost table the
+// planner reads.
 #include <cstdio>
 #include <cctype>
 #include <filesystem>
@@ -20,6 +21,9 @@ namespace {
 // way it is in a real plan, where a block walks many tasks.
 constexpr int kTasksPerBlock = 2;
 const long kKvLens[] = {16, 64, 256, 1024, 4096, 16384};
+// Rows of the wide tasks timed: a wide task's time hardly depends on them
+// (both consumer warpgroups run whole 64-row tiles), but its epilogue does.
+const int kWideRows[] = {80, 128};
 
 // Busy blocks to time the task grid at besides all m: m/64 to m/2, rounded
 // up to counts whose tasks fill whole nodes (a node gives one task per kv
@@ -113,7 +117,8 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps, bool
   for (int r = G; r <= opt.max_tile_rows; r *= 2) rows.push_back(r);
   // One node per task: m / Hkv nodes fill the m blocks once with their Hkv heads.
   const int nodes = kTasksPerBlock * opt.num_blocks / h.num_kv_heads;
-  const int max_reqs = rows.back() / G;
+  const bool wide = opt.wide_tile_rows > 0;
+  const int max_reqs = (wide ? std::max(rows.back(), kWideRows[std::size(kWideRows) - 1]) : rows.back()) / G;
   const long max_len = kKvLens[std::size(kKvLens) - 1];
   for (int i = 0; i < nodes; ++i) w.nodes.push_back({std::to_string(i), -1, max_len});
   for (int i = 0; i < nodes; ++i)
@@ -132,13 +137,16 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps, bool
   const RooflineCostModel cost(RooflineParams::h200(), h, w.dtype);  // all tasks are equal: any model will do
   const ForestManager::Tables& t = batch.tables;
   std::vector<std::int32_t> indptr, indices, lasts;
-  // The task grid with `blocks` blocks busy, kTasksPerBlock tasks each.
-  auto task_grid = [&](int blocks) {
+  // The task grid with `blocks` blocks busy, kTasksPerBlock tasks each (or,
+  // for wide tasks, each wide block kTasksPerBlock of them).
+  auto task_grid = [&](int blocks, const std::vector<int>& grid_rows) {
     PlannerOptions o = opt;
     o.num_blocks = blocks;
-    const int used = kTasksPerBlock * blocks / h.num_kv_heads;  // nodes
+    const bool wide_grid = grid_rows.back() > o.max_tile_rows;
+    if (!wide_grid) o.wide_tile_rows = 0;  // (a busy count need not be whole wide blocks)
+    const int used = kTasksPerBlock * (wide_grid ? o.wide_blocks() : blocks) / h.num_kv_heads;  // nodes
     std::vector<std::vector<double>> grid;
-    for (const int r : rows) {
+    for (const int r : grid_rows) {
       std::vector<double> line;
       for (const long n : kKvLens) {
         // The first r/G requests of the first `used` nodes, cut to their first n tokens.
@@ -148,17 +156,22 @@ int run_profile(const WorkloadArgs& args, const std::string& out, int reps, bool
                                               indptr, indices, lasts);
         const Plan plan = make_plan(derive_forest(view), h, w.dtype, cost, o);
         const double us = bench.time(plan, reps) * 1e3 / kTasksPerBlock;
-        std::fprintf(stderr, "  blocks %3d  rows %3d  kv_len %6ld  %9.3f us per task\n", blocks, r, n, us);
+        std::fprintf(stderr, "  blocks %3d  rows %3d  kv_len %6ld  %9.3f us per task%s\n", blocks, r, n, us,
+                     r > o.max_tile_rows ? " (wide)" : "");
         line.push_back(us);
       }
       grid.push_back(line);
     }
     return grid;
   };
-  table.us = task_grid(opt.num_blocks);
+  table.us = task_grid(opt.num_blocks, rows);
+  if (wide) {
+    table.wide_rows.assign(std::begin(kWideRows), std::end(kWideRows));
+    table.wide_us = task_grid(opt.num_blocks, table.wide_rows);
+  }
   if (busy_grid) {
     table.busy_blocks = busy_counts(opt.num_blocks, h.num_kv_heads);
-    for (const int k : table.busy_blocks) table.busy_us.push_back(task_grid(k));
+    for (const int k : table.busy_blocks) table.busy_us.push_back(task_grid(k, rows));
     if (!table.busy_blocks.empty()) table.blocks = opt.num_blocks;  // the three fields come together
   }
   profile_merge(w, cost, reps, table);

@@ -52,7 +52,11 @@ struct Case {
     os << "heads " << w.heads.num_qo_heads << "/" << w.heads.num_kv_heads << "/" << w.heads.head_dim << " "
        << to_string(w.dtype) << " page " << w.page_size << " nodes " << w.nodes.size() << " requests "
        << w.requests.size() << " " << name_of(layout) << " blocks " << options.num_blocks << " tile "
-       << options.max_tile_rows << " align " << options.chunk_align << " split "
+       << options.max_tile_rows
+       << (options.wide_tile_rows ? " wide " + std::to_string(options.wide_tile_rows) + "/" +
+                                        std::to_string(options.wide_span)
+                                  : std::string())
+       << " align " << options.chunk_align << " split "
        << (options.split == SplitPolicy::none    ? "none"
            : options.split == SplitPolicy::fixed ? "fixed:" + std::to_string(options.fixed_splits)
                                                  : std::string("adaptive"))
@@ -134,13 +138,23 @@ Workload draw_workload(Draw& d, bool cuda) {
   return w;
 }
 
-Case draw_case(std::uint64_t seed, int index, bool cuda, int device_blocks) {
+// device: the GPU's planner options at head_dim 128 (its blocks, and whether
+// it runs wide tasks there), or none on the CPU.
+Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& device) {
   Draw d(mix(seed ^ mix(std::uint64_t(index) + 1)));
   Case c;
   c.w = draw_workload(d, cuda);
   c.layout = d.pick({Layout::nhd, Layout::hnd, Layout::interleaved});
-  c.options.num_blocks = cuda && d.chance(0.5) ? device_blocks : d.in(1, cuda ? 600 : 64);
+  c.options.num_blocks = cuda && d.chance(0.5) ? device.num_blocks : d.in(1, cuda ? 600 : 64);
   c.options.max_tile_rows = cuda ? d.in(1, kCudaMaxTileRows) : d.in(1, 300);
+  // wide tasks where the engine runs them: on the GPU its kernel's (head_dim
+  // 128, up to 128 rows, two blocks a wide block); on the CPU any
+  const bool wide = cuda ? device.wide_tile_rows > 0 && c.w.heads.head_dim == 128 : true;
+  if (wide && d.chance(0.4)) {
+    c.options.wide_tile_rows = cuda ? device.wide_tile_rows : d.in(c.options.max_tile_rows, 300);
+    c.options.wide_span = cuda ? device.wide_span : d.in(1, 3);
+    c.options.num_blocks = (c.options.num_blocks + c.options.wide_span - 1) / c.options.wide_span * c.options.wide_span;
+  }
   c.options.chunk_align = d.chance(0.5) ? 16 : d.in(1, 40);
   const int split = d.in(0, 9);
   c.options.split = split < 5 ? SplitPolicy::adaptive : split < 7 ? SplitPolicy::none : SplitPolicy::fixed;
@@ -346,11 +360,11 @@ std::string check_refusal(std::uint64_t seed, int index, bool cuda) {
 
 int run_fuzz(const FuzzArgs& args) {
   const bool cuda = args.backend == "cuda";
-  int device_blocks = 0;
+  PlannerOptions device;
   if (cuda) {
 #if CODEC_HAS_CUDA
     CODEC_CHECK(cuda_device_count() > 0, "--backend cuda: no CUDA device is available");
-    device_blocks = cuda_planner_options({32, 8, 128}, DType::bf16).num_blocks;
+    device = cuda_planner_options({32, 8, 128}, DType::bf16);
 #else
     CODEC_FAIL("--backend cuda: this build has no CUDA engine");
 #endif
@@ -366,7 +380,7 @@ int run_fuzz(const FuzzArgs& args) {
         what = "bad input";
         why = check_refusal(args.seed, i, cuda);
       } else {
-        c = draw_case(args.seed, i, cuda, device_blocks);
+        c = draw_case(args.seed, i, cuda, device);
         what = c.describe();
         why = check_case(c, cuda);
       }

@@ -11,6 +11,7 @@
 #include "codec/engine/cpu_engine.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
+#include "support/planning.hpp"
 #include "support/random_batch.hpp"
 #include "support/throws_with.hpp"
 
@@ -107,6 +108,38 @@ TEST(CpuEngine, MatchesReferenceAcrossHeadsDtypesAndPageSizes) {
   };
   for (const EngineCase& c : cases)
     for (std::uint64_t seed = 1; seed <= 3; ++seed) check_case(c, seed);
+}
+
+// Plans with wide tasks (PlannerOptions::wide_tile_rows, the CUDA engine's
+// wide kernel): the CPU engine runs the wide blocks' tasks as it runs the
+// blocks', compact and packed at a capacity.
+TEST(CpuEngine, WidePlansMatchReference) {
+  const EngineCase cases[] = {
+      {{32, 8, 128}, DType::bf16, 16, 2, 40, 0.1, 8},  // 160 rows on the shared nodes
+      {{40, 8, 128}, DType::f16, 3, 3, 27, 0.2, 30},   // GQA 5
+      {{32, 1, 64}, DType::f32, 1, 2, 7, 0.3, 60},     // MQA: 32 rows a request
+  };
+  for (const EngineCase& c : cases)
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests,
+                                                           c.fork_prob, c.max_node_pages);
+      const test::RandomBatch b = test::make_random_batch(spec);
+      const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, b.q.data());
+      const Forest forest = derive_forest(b.table());
+      const RooflineCostModel roofline(RooflineParams::h200(), c.heads, c.dtype);
+      const test::WidePriced cost(roofline, 0.5);  // every node of many rows wide
+      PlannerOptions opt;
+      opt.num_blocks = 2 * int(1 + seed * 5);
+      opt.max_tile_rows = 64;
+      opt.wide_tile_rows = 128;
+      const Plan plan = make_plan(forest, c.heads, c.dtype, cost, opt);
+      EXPECT_GT(plan.stats().num_wide_tasks, 0) << spec.describe();
+      expect_matches(run(plan, b.kv(), b.q.data()), ref, spec.describe() + " wide");
+      opt.capacity = PlanCapacity::for_batches(64, 4096, c.heads, opt.max_tile_rows, opt.num_blocks, 1 << 16,
+                                               opt.wide_blocks());
+      expect_matches(run(make_plan(forest, c.heads, c.dtype, cost, opt), b.kv(), b.q.data()), ref,
+                     spec.describe() + " wide at a capacity");
+    }
 }
 
 // Σ over a plan's tasks of query rows × KV tokens: the attention's work.

@@ -23,6 +23,7 @@
 #include "codec/engine/cuda_stream_planner.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
+#include "support/planning.hpp"
 #include "support/random_batch.hpp"
 #include "support/throws_with.hpp"
 
@@ -202,7 +203,8 @@ void check_case(const GpuCase& c, std::uint64_t seed) {
   expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " split none");
   opt.split = SplitPolicy::fixed;
   opt.fixed_splits = 3;
-  opt.num_blocks = 3;                        // blocks walk many tasks: shared memory reused across tasks
+  // blocks walk many tasks: shared memory reused across tasks (whole wide blocks where there are any)
+  opt.num_blocks = opt.wide_tile_rows > 0 ? 4 : 3;
   opt.chunk_align = 1 + int(seed % 16);      // chunk boundaries inside tiles and pages
   expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " fixed 3");
 }
@@ -323,6 +325,68 @@ TEST(CudaEngine, SmallTasksRunPacked) {
         expect_matches(run_gpu(plan, d), ref, c.dtype, what + (flat ? " flat" : " shared"));
       }
     }
+}
+
+// Wide tasks (kernels/pac_wide.cuh): nodes shared by 17 to 70 requests (68
+// to 350 rows a kv head) over up to ~700 tokens, so that row tiles of 65 to
+// 128 rows meet several 128-token tiles and a partial last one, beside the
+// narrow tails; on the device's blocks, on 2-6 blocks (a wide block walks
+// many tasks: the K, V and Q rings wrap across tasks), and split in chunks
+// that end inside tiles and pages.
+TEST(CudaEngine, WideTasksMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  struct WideCase {
+    HeadConfig heads;
+    DType dtype;
+    int page_size;
+    Layout layout;
+    int roots, requests;
+  };
+  const WideCase cases[] = {
+      {{32, 8, 128}, DType::bf16, 16, Layout::nhd, 1, 40},         // qwen3-4b: 160 rows, tiles of 80
+      {{32, 8, 128}, DType::f16, 1, Layout::hnd, 2, 33},           // page size 1
+      {{40, 8, 128}, DType::bf16, 3, Layout::interleaved, 1, 70},  // GQA 5: 350 rows, tiles of 117
+      {{16, 2, 128}, DType::f16, 64, Layout::nhd, 3, 17},          // GQA 8: 136 rows, tiles of 68
+      {{8, 8, 128}, DType::bf16, 7, Layout::nhd, 1, 65},           // MHA: 65 rows, one row past the second warpgroup's
+  };
+  for (const WideCase& c : cases) {
+    if (!cuda_device_info(c.heads, c.dtype).wide) GTEST_SKIP() << "this device or build runs no wide tasks";
+    test::RandomBatchSpec spec;
+    spec.seed = std::uint64_t(c.requests + c.page_size);
+    spec.heads = c.heads;
+    spec.dtype = c.dtype;
+    spec.page_size = c.page_size;
+    spec.num_nodes = c.roots;
+    spec.num_requests = c.requests;
+    spec.fork_prob = 0;
+    spec.max_node_pages = (700 + c.page_size - 1) / c.page_size;
+    spec.max_tail = 90;
+    const test::RandomBatch b = test::make_random_batch(spec);
+    const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, b.q.data());
+    const DeviceBatch d = upload(b, c.layout);
+    const Forest forest = derive_forest(b.table());
+    const RooflineCostModel roofline = h200_cost(c.heads, c.dtype);
+    const test::WidePriced cost(roofline, 0.5);  // every node of many rows wide
+    const std::string what = spec.describe() + " " + to_string(c.layout);
+    PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
+    opt.wide_min_rows = 0;  // wide tiles of 65 rows too
+    auto check = [&](const PlannerOptions& o, const std::string& how) {
+      const Plan plan = make_plan(forest, c.heads, c.dtype, cost, o);
+      ASSERT_GT(plan.stats().num_wide_tasks, 0) << what << " " << how << ": no wide task";
+      expect_matches(run_gpu(plan, d), ref, c.dtype, what + " " + how);
+    };
+    check(opt, "device blocks");
+    for (const int blocks : {2, 6}) {
+      opt.num_blocks = blocks;
+      check(opt, std::to_string(blocks) + " blocks");
+    }
+    opt.split = SplitPolicy::fixed;
+    opt.fixed_splits = 3;
+    opt.chunk_align = 1 + int(spec.seed % 16);
+    check(opt, "fixed 3, align " + std::to_string(opt.chunk_align));
+    opt.split = SplitPolicy::none;
+    check(opt, "split none");
+  }
 }
 
 TEST(CudaEngine, ScoresRisingAcrossTiles) {
@@ -460,8 +524,11 @@ TEST(CudaEngine, PlannerOptionsDescribeTheDevice) {
     EXPECT_EQ(opt.num_blocks, info.sm_count * info.blocks_per_sm);
     EXPECT_EQ(opt.max_tile_rows, kCudaMaxTileRows);
     EXPECT_EQ(opt.chunk_align, 16);
+    EXPECT_EQ(opt.wide_tile_rows, info.wide ? kCudaMaxWideRows : 0);
+    EXPECT_EQ(opt.wide_span, info.wide ? info.blocks_per_sm : 2);
+    EXPECT_EQ(opt.wide_min_rows, info.wide ? kCudaWideMinRows : 0);
     std::cout << "[ info     ] " << info.name << ": " << info.sm_count << " SMs, head_dim " << dim << ": "
-              << info.blocks_per_sm << " PAC blocks per SM\n";
+              << info.blocks_per_sm << " PAC blocks per SM" << (info.wide ? ", wide tasks" : "") << "\n";
   }
 }
 

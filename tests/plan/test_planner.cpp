@@ -237,6 +237,158 @@ TEST(Planner, BadOptions) {
   EXPECT_THROW(make_plan(f, heads, DType::bf16, roofline(heads), opt), Error);
   opt.max_tile_rows = 64;
   EXPECT_THROW(make_plan(f, HeadConfig{30, 8, 64}, DType::bf16, roofline(heads), opt), Error);
+  opt.wide_tile_rows = 32;  // fewer rows than a task's
+  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
+                                "wide_tile_rows 32 must be 0 or >= max_tile_rows 64"));
+  opt.wide_tile_rows = 128;
+  opt.wide_span = 3;  // 4 blocks do not make whole wide blocks of 3
+  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
+                                "wide_span 3 must be >= 1 and divide num_blocks 4"));
+}
+
+// A forest of 1-3 roots, each shared by many requests (tens to hundreds of
+// rows per kv head), with private tails: wide and narrow tasks in one plan.
+Forest many_row_forest(std::uint64_t seed, int page_size, const HeadConfig& heads, int requests) {
+  test::RandomBatchSpec spec;
+  spec.seed = seed;
+  spec.page_size = page_size;
+  spec.num_nodes = 1 + int(seed % 3);
+  spec.num_requests = requests;
+  spec.fork_prob = 0.1;
+  spec.max_node_pages = (700 + page_size - 1) / page_size;
+  spec.max_tail = 90;
+  spec.heads = heads;
+  return derive_forest(test::make_random_batch(spec).table());
+}
+
+// The predicted time of a task as the planner prices it (chunk_align 1: a
+// class's tokens are its nodes').
+double task_price(const CostModel& cost, const Task& t, bool wide) {
+  return wide ? cost.wide_cost_us(t.row_end - t.row_begin, t.kv_end - t.kv_begin)
+              : cost.cost_us(t.row_end - t.row_begin, t.kv_end - t.kv_begin);
+}
+
+// Wide tasks: nodes of more than max_tile_rows rows take row tiles of up to
+// wide_tile_rows rows, on the wide blocks; the others stay on the blocks. The
+// plan's makespan is the kernels' order: every wide block's tasks, then block
+// b starting at the (b / span)-th earliest end of a wide block.
+TEST(Planner, WideTasksRunFirstOnWideBlocks) {
+  struct WideCase {
+    HeadConfig heads;
+    int blocks, span, tile_rows, wide_rows, requests;
+  };
+  const WideCase cases[] = {
+      {{32, 8, 128}, 264, 2, 64, 128, 60},  // the H200's shape: 4 head slices of 33 SMs
+      {{32, 8, 128}, 16, 2, 64, 128, 80},   // few blocks: each walks many tasks
+      {{40, 8, 128}, 12, 3, 20, 50, 30},    // GQA 5, odd tiles, three blocks a wide block
+      {{32, 1, 64}, 10, 2, 64, 128, 9},     // MQA: 32 rows a request
+  };
+  for (const WideCase& c : cases)
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+      const Forest f = many_row_forest(seed, seed % 2 ? 16 : 3, c.heads, c.requests);
+      PlannerOptions opt;
+      opt.num_blocks = c.blocks;
+      opt.max_tile_rows = c.tile_rows;
+      opt.wide_tile_rows = c.wide_rows;
+      opt.wide_span = c.span;
+      opt.chunk_align = 1;
+      const RooflineCostModel cost = roofline(c.heads);
+      const Plan plan = make_plan(f, c.heads, DType::bf16, cost, opt);
+      SCOPED_TRACE(testing::Message() << "seed " << seed << " blocks " << c.blocks << " span " << c.span);
+      test::expect_plan_covers_forest(plan, f);
+      const PlanView p = plan.view();
+      ASSERT_EQ(p.num_wide_blocks, c.blocks / c.span);
+      const int narrow = p.block_indptr[p.num_blocks];
+      EXPECT_EQ(plan.stats().num_wide_tasks, p.num_tasks - narrow);
+      EXPECT_GT(plan.stats().num_wide_tasks, 0);
+      EXPECT_GT(narrow, 0);
+      for (int t = 0; t < p.num_tasks; ++t) {
+        const Task& task = p.tasks[t];
+        const int rows = task.row_end - task.row_begin, node_rows = p.node_rows(task.node);
+        if (t >= narrow) EXPECT_GT(node_rows, c.tile_rows) << "wide task " << t;
+        EXPECT_LE(rows, t >= narrow ? c.wide_rows : c.tile_rows) << "task " << t;
+      }
+      EXPECT_LE(plan.extent().max_task_rows, c.tile_rows);
+      EXPECT_GT(plan.extent().max_wide_rows, c.tile_rows);
+      EXPECT_LE(plan.extent().max_wide_rows, c.wide_rows);
+      // the makespan, replayed in the kernels' order
+      std::vector<double> ends(p.num_wide_blocks, 0.0);
+      for (int w = 0; w < p.num_wide_blocks; ++w)
+        for (int i = p.wide_indptr[w]; i < p.wide_indptr[w + 1]; ++i) ends[w] += task_price(cost, p.tasks[i], true);
+      std::sort(ends.begin(), ends.end());
+      double makespan = ends.back();
+      for (int b = 0; b < p.num_blocks; ++b) {
+        double end = ends[b / c.span];
+        for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) end += task_price(cost, p.tasks[i], false);
+        makespan = std::max(makespan, end);
+      }
+      EXPECT_NEAR(plan.stats().makespan_us, makespan, 1e-6 * makespan);
+      EXPECT_GE(plan.stats().makespan_us, plan.stats().lower_bound_us * (1 - 1e-9));
+    }
+}
+
+// A node takes wide tasks where they cost less block time than its tasks
+// would, else tasks: at half the price of two half tasks every node of many
+// rows goes wide, at twice none does.
+TEST(Planner, NodesGoWideWhereItPays) {
+  const HeadConfig heads{32, 8, 128};
+  const RooflineCostModel base = roofline(heads);
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    const Forest f = many_row_forest(seed, 16, heads, 50);
+    PlannerOptions opt;
+    opt.num_blocks = 264;
+    opt.wide_tile_rows = 128;
+    bool many_rows = false;
+    for (const ForestNode& n : f.nodes) many_rows = many_rows || (n.num_tokens > 0 && n.num_reqs * 4 > 64);
+    ASSERT_TRUE(many_rows);
+    for (const double factor : {0.5, 2.0}) {
+      const Plan plan = make_plan(f, heads, DType::bf16, test::WidePriced(base, factor), opt);
+      test::expect_plan_covers_forest(plan, f);
+      const PlanView p = plan.view();
+      int wide_nodes = 0, many_row_nodes = 0;
+      for (int i = 0; i < p.num_nodes; ++i)
+        many_row_nodes += p.node_splits[i] > 0 && p.node_rows(i) > opt.max_tile_rows;
+      std::vector<bool> is_wide(p.num_nodes, false);
+      for (int t = p.num_wide_blocks ? p.wide_indptr[0] : p.num_tasks; t < p.num_tasks; ++t)
+        is_wide[p.tasks[t].node] = true;
+      for (int i = 0; i < p.num_nodes; ++i) wide_nodes += is_wide[i];
+      EXPECT_EQ(wide_nodes, factor <= 1.0 ? many_row_nodes : 0) << "seed " << seed << " wide x" << factor;
+    }
+    // fewer rows a wide tile than wide_min_rows: the node keeps its tasks
+    opt.wide_min_rows = 129;
+    EXPECT_EQ(make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt).stats().num_wide_tasks, 0);
+    opt.wide_min_rows = 65;
+    const Plan plan = make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt);
+    const PlanView p = plan.view();
+    for (int t = p.num_wide_blocks ? p.wide_indptr[0] : p.num_tasks; t < p.num_tasks; ++t) {
+      const int rows = p.node_rows(p.tasks[t].node), tiles = (rows + 127) / 128;
+      EXPECT_GE((rows + tiles - 1) / tiles, 65) << "wide task " << t;
+    }
+  }
+}
+
+// A forest without a node past max_tile_rows plans as without wide tasks,
+// byte for byte; a capacity with wide blocks keeps their (empty) index.
+TEST(Planner, WideOptionsChangeNoPlanWithoutManyRowNodes) {
+  const HeadConfig heads{32, 8, 128};
+  const Forest f = random_forest(5, 16, heads, 6, 9);  // 9 requests: at most 36 rows a node
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  const Plan narrow = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  opt.wide_tile_rows = 128;
+  const Plan wide = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  EXPECT_EQ(wide.view().num_wide_blocks, 0);
+  ASSERT_EQ(narrow.bytes().size(), wide.bytes().size());
+  EXPECT_EQ(0, std::memcmp(narrow.bytes().data(), wide.bytes().data(), narrow.bytes().size()));
+  opt.capacity = PlanCapacity::for_batches(16, 16 * 64, heads, 64, 264, 1 << 14, opt.wide_blocks());
+  const Plan packed = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  const PlanView p = packed.view();
+  ASSERT_EQ(p.num_wide_blocks, 132);
+  for (int w = 0; w <= p.num_wide_blocks; ++w) EXPECT_EQ(p.wide_indptr[w], p.block_indptr[p.num_blocks]);
+  EXPECT_EQ(Plan::empty(heads, DType::bf16, 16, *opt.capacity).view().num_wide_blocks, 132);
+  opt.capacity->wide_blocks = 0;  // the options' wide blocks and the capacity's must agree
+  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
+                                "capacity of 0 wide blocks differs from the options' 132"));
 }
 
 }  // namespace

@@ -6,13 +6,31 @@
 
 #include <map>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
+#include "codec/cost/cost_model.hpp"
 #include "codec/forest/forest.hpp"
 #include "codec/plan/plan.hpp"
 
 namespace codec::test {
+
+// A cost model whose wide tasks (PlannerOptions::wide_tile_rows) cost
+// `factor` times what two tasks of half their rows do: below 1 the planner
+// makes every node of many rows wide, above 1 none.
+class WidePriced final : public CostModel {
+ public:
+  WidePriced(const CostModel& base, double factor) : base_(base), factor_(factor) {}
+  double cost_us(int rows, long kv_len) const override { return base_.cost_us(rows, kv_len); }
+  bool prices_wide() const override { return true; }
+  double wide_cost_us(int rows, long kv_len) const override { return factor_ * base_.cost_us((rows + 1) / 2, kv_len); }
+  std::string describe() const override { return "wide x" + std::to_string(factor_); }
+
+ private:
+  const CostModel& base_;
+  double factor_;
+};
 
 // Slots row (request, qo head) merges, per the plan's schedule.
 inline std::vector<int> row_slots(const PlanView& p, int req, int head) {
@@ -24,10 +42,18 @@ inline std::vector<int> row_slots(const PlanView& p, int req, int head) {
 inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
   const PlanView p = plan.view();
   const int G = p.group, Hq = p.num_qo_heads;
-  // The blocks' task ranges tile [0, num_tasks) in order: every task runs once.
+  // The blocks' task ranges, then the wide blocks', tile [0, num_tasks) in
+  // order: every task runs once.
   ASSERT_EQ(p.block_indptr[0], 0);
   for (int b = 0; b < p.num_blocks; ++b) ASSERT_LE(p.block_indptr[b], p.block_indptr[b + 1]) << "block " << b;
-  ASSERT_EQ(p.block_indptr[p.num_blocks], p.num_tasks);
+  if (p.num_wide_blocks == 0) {
+    ASSERT_EQ(p.block_indptr[p.num_blocks], p.num_tasks);
+  } else {
+    ASSERT_EQ(p.wide_indptr[0], p.block_indptr[p.num_blocks]);
+    for (int w = 0; w < p.num_wide_blocks; ++w)
+      ASSERT_LE(p.wide_indptr[w], p.wide_indptr[w + 1]) << "wide block " << w;
+    ASSERT_EQ(p.wide_indptr[p.num_wide_blocks], p.num_tasks);
+  }
   // Expand tasks to (request, head) → node → covered tokens, and slot → writers.
   std::map<std::tuple<int, int, int>, std::vector<int>> cover;  // (req, head, node) → per-token count
   std::vector<int> slot_writers(p.num_slots, 0);

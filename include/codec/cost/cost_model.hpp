@@ -30,6 +30,13 @@ class CostModel {
   // price it (prices_contention() false) return cost_us.
   virtual bool prices_contention() const { return false; }
   virtual double cost_busy_us(int rows, long kv_len, int /*busy*/) const { return cost_us(rows, kv_len); }
+  // Predicted time of a wide task (PlannerOptions::wide_tile_rows: up to
+  // twice the rows of a task, on a wide block that takes two blocks' place,
+  // one SM) of `rows` rows against kv_len keys, with every SM busy. By
+  // default what two tasks of half its rows cost side by side; a model that
+  // measured the wide kernel (prices_wide()) says better.
+  virtual bool prices_wide() const { return false; }
+  virtual double wide_cost_us(int rows, long kv_len) const { return cost_us((rows + 1) / 2, kv_len); }
   virtual std::string describe() const = 0;
 };
 
@@ -60,6 +67,9 @@ class RooflineCostModel final : public CostModel {
  public:
   RooflineCostModel(const RooflineParams& params, const HeadConfig& heads, DType dtype);
   double cost_us(int rows, long kv_len) const override;
+  // A wide task has two blocks' share of the bandwidth and of the tensor cores.
+  bool prices_wide() const override { return true; }
+  double wide_cost_us(int rows, long kv_len) const override;
   std::string describe() const override;
   const RooflineParams& params() const { return params_; }
 
@@ -84,7 +94,10 @@ class RooflineCostModel final : public CostModel {
 //    "blocks": 264, "busy_blocks": [8, 32, ...], "busy_us": [[[...], ...], ...]
 // with busy_us[b] a grid like "us" at busy_blocks[b] blocks; linear in the
 // busy count between those points and `blocks`, flat below the first, and
-// never dearer than "us".
+// never dearer than "us". Optionally the wide kernel's tasks
+// (CostModel::wide_cost_us), over their own rows and the same kv_len:
+//    "wide_rows": [72, 128, ...], "wide_us": [[...], ...]
+// interpolated as "us" is.
 struct CostTable {
   std::string device;
   int head_dim = 0;
@@ -98,6 +111,8 @@ struct CostTable {
   int blocks = 0;                             // the blocks busy in `us`; 0: contention is not priced
   std::vector<int> busy_blocks;               // strictly increasing, ≥ 1, < blocks
   std::vector<std::vector<std::vector<double>>> busy_us;  // [busy_blocks.size()] grids like us, > 0
+  std::vector<int> wide_rows;                   // strictly increasing, ≥ 1; empty: wide tasks not measured
+  std::vector<std::vector<double>> wide_us;     // [wide_rows.size()][kv_len.size()], > 0
 
   void validate() const;
   static CostTable load(const std::string& path);  // throws naming the file and field
@@ -113,6 +128,8 @@ class TableCostModel final : public CostModel {
   double merge_us(std::int64_t rows, int partials) const override;
   bool prices_contention() const override { return !table_.busy_blocks.empty(); }
   double cost_busy_us(int rows, long kv_len, int busy) const override;
+  bool prices_wide() const override { return !table_.wide_rows.empty(); }
+  double wide_cost_us(int rows, long kv_len) const override;
   std::string describe() const override;
   const CostTable& table() const { return table_; }
 

@@ -39,6 +39,15 @@ using CudaStream = CUstream_st*;  // nullptr is the legacy default stream
 
 // Rows one PAC task holds: 4 warps × one 16-row m16n8k16 tile each.
 inline constexpr int kCudaMaxTileRows = 64;
+// Rows one wide task holds (the wide kernel: sm_90a, head_dim 128, one block
+// per SM of two consumer warpgroups of 64 rows; kernels/pac_wide.cuh).
+inline constexpr int kCudaMaxWideRows = 128;
+// Fewest rows a wide task is given (PlannerOptions::wide_min_rows): on the
+// H200 (run 30) nodes of 128 rows a kv head ran 5-9% faster as wide tasks
+// (long, batch:32) and of 256 or more 12-21% (batch:64, sysprompt:512, dense
+// documents), but loogle:8's documents of 68-76 rows, memory-bound, whose two
+// 34-38-row tasks share their KV through L2, ran 4.5% slower.
+inline constexpr int kCudaWideMinRows = 96;
 
 // PAC blocks an SM holds at least: the kernel's launch bounds cap its
 // registers for this many (128 each at head_dim 64, whose smaller tiles let 4
@@ -66,6 +75,9 @@ struct CudaDeviceInfo {
   int compute_capability = 0;  // e.g. 90
   int sm_count = 0;
   int blocks_per_sm = 0;  // resident PAC blocks per SM for the head_dim and dtype asked for
+  // Whether the wide kernel runs here for that head_dim and dtype: an sm_90
+  // device, a build with sm_90a code, head_dim 128, 2 PAC blocks per SM.
+  bool wide = false;
 };
 // Throws codec::Error for an unsupported head_dim or dtype, for a device this
 // build has no kernel image for (naming the device's architecture and the
@@ -78,7 +90,10 @@ const char* cuda_built_architectures();
 
 // Planner options for the current device: num_blocks = SMs × resident PAC
 // blocks per SM (e.g. 132 × 2 = 264 on an H200 at head_dim 128), so the plan's
-// blocks are the persistent grid; max_tile_rows = kCudaMaxTileRows; chunk_align
+// blocks are the persistent grid; max_tile_rows = kCudaMaxTileRows; where the
+// wide kernel runs (CudaDeviceInfo::wide), wide_tile_rows = kCudaMaxWideRows,
+// wide_span = blocks per SM and wide_min_rows = kCudaWideMinRows, else no
+// wide tasks; chunk_align
 // = 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
 // chunk boundaries would leave partly masked mma steps inside a chunk, coarser
 // ones (the 64-token tile) would cap a short shared node's splits (a 200-token

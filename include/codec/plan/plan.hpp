@@ -68,8 +68,14 @@ struct PlanView {
   int num_kv_heads = 0;
   int head_dim = 0;
   int page_size = 0;
-  const Task* tasks = nullptr;                 // [num_tasks], block by block, in execution order
+  // Wide blocks (the CUDA engine's wide kernel: one a SM, tasks of up to
+  // kCudaMaxWideRows rows; 0 when the plan has none) run before the blocks
+  // and their tasks come after the blocks' in `tasks`.
+  int num_wide_blocks = 0;
+  const Task* tasks = nullptr;                 // [num_tasks], block by block, then wide block by wide block
   const std::int32_t* block_indptr = nullptr;  // [num_blocks + 1]
+  // [num_wide_blocks + 1] (none when 0): wide block w runs tasks[wide_indptr[w] .. wide_indptr[w+1])
+  const std::int32_t* wide_indptr = nullptr;
   const std::int32_t* node_page_begin = nullptr;  // [num_nodes + 1]; token t of a node is in page
   const std::int32_t* node_pages = nullptr;       //   node_pages[node_page_begin[node] + t / page_size]
   const std::int32_t* node_req_begin = nullptr;   // [num_nodes + 1] into node_reqs
@@ -101,6 +107,7 @@ struct PlanStats {
   int num_requests = 0;
   int num_units = 0;     // (node, kv head, row tile) before KV splitting
   int num_tasks = 0;     // after splitting
+  int num_wide_tasks = 0;  // of them, those of wide blocks
   int num_blocks = 0;
   int max_splits = 0;    // largest b_k of any node
   int num_slots = 0;
@@ -121,10 +128,11 @@ struct PlanStats {
 struct PlanArrays {
   // The arrays of a batch of no requests on `blocks` blocks: every block
   // without tasks.
-  static PlanArrays none(int blocks);
+  static PlanArrays none(int blocks, int wide_blocks = 0);
   void clear();  // every array empty, its capacity kept
   std::vector<Task> tasks;
   std::vector<std::int32_t> block_indptr;
+  std::vector<std::int32_t> wide_indptr;  // empty: no wide blocks
   std::vector<std::int32_t> node_page_begin, node_pages, node_req_begin, node_reqs, node_splits, node_slot_base;
   std::vector<std::int32_t> partial_indptr;
   std::vector<PartialRef> partials;
@@ -138,6 +146,7 @@ struct PlanArrays {
 struct PlanCapacity {
   int requests = 0;  // rows a run may cover; a batch may be smaller
   int blocks = 0;    // m: every plan at this capacity has exactly this many blocks
+  int wide_blocks = 0;  // and exactly this many wide blocks (0: none)
   int nodes = 0;
   std::int64_t node_pages = 0;
   std::int64_t node_reqs = 0;
@@ -147,8 +156,9 @@ struct PlanCapacity {
 
   // The capacity for every batch of at most max_requests requests whose page
   // tables hold at most max_page_entries entries, planned with max_tile_rows
-  // rows per task on `blocks` blocks, with `slots` partial slots. The other
-  // sizes are bounds that hold for any such batch:
+  // rows per task on `blocks` blocks (and `wide_blocks` wide blocks, whose
+  // tasks hold at least max_tile_rows rows), with `slots` partial slots. The
+  // other sizes are bounds that hold for any such batch:
   //   nodes ≤ 2·max_requests − 1 (a compressed trie of that many paths) and
   //     ≤ max_page_entries (every node of a derived forest has a page);
   //   node_pages ≤ max_page_entries (a shared page is listed once);
@@ -157,7 +167,7 @@ struct PlanCapacity {
   //   tasks ≤ slots / min(G, max_tile_rows / 2) (a row tile holds at least G
   //     rows, or more than half a tile when a node has several).
   static PlanCapacity for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
-                                  int max_tile_rows, int blocks, std::int64_t slots);
+                                  int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks = 0);
   void validate() const;
 };
 
@@ -165,7 +175,8 @@ struct PlanCapacity {
 // so that a run's host-side validation costs O(1) rather than a pass over the
 // task and page lists per layer.
 struct PlanExtent {
-  int max_task_rows = 0;      // most query rows of any task
+  int max_task_rows = 0;      // most query rows of any task of a block
+  int max_wide_rows = 0;      // most query rows of any task of a wide block
   int min_partials = 0;       // fewest and most partials a request merges (0 and 0 without requests)
   int max_partials = 0;
   std::int32_t min_page = 0;  // range of node_pages (max_page < min_page: no pages)
@@ -231,7 +242,7 @@ class Plan {
  private:
   // The arrays of PlanArrays (and pointers of PlanView), packed in the order
   // plan.cpp's table lists them; offsets_ holds each one's byte offset.
-  static constexpr int kNumArrays = 10;
+  static constexpr int kNumArrays = 11;
   HeadConfig heads_;
   DType dtype_ = DType::bf16;
   bool has_capacity_ = false;

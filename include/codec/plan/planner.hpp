@@ -32,6 +32,17 @@ inline constexpr long kMaxExhaustivePlans = 200000;
 struct PlannerOptions {
   int num_blocks = 0;        // m: blocks that run concurrently (GPU: SMs × blocks per SM; CPU: threads)
   int max_tile_rows = 64;    // query rows one task holds; more rows make several row tiles
+  // Wide tasks (the CUDA engine's wide kernel): a node with more than
+  // max_tile_rows rows (per kv head) is cut into row tiles of at most
+  // wide_tile_rows rows instead, each run by a wide block, which takes the
+  // place of wide_span blocks (one SM's). Wide blocks run first; the blocks
+  // then start as they leave (docs/DESIGN_NOTES.md, Planner 13). 0: none.
+  int wide_tile_rows = 0;
+  int wide_span = 2;
+  // Fewest rows a wide task must hold (its node's rows over its wide tiles),
+  // or the node keeps tasks of max_tile_rows.
+  int wide_min_rows = 0;
+  int wide_blocks() const { return wide_tile_rows > 0 ? num_blocks / wide_span : 0; }
   int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
   SplitPolicy split = SplitPolicy::adaptive;
   int fixed_splits = 1;      // b_k for SplitPolicy::fixed

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "engine/cuda/kernel_traits.cuh"
 #include "engine/cuda/kernels/merge.cuh"
 #include "engine/cuda/kernels/pac.cuh"
+#include "engine/cuda/kernels/pac_wide.cuh"
 
 namespace codec {
 
@@ -54,6 +56,26 @@ std::size_t plan_region_bytes(std::size_t plan_bytes) { return (plan_bytes + kPl
 
 bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
+// The wide kernel has code only in sm_90a builds and runs only on sm_90.
+bool built_for_sm90a() { return std::strstr(CODEC_CUDA_ARCHITECTURES, "90a") != nullptr; }
+
+// Whether the current device runs the wide kernel (an answer cached per
+// device: run_cuda asks on every call).
+bool wide_runs_here() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> known[kCachedDevices] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  CODEC_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices && known[device].load(std::memory_order_relaxed) != 0)
+    return known[device].load(std::memory_order_relaxed) == 2;
+  int major = 0, minor = 0;
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  const bool yes = built_for_sm90a() && major == 9 && minor == 0;
+  if (device < kCachedDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
+}
+
 void check_workspace(const Plan& plan, std::span<std::byte> workspace, const char* who) {
   const std::size_t need = cuda_workspace_bytes(plan);
   CODEC_CHECK(workspace.data() != nullptr, who, ": workspace must not be null");
@@ -86,6 +108,13 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
   CODEC_CHECK(plan.extent().max_task_rows <= kCudaMaxTileRows, "run_cuda: a plan task has ",
               plan.extent().max_task_rows, " query rows, more than the kernel's ", kCudaMaxTileRows,
               " (plan with cuda_planner_options or max_tile_rows <= ", kCudaMaxTileRows, ")");
+  if (plan.view().num_wide_blocks > 0) {
+    CODEC_CHECK(kv.head_dim == 128 && wide_runs_here(), "run_cuda: the plan has wide blocks, which run at head_dim "
+                "128 on sm_90 devices with a build for sm_90a only (head_dim ", kv.head_dim, ", build for ",
+                CODEC_CUDA_ARCHITECTURES, "): plan with cuda_planner_options");
+    CODEC_CHECK(plan.extent().max_wide_rows <= kCudaMaxWideRows, "run_cuda: a wide task has ",
+                plan.extent().max_wide_rows, " query rows, more than the wide kernel's ", kCudaMaxWideRows);
+  }
   check_workspace(plan, workspace, "run_cuda");  // last: tests rely on it to stop any case that slips through
 }
 
@@ -125,6 +154,7 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
   });
   CODEC_CHECK(info.blocks_per_sm >= 1, "PAC kernel for head_dim ", heads.head_dim, " ", to_string(dtype),
               " cannot be resident on ", info.name);
+  info.wide = heads.head_dim == 128 && info.blocks_per_sm == 2 && wide_runs_here();
   return info;
 }
 
@@ -133,6 +163,11 @@ PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype) {
   PlannerOptions options;
   options.num_blocks = info.sm_count * info.blocks_per_sm;
   options.max_tile_rows = kCudaMaxTileRows;
+  if (info.wide) {
+    options.wide_tile_rows = kCudaMaxWideRows;
+    options.wide_span = info.blocks_per_sm;
+    options.wide_min_rows = kCudaWideMinRows;
+  }
   options.chunk_align = kChunkAlign;
   return options;
 }
@@ -148,7 +183,7 @@ PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_
   options.validate();
   auto capacity = [&](std::int64_t slots) {
     return PlanCapacity::for_batches(max_requests, max_page_entries, heads, options.max_tile_rows, options.num_blocks,
-                                     slots);
+                                     slots, options.wide_blocks());
   };
   const std::size_t fixed = cuda_workspace_bytes(capacity(0), heads.head_dim);
   CODEC_CHECK(fixed < bytes, "workspace of ", bytes, " bytes is too small: the plan arrays for ", max_requests,
@@ -238,23 +273,31 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   }
   const float lse_scale = codec::lse_scale(io.lse_base);
 
+  // With wide blocks the wide kernel goes first and the PAC kernel is its
+  // programmatic dependent (kernels/pac_wide.cuh); validate_run made sure
+  // that this is an sm_90 device, a build for sm_90a and head_dim 128.
+  const bool wide = device.num_wide_blocks > 0;
+
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
     using T = typename decltype(type)::type;
     static_assert(cuda::PacTraits<D, T>::kMaxRows == kCudaMaxTileRows);
-    cuda::launch_pac<D, T>({.plan = device,
-                            .kv = {kv.k, kv.v, kv.stride_page, kv.stride_token, kv.stride_head},
-                            .q = io.q.data,
-                            .q_rows = io.q.strides(),
-                            .out = io.out.data,
-                            .out_rows = io.out.strides(),
-                            .lse = io.lse.data,
-                            .lse_rows = io.lse.strides(),
-                            .lse_scale = lse_scale,
-                            .part_o = part_o,
-                            .part_lse = part_lse,
-                            .sm_scale = plan.heads().scale()},
-                           stream);
+    const cuda::PacParams params{.plan = device,
+                                 .kv = {kv.k, kv.v, kv.stride_page, kv.stride_token, kv.stride_head},
+                                 .q = io.q.data,
+                                 .q_rows = io.q.strides(),
+                                 .out = io.out.data,
+                                 .out_rows = io.out.strides(),
+                                 .lse = io.lse.data,
+                                 .lse_rows = io.lse.strides(),
+                                 .lse_scale = lse_scale,
+                                 .part_o = part_o,
+                                 .part_lse = part_lse,
+                                 .sm_scale = plan.heads().scale()};
+    if constexpr (D == 128) {
+      if (wide) cuda::launch_pac_wide<D, T>(params, stream);
+    }
+    cuda::launch_pac<D, T>(params, wide, stream);
     if (merge)
       cuda::launch_merge<D, T>({.plan = device,
                                 .part_o = part_o,

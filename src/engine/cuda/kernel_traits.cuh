@@ -2,7 +2,7 @@
 // Compile-time configuration of the CUDA kernels, one traits struct per
 // (head_dim, dtype): tile sizes, pipeline depth, shared-memory layout, with
 // static_asserts that name the limit a configuration would break.
-#include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm, cuda_pac_pack_limits
+#include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm, cuda_pac_pack_limits, kCudaMaxWideRows
 
 namespace codec::cuda {
 
@@ -84,6 +84,68 @@ struct PacTraits {
   static_assert(kStages >= 2, "the main loop overlaps a tile's copy with the previous tile's compute");
   static_assert(kMinBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024,
                 "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
+};
+
+// Wide PAC (kernels/pac_wide.cuh, sm_90a, head_dim 128): one block per SM runs
+// the plan's tasks of 65 to 128 rows (a wide block's: wide_indptr), the shape
+// FlashAttention-3 gives prefill. Warpgroup 0 is the producer: it copies each
+// task's query rows and KV tiles with cp.async into shared memory, running
+// ahead across tasks. Warpgroups 1 and 2 are consumers, rows 0-63 and 64-127
+// of the task, on wgmma, sharing every KV tile: each KV byte a tile brings
+// in feeds 128 rows, twice what a 64-row task's does, which halves the
+// shared node's L2 reads and the copies' instructions per FLOP.
+//
+// Sizing. 128-token tiles: an m64n128k16 Q·Kᵀ with both operands in shared
+// memory reads 6 KiB per 64 tensor-core cycles (96 B/cycle of the 128 shared
+// memory delivers); 64-token tiles read 4 KiB per 32 cycles, all of it, which
+// held run 13's warp-specialised kernel to 384 TFLOP/s. K and V are
+// separate buffers with barriers of their own, so that K of tile t + 2 loads
+// once Q·Kᵀ of tile t is done, two tiles before it is needed, and V once its
+// P·V is. Q is double-buffered so that the next task's rows load while this
+// one ends. Per SM: 2 × 32 KiB of Q + 2 stages × (32 + 32) KiB of KV = 192
+// KiB, 128 KiB in flight: at 4.2 TB/s / 132 SMs and a loaded latency of 2 µs
+// an SM needs ~64 KiB, so memory-bound wide tasks stream too.
+//
+// Registers: 3 warpgroups of 168 (one block per SM: 64 Ki / 384); the
+// producer gives back to 56, the consumers take 224 each (56 + 2 · 224 = 504
+// = 3 · 168). A consumer holds O (64 fp32), S (64 fp32) and P (32 × 2 bf16)
+// of its 64 rows, ~195 registers in all; Q·Kᵀ of tile t runs while P·V of
+// tile t − 1 does. The producer spilled at 40 (its copies' addresses).
+template <int D, typename T>
+struct WideTraits {
+  static constexpr int kHeadDim = D;
+  static constexpr int kWarpgroups = 3;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kConsumerRows = 64;                 // M of wgmma
+  static constexpr int kMaxRows = 2 * kConsumerRows;       // rows one wide task may hold
+  static constexpr int kTileTokens = 128;
+  static constexpr int kStages = 2;
+  static constexpr int kQBuffers = 2;
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+  static constexpr int kChunks = D * int(sizeof(T)) / 16;  // 16-byte cp.async chunks per row
+  static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
+  static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kQBuffers * kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr int kBarrierOffset = kVOffset + kStages * kTileBytes;
+  // q_full, q_empty per Q buffer; k_full, k_empty, v_full, v_empty per stage
+  static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages;
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
+  // Arrivals that complete a phase: every producer thread's copies (full
+  // barriers), or one lane of each consumer warp (empty barriers).
+  static constexpr int kFullArrivals = 128;
+  static constexpr int kEmptyArrivals = 2 * 4;
+
+  static_assert(D == 128, "the wide kernel is built for head_dim 128 (kernel_traits.cuh sizes it)");
+  static_assert(sizeof(T) == 2, "tensor-core path is fp16 / bf16 only");
+  static_assert(kMaxRows == kCudaMaxWideRows, "cuda_engine.hpp states the wide task's rows");
+  static_assert(kProducerRegs + 2 * kConsumerRegs <= kWarpgroups * (65536 / kThreads / 8 * 8),
+                "setmaxnreg may only move registers within the block's launch allocation");
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kTileTokens * 128 % 1024 == 0,
+                "every operand and column block must start on a 1024-byte boundary (wgmma's 128-byte swizzle)");
+  static_assert(kSmemBytes <= 227 * 1024, "a block may have at most 227 KiB of shared memory on sm_90");
 };
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a [Rows][D] tile,

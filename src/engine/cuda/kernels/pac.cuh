@@ -230,6 +230,56 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   __syncthreads();  // the next task's prologue overwrites the staging
 }
 
+// A lane's two rows of an m16 accumulator fragment (rows lane / 4 and lane /
+// 4 + 8 of its warp's 16, as rows of the task), with their requests and
+// whether each request has a single partial, whose output the task then
+// writes itself. Looked up before the task's tiles: two dependent loads.
+struct FragmentRows {
+  int row[2];      // rows of the task, from row_begin; set by the caller
+  int req[2];      // their requests (0 past the task's rows)
+  bool single[2];
+  __device__ __forceinline__ void look_up(const PlanView& plan, const Task& task) {
+    const int rows = task.row_end - task.row_begin;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      req[h] = row[h] < rows ? plan.node_reqs[task.req_begin + (task.row_begin + row[h]) / plan.group] : 0;
+      single[h] = row[h] < rows && plan.num_partials(req[h]) == 1;
+    }
+  }
+};
+
+// Writes a fragment's rows from registers (columns 8n + 2 (lane % 4) + {0,
+// 1}), normalised: to the output where the request has a single partial, else
+// to the row's workspace slot. state[h].l holds this lane's share of row h's
+// sum; the quad's are added here.
+template <int D, typename T>
+__device__ __forceinline__ void store_fragment_rows(const PacParams& p, const Task& task, const FragmentRows& fr,
+                                                    SoftmaxState (&state)[2], const float (&o)[D / 2]) {
+  const int lane = threadIdx.x % 32, G = p.plan.group, rows = task.row_end - task.row_begin;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    state[h].l = butterfly<4>(state[h].l, SumOp{});
+    const float inv_l = state[h].inv_l(), lse = state[h].lse();
+    if (fr.row[h] >= rows) continue;
+    const int v = task.row_begin + fr.row[h], col = 2 * (lane % 4);
+    if (fr.single[h]) {
+      const int head = task.kv_head * G + v % G;
+      T* out = static_cast<T*>(p.out) + p.out_rows.at(fr.req[h], head) + col;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<std::uint32_t*>(out + 8 * n) = pack2<T>(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+      if (lane % 4 == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(fr.req[h], head)] = lse * p.lse_scale;
+    } else {
+      const std::int64_t slot = task.slot0 + v;
+      float* out = p.part_o + slot * D + col;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(out + 8 * n) = make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+      if (lane % 4 == 0) p.part_lse[slot] = lse;
+    }
+  }
+}
+
 // How many of the block's tasks from i on (before end) form a pack: the
 // leading run, up to kMaxPack, of tasks of at most kRowsPerWarp rows and
 // kPackMaxTokens tokens. The same answer in every warp.
@@ -283,16 +333,11 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       }
     }
     kv.start(pro);
-    // this lane's rows lane / 4 + 8h: their request and whether it has a
-    // single partial, loaded while the copies fly
-    int req[2];
-    bool single[2];
+    // this lane's rows lane / 4 + 8h, looked up while the copies fly
+    FragmentRows fr;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = lane / 4 + 8 * h;
-      req[h] = r < rows ? reqs[(task.row_begin + r) / G] : 0;
-      single[h] = r < rows && plan.num_partials(req[h]) == 1;
-    }
+    for (int h = 0; h < 2; ++h) fr.row[h] = lane / 4 + 8 * h;
+    fr.look_up(plan, task);
 
     SoftmaxState state[2];
     float o[D / 2] = {};
@@ -306,31 +351,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
                             row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, state, o);
     }
     cp_async_wait<0>();
-
-    // epilogue: rows lane / 4 + 8h, columns 8n + 2 (lane % 4) + {0, 1}
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = lane / 4 + 8 * h, v = task.row_begin + r;
-      state[h].l = butterfly<4>(state[h].l, SumOp{});
-      const float inv_l = state[h].inv_l(), lse = state[h].lse();
-      if (r >= rows) continue;
-      const int col = 2 * (lane % 4);
-      if (single[h]) {
-        const int head = task.kv_head * G + v % G;
-        T* out = static_cast<T*>(p.out) + p.out_rows.at(req[h], head) + col;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-          *reinterpret_cast<std::uint32_t*>(out + 8 * n) = pack2<T>(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
-        if (lane % 4 == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req[h], head)] = lse * p.lse_scale;
-      } else {
-        const std::int64_t slot = task.slot0 + v;
-        float* out = p.part_o + slot * D + col;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-          *reinterpret_cast<float2*>(out + 8 * n) = make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
-        if (lane % 4 == 0) p.part_lse[slot] = lse;
-      }
-    }
+    store_fragment_rows<D, T>(p, task, fr, state, o);
   }
   __syncthreads();  // the next task's prologue overwrites Q and the stages
 }
@@ -372,6 +393,10 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
     else pac_task<D, T>(p, task, geo, smem);
     i += count;
   }
+  // After a wide grid (pac_wide.cuh), this grid completes only once that one
+  // has: the merge, which waits for this grid, then sees the wide tasks'
+  // partials too. Without one it returns at once.
+  pdl_wait();
 }
 
 // ---------------------------------------------------------------- host launcher
@@ -383,18 +408,22 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
 // Both are attributes of the kernel on the current device, set once per device:
 // setting them on every launch cost ~1-2 µs of host time per run_cuda call.
 // Not a stream operation, so allowed during graph capture.
-template <int D, typename T>
-void set_pac_smem_limit() {
+// (The wide kernel, one block of 192 KiB per SM, sets the same.)
+template <auto Kernel>
+void set_smem_limit(int bytes) {
   constexpr int kCachedDevices = 64;
   static std::atomic<bool> done[kCachedDevices] = {};
   int device = 0;
   CODEC_CUDA_CHECK(cudaGetDevice(&device));
   if (device < kCachedDevices && done[device].load(std::memory_order_acquire)) return;
-  CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        PacTraits<D, T>::kSmemBytes));
-  CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_kernel<D, T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         int(cudaSharedmemCarveoutMaxShared)));
   if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
+}
+template <int D, typename T>
+void set_pac_smem_limit() {
+  set_smem_limit<pac_kernel<D, T>>(PacTraits<D, T>::kSmemBytes);
 }
 
 // Whether this build holds a kernel image the current device can run.
@@ -420,12 +449,23 @@ int pac_blocks_per_sm() {
   return blocks;
 }
 
-// One block per plan block.
+// One block per plan block. `programmatic`: a dependent launch of the wide
+// kernel just launched on the stream (pac_wide.cuh), sm_90 only.
 template <int D, typename T>
-void launch_pac(const PacParams& params, cudaStream_t stream) {
+void launch_pac(const PacParams& params, bool programmatic, cudaStream_t stream) {
   using Tr = PacTraits<D, T>;
   set_pac_smem_limit<D, T>();
-  pac_kernel<D, T><<<params.plan.num_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(params.plan.num_blocks);
+  config.blockDim = dim3(Tr::kThreads);
+  config.dynamicSmemBytes = Tr::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = programmatic ? 1 : 0;
+  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, pac_kernel<D, T>, params));
   CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
 }
 

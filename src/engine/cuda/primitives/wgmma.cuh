@@ -61,6 +61,12 @@ __device__ __forceinline__ std::uint64_t advance(std::uint64_t d, std::uint32_t 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Waits until at most N committed groups of this warpgroup are in flight
+// (groups complete in order: the older ones are done).
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 // Shared-memory writes of the generic proxy (cp.async included) become visible
 // to the async proxy that wgmma reads through; each writer fences, then a barrier.
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -91,6 +97,8 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
 
 #define CODEC_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define CODEC_WGMMA_D64_OUT CODEC_WGMMA_OUT16(0), CODEC_WGMMA_OUT16(16), CODEC_WGMMA_OUT16(32), CODEC_WGMMA_OUT16(48)
+#define CODEC_WGMMA_D64_SS "%64, %65, p, 1, 1, 0, 0;\n"  // a-desc, b-desc, scale-d (%66)
+#define CODEC_WGMMA_D64_P "setp.ne.b32 p, %66, 0;\n"
 #define CODEC_WGMMA_D64_RS "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"  // a, b-desc (MN-major), scale-d (%69)
 #define CODEC_WGMMA_D64_PR "setp.ne.b32 p, %69, 0;\n"
 
@@ -98,23 +106,27 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
   asm volatile("{\n.reg .pred p;\n" CODEC_WGMMA_D##R##_P "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY \
                "." TY " " CODEC_WGMMA_D##R ", " CODEC_WGMMA_D##R##_SS "}\n"                              \
                : CODEC_WGMMA_D##R##_OUT                                                                 \
-               : "l"(a), "l"(b), "r"(1))
+               : "l"(a), "l"(b), "r"(scale_d))
 #define CODEC_WGMMA_RS(N, R, TY)                                                                        \
   asm volatile("{\n.reg .pred p;\n" CODEC_WGMMA_D##R##_PR "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY \
                "." TY " " CODEC_WGMMA_D##R ", " CODEC_WGMMA_D##R##_RS "}\n"                              \
                : CODEC_WGMMA_D##R##_OUT                                                                 \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 
-// d[0 .. N/2) += A · B for a 64×16 A (K-major, descriptor a) and a 16×N B
-// (K-major, descriptor b). N = 32 or 64 (the tile tokens).
+// d[0 .. N/2) = A · B + (scale_d ? d : 0) for a 64×16 A (K-major, descriptor
+// a) and a 16×N B (K-major, descriptor b). N = 32, 64 or 128 (the tile
+// tokens). scale_d = 0 starts a product without zeroing d by ordinary writes,
+// which ptxas would order after every wgmma still in flight.
 template <int N, typename T>
-__device__ __forceinline__ void mma_ss(float* d, std::uint64_t a, std::uint64_t b) {
-  static_assert(N == 32 || N == 64, "S tiles are 32 or 64 tokens wide");
+__device__ __forceinline__ void mma_ss(float* d, std::uint64_t a, std::uint64_t b, int scale_d = 1) {
+  static_assert(N == 32 || N == 64 || N == 128, "S tiles are 32, 64 or 128 tokens wide");
   constexpr bool f16 = std::is_same_v<T, __half>;
   if constexpr (N == 32) {
     if constexpr (f16) CODEC_WGMMA_SS(32, 16, "f16"); else CODEC_WGMMA_SS(32, 16, "bf16");
-  } else {
+  } else if constexpr (N == 64) {
     if constexpr (f16) CODEC_WGMMA_SS(64, 32, "f16"); else CODEC_WGMMA_SS(64, 32, "bf16");
+  } else {
+    if constexpr (f16) CODEC_WGMMA_SS(128, 64, "f16"); else CODEC_WGMMA_SS(128, 64, "bf16");
   }
 }
 
@@ -143,8 +155,10 @@ __device__ __forceinline__ void mma_rs(float* d, const std::uint32_t (&a)[4], st
 #undef CODEC_WGMMA_D32_SS
 #undef CODEC_WGMMA_D64
 #undef CODEC_WGMMA_D64_OUT
+#undef CODEC_WGMMA_D64_P
 #undef CODEC_WGMMA_D64_PR
 #undef CODEC_WGMMA_D64_RS
+#undef CODEC_WGMMA_D64_SS
 #undef CODEC_WGMMA_OUT16
 #undef CODEC_WGMMA_RS
 #undef CODEC_WGMMA_SS

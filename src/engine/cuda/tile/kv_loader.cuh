@@ -53,7 +53,12 @@ struct PageGeometry {
 // compute instead of stalling the copy. cp.async groups: start() commits
 // kStages − 1 groups (tiles 0 .. kStages − 2; whatever the threads issued
 // before, Q, rides in the first), and every refill() one more.
-template <int D, typename T, int kLanes = PacTraits<D, T>::kThreads, int kStepTokens = PacTraits<D, T>::kTileTokens>
+//
+// The wide kernel's producer (kernels/pac_wide.cuh) uses the same lookup and
+// copies with its own tiles (kTileRows tokens) and stages, through
+// copy_rows: K and V land in buffers of their own, each released separately.
+template <int D, typename T, int kLanes = PacTraits<D, T>::kThreads, int kStepTokens = PacTraits<D, T>::kTileTokens,
+          int kTileRows = PacTraits<D, T>::kTileTokens>
 class KvLoader {
   using Tr = PacTraits<D, T>;
   static constexpr int kTokenStride = kLanes / Tr::kChunks;      // tokens the kLanes threads copy at once
@@ -63,7 +68,7 @@ class KvLoader {
                 "a thread copies the same 16-byte chunk of each of its tokens");
   static_assert(kStepTokens % kTokenStride == 0, "every thread copies the same number of KV chunks");
   static_assert(kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
-  static_assert(kStepTokens <= Tr::kTileTokens, "a step fits in a stage");
+  static_assert(kStepTokens <= kTileRows, "a step fits in a tile");
 
  public:
   // lane: this thread's index among the kLanes; row0: the stage row of the
@@ -121,7 +126,7 @@ class KvLoader {
   // Tile t's stage: its K [kTileTokens][D], then its V.
   __device__ __forceinline__ T* stage(int t) const { return stages_ + (t % Tr::kStages) * 2 * Tr::kTileTokens * D; }
 
- private:
+  // This lane's token of step `tile` (kStepTokens tokens from the chunk's start).
   __device__ __forceinline__ LaneToken lookup(int tile) const {
     const int warp = lane_ / 32, lane = lane_ % 32;
     const int k = lane / kWarpTokens;
@@ -130,22 +135,32 @@ class KvLoader {
     const int page = geo_.page(t);
     return LaneToken{pages_[page], t - page * geo_.size, true};
   }
-  __device__ __forceinline__ void copy(int tile, LaneToken token) const {
+  // This lane's share of a step's K (kK) and V (kV) rows, the tokens the
+  // warp looked up (`token`, one per lane), into the [kTileRows][D] tiles sk
+  // and sv: rows row0 + lane / kChunks + k · kTokenStride. Missing tokens
+  // are written as zeros.
+  template <bool kK, bool kV>
+  __device__ __forceinline__ void copy_rows(LaneToken token, T* sk, T* sv) const {
     const int lane = lane_ % 32, c = lane_ % Tr::kChunks;
     const unsigned valid_lanes = __ballot_sync(0xffffffffu, token.valid);
     const std::int64_t lane_offset = (std::int64_t(token.page) * pool_.stride_page +
                                       std::int64_t(token.slot) * pool_.stride_token) * std::int64_t(sizeof(T));
-    T* sk = stage(tile);
-    T* sv = sk + Tr::kTileTokens * D;
 #pragma unroll
     for (int k = 0; k < kTokensPerThread; ++k) {
       const int j = row0_ + lane_ / Tr::kChunks + k * kTokenStride;
       const int src_lane = k * kWarpTokens + lane / Tr::kChunks;
       const std::int64_t offset = __shfl_sync(0xffffffffu, lane_offset, src_lane);
       const bool valid = (valid_lanes >> src_lane) & 1u;
-      cp_async_16(sk + tile_offset<Tr::kTileTokens>(j, c), k_base_ + offset, valid);
-      cp_async_16(sv + tile_offset<Tr::kTileTokens>(j, c), v_base_ + offset, valid);
+      if constexpr (kK) cp_async_16(sk + tile_offset<kTileRows>(j, c), k_base_ + offset, valid);
+      if constexpr (kV) cp_async_16(sv + tile_offset<kTileRows>(j, c), v_base_ + offset, valid);
     }
+  }
+
+ private:
+  // K and V of a step share each token's address: one shuffle for both.
+  __device__ __forceinline__ void copy(int tile, LaneToken token) const {
+    T* sk = stage(tile);
+    copy_rows<true, true>(token, sk, sk + Tr::kTileTokens * D);
   }
 
   const KvPool& pool_;  // in the kernel's parameters
