@@ -24,7 +24,8 @@ void PlannerOptions::validate() const {
               " must be 0 or >= max_tile_rows ", max_tile_rows);
   CODEC_CHECK(wide_tile_rows == 0 || (wide_span >= 1 && num_blocks % wide_span == 0), "planner wide_span ",
               wide_span, " must be >= 1 and divide num_blocks ", num_blocks);
-  CODEC_CHECK(wide_min_rows >= 0, "planner wide_min_rows ", wide_min_rows, " must be >= 0");
+  CODEC_CHECK(wide_min_rows >= 0 && wide_min_tokens >= 0, "planner wide_min_rows ", wide_min_rows,
+              " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
   if (capacity) {
     capacity->validate();
     CODEC_CHECK(capacity->blocks == num_blocks, "planner capacity of ", capacity->blocks,
@@ -470,14 +471,15 @@ class Planning {
 
   static int row_tiles(int rows, int tile_rows) { return (rows + tile_rows - 1) / tile_rows; }
   // Whether a node's rows go wide: its wide tasks hold at least
-  // wide_min_rows rows, and they take no more block time (each on span
+  // wide_min_rows rows, it has at least wide_min_tokens tokens, and its wide
+  // tasks take no more block time (each on span
   // blocks) than its tasks would, unsplit; on a tie wide, which reads the
   // KV once per wide tile rather than once per tile. Without a measured
   // wide grid a wide task is priced as two tasks of half its rows: a tie.
   bool wide_pays(int rows, int tokens) const {
     const int narrow = row_tiles(rows, opt_.max_tile_rows), wide = row_tiles(rows, opt_.wide_tile_rows);
     const int wide_rows = (rows + wide - 1) / wide;
-    return wide_rows >= opt_.wide_min_rows &&
+    return wide_rows >= opt_.wide_min_rows && tokens >= opt_.wide_min_tokens &&
            double(wide) * opt_.wide_span * cost_.wide_cost_us(wide_rows, tokens) <=
                double(narrow) * cost_.cost_us((rows + narrow - 1) / narrow, tokens);
   }

@@ -223,6 +223,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
       s.options.wide_tile_rows = kCudaMaxWideRows;
       s.options.wide_span = cuda_pac_min_blocks_per_sm(w.heads.head_dim);
       s.options.wide_min_rows = kCudaWideMinRows;
+      s.options.wide_min_tokens = kCudaWideMinTokens;
     }
     s.device = "NVIDIA H200";
 #if CODEC_HAS_CUDA

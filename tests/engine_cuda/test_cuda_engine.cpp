@@ -369,7 +369,8 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
     const test::WidePriced cost(roofline, 0.5);  // every node of many rows wide
     const std::string what = spec.describe() + " " + to_string(c.layout);
     PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
-    opt.wide_min_rows = 0;  // wide tiles of 65 rows too
+    opt.wide_min_rows = 0;  // wide tiles of 65 rows too, of nodes of any length
+    opt.wide_min_tokens = 0;
     auto check = [&](const PlannerOptions& o, const std::string& how) {
       const Plan plan = make_plan(forest, c.heads, c.dtype, cost, o);
       ASSERT_GT(plan.stats().num_wide_tasks, 0) << what << " " << how << ": no wide task";
@@ -527,6 +528,7 @@ TEST(CudaEngine, PlannerOptionsDescribeTheDevice) {
     EXPECT_EQ(opt.wide_tile_rows, info.wide ? kCudaMaxWideRows : 0);
     EXPECT_EQ(opt.wide_span, info.wide ? info.blocks_per_sm : 2);
     EXPECT_EQ(opt.wide_min_rows, info.wide ? kCudaWideMinRows : 0);
+    EXPECT_EQ(opt.wide_min_tokens, info.wide ? kCudaWideMinTokens : 0);
     std::cout << "[ info     ] " << info.name << ": " << info.sm_count << " SMs, head_dim " << dim << ": "
               << info.blocks_per_sm << " PAC blocks per SM" << (info.wide ? ", wide tasks" : "") << "\n";
   }

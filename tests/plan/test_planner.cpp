@@ -358,11 +358,14 @@ TEST(Planner, NodesGoWideWhereItPays) {
     opt.wide_min_rows = 129;
     EXPECT_EQ(make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt).stats().num_wide_tasks, 0);
     opt.wide_min_rows = 65;
+    opt.wide_min_tokens = 300;  // nor do nodes shorter than this
     const Plan plan = make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt);
     const PlanView p = plan.view();
+    EXPECT_GT(plan.stats().num_wide_tasks, 0);
     for (int t = p.num_wide_blocks ? p.wide_indptr[0] : p.num_tasks; t < p.num_tasks; ++t) {
       const int rows = p.node_rows(p.tasks[t].node), tiles = (rows + 127) / 128;
       EXPECT_GE((rows + tiles - 1) / tiles, 65) << "wide task " << t;
+      EXPECT_GE(f.nodes[p.tasks[t].node].num_tokens, 300) << "wide task " << t;
     }
   }
 }

@@ -48,6 +48,11 @@ inline constexpr int kCudaMaxWideRows = 128;
 // documents), but loogle:8's documents of 68-76 rows, memory-bound, whose two
 // 34-38-row tasks share their KV through L2, ran 4.5% slower.
 inline constexpr int kCudaWideMinRows = 96;
+// Fewest tokens a node must have for wide tasks (wide_min_tokens): depth:6's
+// and shape:5's roots of 1,024 tokens and 100-128 rows ran 2-4% slower wide
+// (a few tiles a task; the wide blocks' phase before the blocks'), sysprompt:64's
+// prompt of 4,096 and 256 rows 2.3% faster (run 30).
+inline constexpr int kCudaWideMinTokens = 2048;
 
 // PAC blocks an SM holds at least: the kernel's launch bounds cap its
 // registers for this many (128 each at head_dim 64, whose smaller tiles let 4
@@ -92,8 +97,8 @@ const char* cuda_built_architectures();
 // blocks per SM (e.g. 132 × 2 = 264 on an H200 at head_dim 128), so the plan's
 // blocks are the persistent grid; max_tile_rows = kCudaMaxTileRows; where the
 // wide kernel runs (CudaDeviceInfo::wide), wide_tile_rows = kCudaMaxWideRows,
-// wide_span = blocks per SM and wide_min_rows = kCudaWideMinRows, else no
-// wide tasks; chunk_align
+// wide_span = blocks per SM, wide_min_rows = kCudaWideMinRows and
+// wide_min_tokens = kCudaWideMinTokens, else no wide tasks; chunk_align
 // = 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
 // chunk boundaries would leave partly masked mma steps inside a chunk, coarser
 // ones (the 64-token tile) would cap a short shared node's splits (a 200-token

@@ -40,8 +40,10 @@ struct PlannerOptions {
   int wide_tile_rows = 0;
   int wide_span = 2;
   // Fewest rows a wide task must hold (its node's rows over its wide tiles),
-  // or the node keeps tasks of max_tile_rows.
+  // and fewest tokens its node must have, or the node keeps tasks of
+  // max_tile_rows.
   int wide_min_rows = 0;
+  int wide_min_tokens = 0;
   int wide_blocks() const { return wide_tile_rows > 0 ? num_blocks / wide_span : 0; }
   int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
   SplitPolicy split = SplitPolicy::adaptive;

@@ -167,6 +167,7 @@ PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype) {
     options.wide_tile_rows = kCudaMaxWideRows;
     options.wide_span = info.blocks_per_sm;
     options.wide_min_rows = kCudaWideMinRows;
+    options.wide_min_tokens = kCudaWideMinTokens;
   }
   options.chunk_align = kChunkAlign;
   return options;
