@@ -1,10 +1,13 @@
 #pragma once
-// CUDA engine: runs a Plan on a GPU (docs/DESIGN.md §4-§5). Two kernels, launched on
-// one stream: partial attention (PAC), persistent over the plan's blocks, then
-// the merge of each row's partial states (POR). On sm_90 the merge is a
-// programmatic dependent launch of PAC (it starts during PAC's last tasks and
-// waits on the device for PAC's results); captured in a graph, the two kernels
-// are joined by a programmatic edge.
+// CUDA engine: runs a Plan on a GPU (docs/DESIGN.md §4-§5). Kernels launched on
+// one stream: where the plan has wide blocks, the wide partial attention of
+// tasks of up to kCudaMaxWideRows rows (one block per SM; sm_90a, head_dim
+// 128); partial attention (PAC), persistent over the plan's blocks; then the
+// merge of each row's partial states (POR). On sm_90 each is a programmatic
+// dependent launch of the one before (PAC's blocks take the SMs the wide
+// blocks leave; the merge starts during PAC's last tasks and waits on the
+// device for PAC's results, and PAC for the wide kernel's); captured in a
+// graph, the kernels are joined by programmatic edges.
 //
 // Usage, once per plan (e.g. per decode step):
 //   std::size_t bytes = cuda_workspace_bytes(plan);      // cudaMalloc that much

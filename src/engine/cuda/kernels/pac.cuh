@@ -27,6 +27,10 @@
 //
 // Consecutive small tasks of a block (≤ 16 rows, ≤ kPackMaxTokens tokens),
 // 2 to kMaxPack of them, run as a pack instead: one task per warp (pac_pack).
+//
+// A plan's wide blocks (tasks of up to 128 rows) run on their own kernel,
+// pac_wide.cuh, launched before this one, which is its programmatic
+// dependent.
 #include <cuda_runtime_api.h>
 
 #include <atomic>

@@ -1,9 +1,10 @@
 #pragma once
-// Hopper warpgroup MMA (wgmma.mma_async) for the PAC kernel's many-row tasks.
-// One warpgroup (the block's 4 warps) multiplies a 64-row tile: S = Q Kᵀ with
-// both operands read by the tensor cores straight from shared memory, then
-// O += P V with P in registers (the S accumulators, rounded to 16 bits) and V
-// from shared memory, transposed by the hardware. Compared with mma.sync, whose
+// Hopper warpgroup MMA (wgmma.mma_async) for the PAC kernel's many-row tasks
+// and the wide kernel's. One warpgroup (4 warps) multiplies a 64-row tile: S =
+// Q Kᵀ with both operands read by the tensor cores straight from shared
+// memory (64-token tiles in the PAC kernel, 128 in the wide one), then O += P
+// V with P in registers (the S accumulators, rounded to 16 bits) and V from
+// shared memory, transposed by the hardware. Compared with mma.sync, whose
 // B fragments every warp loads with ldmatrix, each K and V byte leaves shared
 // memory once per tile instead of once per warp: at 64 rows the ldmatrix
 // traffic (~147 KB per 64-token tile at D = 128) bound the mma.sync path to
