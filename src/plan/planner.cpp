@@ -472,10 +472,10 @@ class Planning {
   static int row_tiles(int rows, int tile_rows) { return (rows + tile_rows - 1) / tile_rows; }
   // Whether a node's rows go wide: its wide tasks hold at least
   // wide_min_rows rows, it has at least wide_min_tokens tokens, and its wide
-  // tasks take no more block time (each on span
-  // blocks) than its tasks would, unsplit; on a tie wide, which reads the
-  // KV once per wide tile rather than once per tile. Without a measured
-  // wide grid a wide task is priced as two tasks of half its rows: a tie.
+  // tasks take no more block time (each on span blocks) than its tasks
+  // would, unsplit; on a tie wide, which reads the KV once per wide tile
+  // rather than once per tile. Without a measured wide grid a wide task is
+  // priced as two tasks of half its rows: a tie.
   bool wide_pays(int rows, int tokens) const {
     const int narrow = row_tiles(rows, opt_.max_tile_rows), wide = row_tiles(rows, opt_.wide_tile_rows);
     const int wide_rows = (rows + wide - 1) / wide;
@@ -763,10 +763,10 @@ class Planning {
     for (const TaskGroup& g : groups) (g.wide ? wide_groups_ : block_groups_).push_back(g);
     const double wide_peak = lpt_(wide_groups_, slice_wide(), assign_wide, limit);
     if (wide_peak >= limit) return wide_peak;
-    std::vector<double> ends = lpt_.loads();
-    std::sort(ends.begin(), ends.end());
+    ends_.assign(lpt_.loads().begin(), lpt_.loads().end());
+    std::sort(ends_.begin(), ends_.end());
     start_.resize(slice_blocks_);
-    for (int j = 0; j < slice_blocks_; ++j) start_[j] = ends[j / opt_.wide_span];
+    for (int j = 0; j < slice_blocks_; ++j) start_[j] = ends_[j / opt_.wide_span];
     return std::max(wide_peak, lpt_(block_groups_, slice_blocks_, assign, limit, &start_));
   }
   // The cost model's price of the merge under split vector s: its rows with
@@ -891,7 +891,7 @@ class Planning {
   mutable Lpt lpt_;                         // scratch of makespan_of and place_tasks
   mutable std::vector<TaskGroup> groups_;  // scratch of makespan_of
   mutable std::vector<TaskGroup> wide_groups_, block_groups_;  // scratch of schedule
-  mutable std::vector<double> start_;                          // scratch of schedule
+  mutable std::vector<double> ends_, start_;                   // scratch of schedule
   mutable std::vector<int> chunks_;        // scratch of merge_of
   std::vector<NodeClass> classes_;
   // merge_paths: each distinct path as (class, nodes of it) pairs, and its requests
