@@ -91,9 +91,11 @@ if step sanitize; then
   san="compute-sanitizer --error-exitcode 1"
   t=./build-gpu/tests/test_engine_cuda
   run memcheck $san --tool memcheck $t \
-    --gtest_filter='CudaEngine.EdgeCases:CudaEngine.SmallTasksRunPacked:CudaEngine.ManyPartialsPerRow:CudaEngine.StridedQueryOutputAndLse:CudaEngine.GraphReplaysEveryPlanAtOneCapacity:CudaEngine.MergeStatesAndCopyPagesMatchTheCpu'
-  run racecheck $san --tool racecheck $t --gtest_filter=CudaEngine.LayoutsGiveBitIdenticalResults:CudaEngine.SmallTasksRunPacked
-  run synccheck $san --tool synccheck $t --gtest_filter=CudaEngine.EmptyNodesContributeNothing:CudaEngine.SmallTasksRunPacked
+    --gtest_filter='CudaEngine.EdgeCases:CudaEngine.SmallTasksRunPacked:CudaEngine.WideTasksMatchTheReference:CudaEngine.ManyPartialsPerRow:CudaEngine.StridedQueryOutputAndLse:CudaEngine.GraphReplaysEveryPlanAtOneCapacity:CudaEngine.MergeStatesAndCopyPagesMatchTheCpu'
+  run racecheck $san --tool racecheck $t \
+    --gtest_filter=CudaEngine.LayoutsGiveBitIdenticalResults:CudaEngine.SmallTasksRunPacked:CudaEngine.WideTasksMatchTheReference
+  run synccheck $san --tool synccheck $t \
+    --gtest_filter=CudaEngine.EmptyNodesContributeNothing:CudaEngine.SmallTasksRunPacked:CudaEngine.WideTasksMatchTheReference
   run initcheck $san --tool initcheck $t --gtest_filter=CudaEngine.EdgeCases
 fi
 if step profile; then
