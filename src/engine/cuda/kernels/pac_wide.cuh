@@ -1,8 +1,9 @@
 #pragma once
-// Wide partial attention (sm_90a, head_dim 128): the plan's tasks of 65 to 128
-// rows, one block per SM, warp-specialised in FlashAttention-3's manner
-// (kernel_traits.cuh, WideTraits, has the sizing). Block b runs the tasks
-// tasks[wide_indptr[b] .. wide_indptr[b + 1]) in order:
+// Wide partial attention (sm_90a, head_dim 128): the plan's wide tasks, up to
+// 128 rows each (the planner gives them 96 or more on the H200: Planner 13 in
+// docs/DESIGN_NOTES.md), one block per SM, warp-specialised in
+// FlashAttention-3's manner (kernel_traits.cuh, WideTraits, has the sizing).
+// Block b runs the tasks tasks[wide_indptr[b] .. wide_indptr[b + 1]) in order:
 //   - warpgroup 0, the producer, copies each task's query rows into one of two
 //     Q buffers and its KV tiles into a ring of K and V stages with cp.async,
 //     and signals each buffer's mbarrier when its copies land; it runs ahead
@@ -14,9 +15,9 @@
 // tile t − 1 still running, and the softmax of tile t runs while P·V does;
 // o is rescaled and P repacked once that P·V is done. The two consumers take
 // turns to issue their products (ping-pong, through two named barriers), so
-// that one's softmax runs while the tensor cores work on the other's. Each K buffer is
-// released after its Q·Kᵀ, each V buffer after its P·V, each Q buffer after
-// the task's last Q·Kᵀ.
+// that one's softmax runs while the tensor cores work on the other's. Each K
+// buffer is released after its Q·Kᵀ, each V buffer after its P·V, each Q
+// buffer after the task's last Q·Kᵀ.
 //
 // The narrow kernel (pac.cuh) runs the plan's other tasks after this one, as
 // a programmatic dependent launch: its blocks take each SM as its wide block
