@@ -160,6 +160,9 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   counts_.num_kv_heads = heads.num_kv_heads;
   counts_.head_dim = heads.head_dim;
   counts_.page_size = page_size;
+  counts_.single_task_blocks = !capacity && counts_.num_wide_blocks == 0;
+  for (int b = 0; b <= counts_.num_blocks && counts_.single_task_blocks; ++b)
+    counts_.single_task_blocks = a.block_indptr[std::size_t(b)] == std::min(b, counts_.num_tasks);
 
   const std::size_t narrow = a.block_indptr.empty() ? 0 : std::size_t(a.block_indptr.back());
   for (std::size_t i = 0; i < a.tasks.size(); ++i) {

@@ -679,6 +679,12 @@ class Planning {
     };
     a.tasks.clear();
     sort_into(a.block_indptr, m_, placed);
+    // A task a block at most: the blocks that have one come first, in order,
+    // so that each finds its task by its own index (PlanView::single_task_blocks).
+    bool single = !wide_;
+    for (int b = 0; b < m_ && single; ++b) single = a.block_indptr[b + 1] - a.block_indptr[b] <= 1;
+    if (single)
+      for (int b = 0; b <= m_; ++b) a.block_indptr[b] = std::min(b, a.block_indptr[m_]);
     num_wide_tasks_ = int(placed_wide.size());
     const int wide_blocks = opt_.capacity ? opt_.capacity->wide_blocks : wide_ ? opt_.wide_blocks() : 0;
     if (wide_blocks > 0) sort_into(a.wide_indptr, wide_blocks, placed_wide);

@@ -188,7 +188,9 @@ test::RandomBatchSpec spec_of(const GpuCase& c, std::uint64_t seed) {
 
 // The shared plan on the device's own options, the flat plan, and the split
 // ablations (fixed 3 on few blocks with odd chunk boundaries, none), against fp64.
-void check_case(const GpuCase& c, std::uint64_t seed) {
+// Checks four plans of one random batch against the reference; returns how
+// many of them had a task a block at most (PlanView::single_task_blocks).
+int check_case(const GpuCase& c, std::uint64_t seed) {
   const test::RandomBatchSpec spec = spec_of(c, seed);
   const std::string what = spec.describe() + " " + to_string(c.layout);
   const test::RandomBatch b = test::make_random_batch(spec);
@@ -197,16 +199,23 @@ void check_case(const GpuCase& c, std::uint64_t seed) {
   const Forest forest = derive_forest(b.table());
   const RooflineCostModel cost = h200_cost(c.heads, c.dtype);
   PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
-  expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " shared");
-  expect_matches(run_gpu(make_plan(flatten(forest), c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " flat");
+  int single = 0;
+  auto check = [&](const Forest& f, const std::string& name) {
+    const Plan plan = make_plan(f, c.heads, c.dtype, cost, opt);
+    single += plan.view().single_task_blocks;
+    expect_matches(run_gpu(plan, d), ref, c.dtype, what + " " + name);
+  };
+  check(forest, "shared");
+  check(flatten(forest), "flat");
   opt.split = SplitPolicy::none;
-  expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " split none");
+  check(forest, "split none");
   opt.split = SplitPolicy::fixed;
   opt.fixed_splits = 3;
   // blocks walk many tasks: shared memory reused across tasks (whole wide blocks where there are any)
   opt.num_blocks = opt.wide_tile_rows > 0 ? 4 : 3;
   opt.chunk_align = 1 + int(seed % 16);      // chunk boundaries inside tiles and pages
-  expect_matches(run_gpu(make_plan(forest, c.heads, c.dtype, cost, opt), d), ref, c.dtype, what + " fixed 3");
+  check(forest, "fixed 3");
+  return single;
 }
 
 TEST(CudaEngine, MatchesReferenceAcrossHeadsDtypesPagesAndLayouts) {
@@ -222,8 +231,12 @@ TEST(CudaEngine, MatchesReferenceAcrossHeadsDtypesPagesAndLayouts) {
       {{40, 8, 256}, DType::bf16, 7, Layout::nhd},    // GQA 5
       {{32, 8, 64}, DType::bf16, 64, Layout::hnd},    // GQA 4
   };
+  int plans = 0, single = 0;
   for (const GpuCase& c : cases)
-    for (std::uint64_t seed = 1; seed <= 2; ++seed) check_case(c, seed);
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) single += check_case(c, seed), plans += 4;
+  // both ways a PAC block finds its tasks ran: by block_indptr, and by its index
+  EXPECT_GT(single, 0);
+  EXPECT_LT(single, plans);
 }
 
 TEST(CudaEngine, LayoutsGiveBitIdenticalResults) {

@@ -216,6 +216,30 @@ TEST(Planner, ExtentSummarisesTheArrays) {
   EXPECT_FALSE(none.needs_merge);
 }
 
+// With a task a block at most, block b holds task b and a PAC block reads
+// no block_indptr (PlanView::single_task_blocks); never at a capacity.
+TEST(Planner, SingleTaskBlocksHoldTheTaskOfTheirIndex) {
+  const HeadConfig heads{8, 2, 64};
+  const Forest f = random_forest(5, 16, heads);
+  PlannerOptions opt;
+  opt.num_blocks = 4096;
+  const Plan many = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  const PlanView v = many.view();
+  ASSERT_LE(v.num_tasks, v.num_blocks);
+  EXPECT_TRUE(v.single_task_blocks);
+  for (int b = 0; b <= v.num_blocks; ++b) ASSERT_EQ(v.block_indptr[b], std::min(b, v.num_tasks)) << "block " << b;
+  test::expect_plan_covers_forest(many, f);
+  opt.capacity = PlanCapacity::for_batches(16, 16 * 512, heads, opt.max_tile_rows, opt.num_blocks, 1 << 16);
+  const Plan at_capacity = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  EXPECT_FALSE(at_capacity.view().single_task_blocks);
+  EXPECT_FALSE(Plan::empty(heads, DType::bf16, 16, *opt.capacity).view().single_task_blocks);
+  opt.capacity.reset();
+  opt.num_blocks = 3;
+  const Plan few = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+  EXPECT_GT(few.view().num_tasks, 3);
+  EXPECT_FALSE(few.view().single_task_blocks);
+}
+
 TEST(Planner, FlatForestReadsEveryRequestsKv) {
   const HeadConfig heads{8, 2, 64};
   const Forest f = random_forest(4, 16, heads);
@@ -305,7 +329,9 @@ TEST(Planner, WideTasksRunFirstOnWideBlocks) {
       for (int t = 0; t < p.num_tasks; ++t) {
         const Task& task = p.tasks[t];
         const int rows = task.row_end - task.row_begin, node_rows = p.node_rows(task.node);
-        if (t >= narrow) EXPECT_GT(node_rows, c.tile_rows) << "wide task " << t;
+        if (t >= narrow) {
+          EXPECT_GT(node_rows, c.tile_rows) << "wide task " << t;
+        }
         EXPECT_LE(rows, t >= narrow ? c.wide_rows : c.tile_rows) << "task " << t;
       }
       EXPECT_LE(plan.extent().max_task_rows, c.tile_rows);

@@ -4,6 +4,7 @@
 // row's schedule lists exactly the slots its tasks wrote.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -46,6 +47,9 @@ inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
   // order: every task runs once.
   ASSERT_EQ(p.block_indptr[0], 0);
   for (int b = 0; b < p.num_blocks; ++b) ASSERT_LE(p.block_indptr[b], p.block_indptr[b + 1]) << "block " << b;
+  if (p.single_task_blocks) {
+    for (int b = 0; b <= p.num_blocks; ++b) ASSERT_EQ(p.block_indptr[b], std::min(b, p.num_tasks)) << "block " << b;
+  }
   if (p.num_wide_blocks == 0) {
     ASSERT_EQ(p.block_indptr[p.num_blocks], p.num_tasks);
   } else {

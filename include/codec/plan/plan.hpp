@@ -72,6 +72,11 @@ struct PlanView {
   // kCudaMaxWideRows rows; 0 when the plan has none) run before the blocks
   // and their tasks come after the blocks' in `tasks`.
   int num_wide_blocks = 0;
+  // Block b runs task b alone (none for b >= num_tasks), and there are no wide
+  // blocks: a block knows its range without loading block_indptr, a DRAM round
+  // trip on a cold plan that small trees (a task a block) pay before anything
+  // else. Never set at a capacity, where a captured graph may run another plan.
+  bool single_task_blocks = false;
   const Task* tasks = nullptr;                 // [num_tasks], block by block, then wide block by wide block
   const std::int32_t* block_indptr = nullptr;  // [num_blocks + 1]
   // [num_wide_blocks + 1] (none when 0): wide block w runs tasks[wide_indptr[w] .. wide_indptr[w+1])

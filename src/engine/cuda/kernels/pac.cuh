@@ -385,7 +385,9 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
 #endif
   const PlanView& plan = p.plan;
   const PageGeometry geo(plan.page_size);
-  const int begin = plan.block_indptr[blockIdx.x], end = plan.block_indptr[blockIdx.x + 1];
+  const int b = blockIdx.x;
+  const int begin = plan.single_task_blocks ? min(b, plan.num_tasks) : plan.block_indptr[b];
+  const int end = plan.single_task_blocks ? min(b + 1, plan.num_tasks) : plan.block_indptr[b + 1];
   for (int i = begin; i < end;) {
     // the task's descriptor is loaded beside the pack test's, not after it:
     // one round trip before a task starts, as without packs
