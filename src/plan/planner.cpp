@@ -95,6 +95,7 @@ struct NodeClass {
   struct Prices {
     double full_hi = NAN, last_hi = 0, full_lo = 0, last_lo = 0;
     int busy = 0;
+    int chunks = 0;  // chunking(tokens, splits, align).count, asked for as often
   };
   mutable std::vector<Prices> prices_by_splits, busy_prices_by_splits;
 };
@@ -115,6 +116,7 @@ const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel&
     p.last_hi = price(c.rows_hi, k.last);
     if (c.tiles_lo) p.full_lo = price(c.rows_hi - 1, k.len), p.last_lo = price(c.rows_hi - 1, k.last);
     p.busy = busy;
+    p.chunks = k.count;
   }
   return p;
 }
@@ -130,8 +132,8 @@ class Search {
   // Σ over one member's tasks (all kv heads) of their predicted cost, times
   // the blocks each takes the place of: the block time the member takes.
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {
-    const int full = chunking(c.tokens, splits, align_).count - 1;
     const NodeClass::Prices& p = prices(c, splits, cost_, align_, busy);
+    const int full = p.chunks - 1;
     double total = c.tiles_hi * (full * p.full_hi + p.last_hi);
     if (c.tiles_lo) total += c.tiles_lo * (full * p.full_lo + p.last_lo);
     return total * kv_heads_ * c.span;
@@ -216,8 +218,8 @@ class Search {
   // Places (blocks) taken by the chunks of one member (all its row tiles and
   // kv heads) dearer than limit: a wide chunk takes span of them.
   double dear_chunks(const NodeClass& c, int splits, double limit) const {
-    const int full = chunking(c.tokens, splits, align_).count - 1;
     const NodeClass::Prices& p = prices(c, splits, cost_, align_);
+    const int full = p.chunks - 1;
     double n = c.tiles_hi * (full * (p.full_hi > limit) + (p.last_hi > limit));
     if (c.tiles_lo) n += c.tiles_lo * (full * (p.full_lo > limit) + (p.last_lo > limit));
     return n * kv_heads_ * c.span;
@@ -381,16 +383,15 @@ void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& 
   groups.clear();
   for (std::size_t ci = 0; ci < classes.size(); ++ci) {
     const NodeClass& c = classes[ci];
-    const Chunking k = chunking(c.tokens, splits[ci], align);
     const NodeClass::Prices& p = prices(c, splits[ci], cost, align, busy);
     const std::int64_t members = std::int64_t(c.nodes.size()) * kv_heads;
     for (const bool hi : {true, false}) {
       const int tiles = hi ? c.tiles_hi : c.tiles_lo;
       if (tiles == 0) continue;
       const int seq = int(groups.size());
-      if (k.count > 1)
+      if (p.chunks > 1)
         groups.push_back(
-            {hi ? p.full_hi : p.full_lo, int(ci), c.wide, hi, false, members * tiles * (k.count - 1), seq});
+            {hi ? p.full_hi : p.full_lo, int(ci), c.wide, hi, false, members * tiles * (p.chunks - 1), seq});
       groups.push_back({hi ? p.last_hi : p.last_lo, int(ci), c.wide, hi, true, members * tiles, int(groups.size())});
     }
   }
@@ -738,6 +739,7 @@ class Planning {
 
  private:
   bool fits(const std::vector<int>& s) const {
+    if (max_slots_ == 0 && max_tasks_ == 0) return true;  // no workspace bound: nothing to count
     const Footprint f = footprint(classes_, s, align_, kv_heads_);
     return (max_slots_ == 0 || f.slots <= max_slots_) && (max_tasks_ == 0 || f.tasks <= max_tasks_);
   }
@@ -782,7 +784,7 @@ class Planning {
     if (paths_.empty()) return 0;
     chunks_.resize(classes_.size());
     for (std::size_t ci = 0; ci < classes_.size(); ++ci)
-      chunks_[ci] = chunking(classes_[ci].tokens, s[ci], align_).count;
+      chunks_[ci] = prices(classes_[ci], s[ci], cost_, align_).chunks;
     std::int64_t requests = 0;
     int most = 0;
     for (const auto& [counts, n] : paths_) {
