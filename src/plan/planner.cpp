@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <numeric>
 #include <set>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -435,14 +435,14 @@ class Planning {
   // the slices are cut so that each holds whole wide blocks: g = gcd(m /
   // span, Hkv).
   void classify() {
-    std::map<std::pair<int, int>, int> class_of_shape;
+    std::unordered_map<std::int64_t, int> class_of_shape;  // (tokens << 32 | rows) → class
     node_class_.assign(forest_.num_nodes(), -1);
     for (int i = 0; i < forest_.num_nodes(); ++i) {
       const ForestNode& n = forest_.nodes[i];
       if (n.num_tokens == 0 || n.num_reqs == 0) continue;
       const int rows = n.num_reqs * G_;
       const int tokens = (n.num_tokens + align_ - 1) / align_ * align_;
-      auto [it, added] = class_of_shape.try_emplace({tokens, rows}, int(classes_.size()));
+      auto [it, added] = class_of_shape.try_emplace(std::int64_t(tokens) << 32 | rows, int(classes_.size()));
       if (added) {
         NodeClass c;
         c.tokens = tokens;
@@ -487,22 +487,30 @@ class Planning {
 
   // The classes on each request's path, as a count per class, and how many
   // requests share each such path: what the merge's price depends on.
+  struct PathHash {
+    std::size_t operator()(const std::vector<std::pair<int, int>>& v) const {
+      std::size_t h = v.size();
+      for (const auto& [c, k] : v) h = (h ^ std::size_t(c)) * 0x100000001b3ull ^ std::size_t(k) * 0x9e3779b97f4a7c15ull;
+      return h;
+    }
+  };
   void merge_paths() {
-    std::map<std::vector<std::pair<int, int>>, std::int64_t> requests_of;
+    std::unordered_map<std::vector<std::pair<int, int>>, std::int64_t, PathHash> requests_of;
     std::vector<int> on_path;
+    std::vector<std::pair<int, int>> counts;
     for (int r = 0; r < forest_.num_requests(); ++r) {
       on_path.clear();
       for (int x = forest_.request_node[r]; x >= 0; x = forest_.nodes[x].parent)
         if (node_class_[x] >= 0) on_path.push_back(node_class_[x]);
       std::sort(on_path.begin(), on_path.end());
-      std::vector<std::pair<int, int>> counts;
+      counts.clear();
       for (const int c : on_path) {
         if (counts.empty() || counts.back().first != c) counts.push_back({c, 0});
         ++counts.back().second;
       }
       ++requests_of[counts];
     }
-    paths_.assign(requests_of.begin(), requests_of.end());
+    paths_.assign(requests_of.begin(), requests_of.end());  // any order: merge_of sums and takes a max
   }
 
   // 2. Lower bound (the paper's cost_l). A plan whose dearest chunk costs tau
