@@ -306,6 +306,7 @@ nb::dict stats_of(const PlanStats& s) {
   d["num_slots"] = s.num_slots;
   d["max_splits"] = s.max_splits;
   d["merged_requests"] = s.merged_requests;
+  d["num_tails"] = s.num_tails;
   d["makespan_us"] = s.makespan_us;
   d["lower_bound_us"] = s.lower_bound_us;
   d["merge_us"] = s.merge_us;
@@ -396,7 +397,7 @@ class Planner {
       const std::int64_t cap_entries = options.capacity ? max_page_entries_ : std::max<std::int64_t>(entries, 1);
       need_bytes = cuda_workspace_bytes(PlanCapacity::for_batches(cap_requests, cap_entries, heads_,
                                                                   options.max_tile_rows, options.num_blocks, need,
-                                                                  options.wide_blocks()),
+                                                                  options.wide_blocks(), options.max_tail_tokens()),
                                         heads_.head_dim) + kCudaAlign;
       if (options.capacity) slots = options.capacity->slots;
       else if (need_bytes <= workspace_bytes_)

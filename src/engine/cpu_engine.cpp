@@ -64,20 +64,36 @@ class CpuRunner {
     // across a row of tokens with vector FMAs and no horizontal sums; with few
     // rows (a flat task has G) the strided transpose costs more than it saves.
     const bool transposed = rows >= kTransposeRows;
+    auto load = [&](int j, std::int32_t page, std::int32_t slot) {  // token j of the tile
+      const std::int64_t off = kv_.offset(page, slot, t.kv_head);
+      if (transposed)
+        for (int d = 0; d < D; ++d) sc.k[std::size_t(d) * kTileTokens + j] = to_float(k_[off + d]);
+      else
+        for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
+      for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]);
+    };
+    auto attend = [&](int r, int r_end, int n) {  // rows [r, r_end) to the tile's n tokens
+      for (; r + kRowBlock <= r_end; r += kRowBlock) tile_rows<kRowBlock>(sc, r, n, transposed);
+      for (; r < r_end; ++r) tile_rows<1>(sc, r, n, transposed);
+    };
     for (int t0 = t.kv_begin; t0 < t.kv_end; t0 += kTileTokens) {
       const int n = std::min(kTileTokens, t.kv_end - t0);
-      for (int j = 0; j < n; ++j) {
-        const int tok = t0 + j;
-        const std::int64_t off = kv_.offset(pages[tok / p_.page_size], tok % p_.page_size, t.kv_head);
-        if (transposed)
-          for (int d = 0; d < D; ++d) sc.k[std::size_t(d) * kTileTokens + j] = to_float(k_[off + d]);
-        else
-          for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
-        for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]);
+      for (int j = 0; j < n; ++j) load(j, pages[(t0 + j) / p_.page_size], (t0 + j) % p_.page_size);
+      attend(0, rows, n);
+    }
+    // each request's rows to its share of the request's tail (PlanView::task_tails)
+    if (const PlanView::TailRange tails = p_.task_tails(t); tails.end > tails.begin) {
+      for (int r = 0; r < rows;) {
+        const int k = (t.row_begin + r) / G, r_end = std::min(rows, (k + 1) * G - t.row_begin);
+        const int e = p_.node_req_begin[t.node] + k;
+        const int end = std::min(p_.tail_indptr[e + 1], tails.end);
+        for (int i = std::max(p_.tail_indptr[e], tails.begin); i < end; i += kTileTokens) {
+          const int n = std::min(kTileTokens, end - i);
+          for (int j = 0; j < n; ++j) load(j, p_.tail_tokens[i + j].page, p_.tail_tokens[i + j].slot);
+          attend(r, r_end, n);
+        }
+        r = r_end;
       }
-      int r = 0;
-      for (; r + kRowBlock <= rows; r += kRowBlock) tile_rows<kRowBlock>(sc, r, n, transposed);
-      for (; r < rows; ++r) tile_rows<1>(sc, r, n, transposed);
     }
     // epilogue: normalise; a row with a single partial goes straight to the output
     for (int r = 0; r < rows; ++r) {

@@ -33,6 +33,9 @@ constexpr void for_each_array(F&& f) {
   f(&PlanArrays::node_slot_base, &PlanView::node_slot_base, [](C c) { return std::int64_t(c.nodes); });
   f(&PlanArrays::partial_indptr, &PlanView::partial_indptr, [](C c) { return std::int64_t(c.requests) + 1; });
   f(&PlanArrays::partials, &PlanView::partials, [](C c) { return c.partials; });
+  f(&PlanArrays::tail_indptr, &PlanView::tail_indptr,
+    [](C c) { return c.tail_tokens > 0 ? c.node_reqs + 1 : std::int64_t(0); });
+  f(&PlanArrays::tail_tokens, &PlanView::tail_tokens, [](C c) { return c.tail_tokens; });
 }
 
 constexpr int count_arrays() {
@@ -69,6 +72,7 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
       {"node requests", {std::int64_t(a.node_reqs.size()), c.node_reqs}},
       {"tasks", {std::int64_t(a.tasks.size()), c.tasks}},
       {"partials", {std::int64_t(a.partials.size()), c.partials}},
+      {"tail tokens", {std::int64_t(a.tail_tokens.size()), c.tail_tokens}},
   };
   for (const auto& [name, v] : sizes)
     CODEC_CHECK(v.first <= v.second, "plan has ", v.first, " ", name, ", more than its capacity of ", v.second);
@@ -81,6 +85,23 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
                   std::int64_t(a.node_slot_base.size()) == nodes,
               "plan arrays disagree on their ", nodes, " nodes (node_page_begin ", a.node_page_begin.size(),
               ", node_req_begin ", a.node_req_begin.size(), ", node_slot_base ", a.node_slot_base.size(), ")");
+  // a graph captured at a capacity with tails reads tail_indptr for every plan
+  CODEC_CHECK(a.tail_indptr.empty() == (c.tail_tokens == 0), "plan ",
+              a.tail_indptr.empty() ? "has no tail_indptr" : "has a tail_indptr", ", but its capacity holds ",
+              c.tail_tokens, " tail tokens");
+}
+
+// tail_indptr, where there is one, has an entry per node request and one more.
+void check_tails(const PlanArrays& a) {
+  if (a.tail_indptr.empty()) {
+    CODEC_CHECK(a.tail_tokens.empty(), "plan has ", a.tail_tokens.size(), " tail tokens but no tail_indptr");
+    return;
+  }
+  CODEC_CHECK(a.tail_indptr.size() == a.node_reqs.size() + 1 && a.tail_indptr.front() == 0 &&
+                  std::size_t(a.tail_indptr.back()) == a.tail_tokens.size(),
+              "plan tail_indptr of ", a.tail_indptr.size(), " entries from ", a.tail_indptr.front(), " to ",
+              a.tail_indptr.back(), " does not index ", a.tail_tokens.size(), " tail tokens for ", a.node_reqs.size(),
+              " node requests");
 }
 
 // Writes each array of `a` at its offset in `out`, the reduction schedule
@@ -105,10 +126,12 @@ void write_arrays(const PlanArrays& a, const std::array<std::size_t, count_array
 }  // namespace
 
 PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
-                                       int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks) {
+                                       int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks,
+                                       int max_tail_tokens) {
   CODEC_CHECK(max_requests >= 1, "capacity: max_requests ", max_requests, " must be >= 1");
   CODEC_CHECK(max_page_entries >= 1, "capacity: max_page_entries ", max_page_entries, " must be >= 1");
   CODEC_CHECK(max_tile_rows >= 1, "capacity: max_tile_rows ", max_tile_rows, " must be >= 1");
+  CODEC_CHECK(max_tail_tokens >= 0, "capacity: max_tail_tokens ", max_tail_tokens, " must be >= 0");
   heads.validate();
   PlanCapacity c;
   c.requests = max_requests;
@@ -120,6 +143,7 @@ PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_e
   c.slots = slots;
   c.partials = slots / heads.num_qo_heads;
   c.tasks = slots / std::max(1, std::min(heads.group(), max_tile_rows / 2));
+  c.tail_tokens = std::int64_t(max_requests) * max_tail_tokens;
   c.validate();
   return c;
 }
@@ -128,16 +152,19 @@ void PlanCapacity::validate() const {
   CODEC_CHECK(requests >= 1 && blocks >= 1 && nodes >= 1, "capacity: requests ", requests, ", blocks ", blocks,
               " and nodes ", nodes, " must be >= 1");
   CODEC_CHECK(wide_blocks >= 0, "capacity: wide_blocks ", wide_blocks, " must be >= 0");
-  CODEC_CHECK(node_pages >= 0 && node_reqs >= 0 && tasks >= 0 && partials >= 0 && slots >= 0,
+  CODEC_CHECK(node_pages >= 0 && node_reqs >= 0 && tasks >= 0 && partials >= 0 && slots >= 0 && tail_tokens >= 0,
               "capacity: sizes must be >= 0");
   constexpr std::int64_t kInt = std::numeric_limits<std::int32_t>::max();
-  CODEC_CHECK(node_pages <= kInt && node_reqs <= kInt && tasks <= kInt && partials <= kInt && slots <= kInt,
-              "capacity: every size must fit in 32 bits (slots ", slots, ", node pages ", node_pages, ")");
+  CODEC_CHECK(node_pages <= kInt && node_reqs <= kInt && tasks <= kInt && partials <= kInt && slots <= kInt &&
+                  tail_tokens <= kInt,
+              "capacity: every size must fit in 32 bits (slots ", slots, ", node pages ", node_pages,
+              ", tail tokens ", tail_tokens, ")");
 }
 
 Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays& a, const PlanStats& stats,
            const PlanCapacity* capacity)
     : heads_(heads), dtype_(dtype), has_capacity_(capacity != nullptr), stats_(stats) {
+  check_tails(a);
   if (capacity) {
     capacity->validate();
     check_fits(a, *capacity);
@@ -161,6 +188,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   counts_.head_dim = heads.head_dim;
   counts_.page_size = page_size;
   counts_.single_task_blocks = !capacity && counts_.num_wide_blocks == 0;
+  counts_.tails = capacity ? capacity->tail_tokens > 0 : !a.tail_indptr.empty();
   for (int b = 0; b <= counts_.num_blocks && counts_.single_task_blocks; ++b)
     counts_.single_task_blocks = a.block_indptr[std::size_t(b)] == std::min(b, counts_.num_tasks);
 
@@ -182,8 +210,9 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
 }
 
-PlanArrays PlanArrays::none(int blocks, int wide_blocks) {
+PlanArrays PlanArrays::none(int blocks, int wide_blocks, bool tails) {
   PlanArrays a;
+  if (tails) a.tail_indptr = {0};
   a.block_indptr.assign(std::size_t(blocks) + 1, 0);
   if (wide_blocks > 0) a.wide_indptr.assign(std::size_t(wide_blocks) + 1, 0);
   a.node_page_begin = {0};
@@ -199,7 +228,8 @@ void PlanArrays::clear() {
 Plan Plan::empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity) {
   PlanStats stats;
   stats.num_blocks = capacity.blocks;
-  return Plan(heads, dtype, page_size, PlanArrays::none(capacity.blocks, capacity.wide_blocks), stats, &capacity);
+  return Plan(heads, dtype, page_size, PlanArrays::none(capacity.blocks, capacity.wide_blocks, capacity.tail_tokens > 0),
+              stats, &capacity);
 }
 
 PlanView Plan::view(const void* base) const {
@@ -216,6 +246,7 @@ std::size_t Plan::packed_bytes(const PlanCapacity& capacity) { return offsets_of
 
 void Plan::pack_into(const PlanArrays& arrays, const PlanCapacity& capacity, std::span<std::byte> out) {
   capacity.validate();
+  check_tails(arrays);
   check_fits(arrays, capacity);
   const auto offsets = offsets_of(nullptr, &capacity);
   CODEC_CHECK(out.size() >= offsets.back(), "Plan::pack_into: ", out.size(), " bytes, less than the ", offsets.back(),

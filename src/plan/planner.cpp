@@ -26,6 +26,7 @@ void PlannerOptions::validate() const {
               wide_span, " must be >= 1 and divide num_blocks ", num_blocks);
   CODEC_CHECK(wide_min_rows >= 0 && wide_min_tokens >= 0, "planner wide_min_rows ", wide_min_rows,
               " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
+  CODEC_CHECK(wide_tail_tokens >= 0, "planner wide_tail_tokens ", wide_tail_tokens, " must be >= 0");
   if (capacity) {
     capacity->validate();
     CODEC_CHECK(capacity->blocks == num_blocks, "planner capacity of ", capacity->blocks,
@@ -73,8 +74,21 @@ Chunking chunking(int n, int splits, int align) {
   return {count, len, n - (count - 1) * len};
 }
 
-// Nodes of the same size and sharing degree behave identically: the search
-// runs over these classes (1,024 equal leaves are one class).
+// How a node's rows are cut into row tiles of at most tile_rows: hi tiles of
+// rows_hi rows, then lo tiles of rows_hi − 1, so that all differ by ≤ 1 row.
+struct RowTiling {
+  int hi, lo, rows_hi;
+  static RowTiling of(int rows, int tile_rows) {
+    const int tiles = (rows + tile_rows - 1) / tile_rows, rows_hi = (rows + tiles - 1) / tiles;
+    return {tiles - (rows_hi * tiles - rows), rows_hi * tiles - rows, rows_hi};
+  }
+  int begin(int tile) const { return tile < hi ? tile * rows_hi : hi * rows_hi + (tile - hi) * (rows_hi - 1); }
+  int end(int tile) const { return begin(tile) + (tile < hi ? rows_hi : rows_hi - 1); }
+};
+
+// Nodes of the same size and sharing degree (and tails, if any) behave
+// identically: the search runs over these classes (1,024 equal leaves are
+// one class).
 struct NodeClass {
   int tokens = 0;
   int rows = 0;       // n_q · G
@@ -84,7 +98,8 @@ struct NodeClass {
   int tiles_lo = 0;
   int rows_hi = 0;
   int max_splits = 1;  // ceil(tokens / align): finer chunks would break alignment
-  double unsplit_cost = 0;  // C(rows_hi, tokens)
+  int tail_tokens = 0;  // tails its row tiles take in, at most (PlannerOptions::wide_tail_tokens)
+  double unsplit_cost = 0;  // C(rows_hi, tokens + tail_tokens)
   std::vector<int> nodes;   // members, ascending
   // The predicted cost of one task under a split count: a full chunk and the
   // last, of a tile of rows_hi rows and of rows_hi − 1. The search prices the
@@ -101,7 +116,8 @@ struct NodeClass {
 };
 
 // busy: the blocks a plan keeps busy, if fewer than all and the model prices
-// contention (CostModel::cost_busy_us); else 0.
+// contention (CostModel::cost_busy_us); else 0. A chunk is priced with its
+// share of the class's tails.
 const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy = 0) {
   std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
   if (splits >= int(memo.size())) memo.resize(std::max<std::size_t>(splits + 1, 2 * memo.size()));
@@ -112,9 +128,10 @@ const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel&
       if (c.wide) return cost.wide_cost_us(rows, len);
       return busy ? cost.cost_busy_us(rows, len, busy) : cost.cost_us(rows, len);
     };
-    p.full_hi = price(c.rows_hi, k.len);
-    p.last_hi = price(c.rows_hi, k.last);
-    if (c.tiles_lo) p.full_lo = price(c.rows_hi - 1, k.len), p.last_lo = price(c.rows_hi - 1, k.last);
+    const int tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
+    p.full_hi = price(c.rows_hi, k.len + tail);
+    p.last_hi = price(c.rows_hi, k.last + tail);
+    if (c.tiles_lo) p.full_lo = price(c.rows_hi - 1, k.len + tail), p.last_lo = price(c.rows_hi - 1, k.last + tail);
     p.busy = busy;
     p.chunks = k.count;
   }
@@ -435,26 +452,38 @@ class Planning {
   // the slices are cut so that each holds whole wide blocks: g = gcd(m /
   // span, Hkv).
   void classify() {
-    std::unordered_map<std::int64_t, int> class_of_shape;  // (tokens << 32 | rows) → class
+    find_tails();
+    struct Shape {
+      int tokens, rows, tail;
+      bool operator==(const Shape&) const = default;
+    };
+    struct ShapeHash {
+      std::size_t operator()(const Shape& s) const {
+        return (std::size_t(s.tokens) << 32 | std::size_t(s.rows)) * 0x9e3779b97f4a7c15ull ^ std::size_t(s.tail);
+      }
+    };
+    std::unordered_map<Shape, int, ShapeHash> class_of_shape;
     node_class_.assign(forest_.num_nodes(), -1);
     for (int i = 0; i < forest_.num_nodes(); ++i) {
       const ForestNode& n = forest_.nodes[i];
-      if (n.num_tokens == 0 || n.num_reqs == 0) continue;
+      if (n.num_tokens == 0 || n.num_reqs == 0 || taken_in(i)) continue;
       const int rows = n.num_reqs * G_;
-      const int tokens = (n.num_tokens + align_ - 1) / align_ * align_;
-      auto [it, added] = class_of_shape.try_emplace(std::int64_t(tokens) << 32 | rows, int(classes_.size()));
+      const int tokens = aligned(n.num_tokens);
+      const int tail = node_tail_.empty() ? 0 : node_tail_[i];
+      auto [it, added] = class_of_shape.try_emplace(Shape{tokens, rows, tail}, int(classes_.size()));
       if (added) {
         NodeClass c;
         c.tokens = tokens;
         c.rows = rows;
-        c.wide = opt_.wide_tile_rows > 0 && rows > opt_.max_tile_rows && wide_pays(rows, tokens);
+        c.wide = goes_wide(rows, tokens);
         c.span = c.wide ? opt_.wide_span : 1;
-        const int tiles = row_tiles(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
-        c.rows_hi = (rows + tiles - 1) / tiles;
-        c.tiles_lo = c.rows_hi * tiles - rows;  // tiles one row short, so all tiles differ by ≤ 1 row
-        c.tiles_hi = tiles - c.tiles_lo;
+        const RowTiling tiling = RowTiling::of(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
+        c.rows_hi = tiling.rows_hi;
+        c.tiles_lo = tiling.lo;
+        c.tiles_hi = tiling.hi;
         c.max_splits = tokens / align_;
-        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.rows_hi, c.tokens) : cost_.cost_us(c.rows_hi, c.tokens);
+        c.tail_tokens = tail;
+        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.rows_hi, c.tokens + tail) : cost_.cost_us(c.rows_hi, c.tokens);
         wide_ = wide_ || c.wide;
         classes_.push_back(std::move(c));
       }
@@ -471,6 +500,60 @@ class Planning {
   }
 
   static int row_tiles(int rows, int tile_rows) { return (rows + tile_rows - 1) / tile_rows; }
+  int aligned(int tokens) const { return (tokens + align_ - 1) / align_ * align_; }
+  bool goes_wide(int rows, int tokens) const {
+    return opt_.wide_tile_rows > 0 && rows > opt_.max_tile_rows && wide_pays(rows, tokens);
+  }
+
+  // Tails (PlannerOptions::wide_tail_tokens): request r's last node is a tail
+  // when it holds r alone, has 1 .. wide_tail_tokens tokens and its parent's
+  // rows go wide; then the parent takes it in (tail_of_[r] is it, else −1),
+  // and node_tail_[parent] is the most tail tokens one of its row tiles gets
+  // (a tile takes the tail of every request with a row in it). At a capacity
+  // the tails must fit its tail tokens, or none is taken in.
+  void find_tails() {
+    if (opt_.max_tail_tokens() == 0) return;
+    const int batch = forest_.num_requests();
+    tail_of_.assign(batch, -1);
+    std::int64_t total = 0;
+    for (int r = 0; r < batch; ++r) {
+      const int x = forest_.request_node[r];
+      const ForestNode& n = forest_.nodes[x];
+      if (n.num_reqs != 1 || n.num_tokens < 1 || n.num_tokens > opt_.wide_tail_tokens || n.parent < 0) continue;
+      const ForestNode& p = forest_.nodes[n.parent];
+      if (p.num_tokens == 0 || !goes_wide(p.num_reqs * G_, aligned(p.num_tokens))) continue;
+      tail_of_[r] = x;
+      total += n.num_tokens;
+    }
+    if (total == 0 || (opt_.capacity && total > opt_.capacity->tail_tokens)) {
+      tail_of_.clear();
+      return;
+    }
+    tail_count_ = 0;
+    node_tail_.assign(forest_.num_nodes(), 0);
+    for (int r = 0; r < batch; ++r) {
+      if (tail_of_[r] < 0) continue;
+      ++tail_count_;
+      const int parent = forest_.nodes[tail_of_[r]].parent;
+      if (node_tail_[parent] > 0) continue;  // done
+      const ForestNode& p = forest_.nodes[parent];
+      const RowTiling tiling = RowTiling::of(p.num_reqs * G_, opt_.wide_tile_rows);
+      for (int tile = 0; tile < tiling.hi + tiling.lo; ++tile) {
+        int sum = 0;
+        for (int k = tiling.begin(tile) / G_; k <= (tiling.end(tile) - 1) / G_; ++k) sum += tail_tokens(parent, k);
+        node_tail_[parent] = std::max(node_tail_[parent], sum);
+      }
+    }
+  }
+  // Tokens of the tail that node `parent` takes in for its request k (0: none).
+  int tail_tokens(int parent, int k) const {
+    const int x = tail_of_[forest_.reqs[forest_.nodes[parent].req_begin + k]];
+    return x >= 0 && forest_.nodes[x].parent == parent ? forest_.nodes[x].num_tokens : 0;
+  }
+  bool taken_in(int node) const {
+    const ForestNode& n = forest_.nodes[node];
+    return !tail_of_.empty() && n.num_reqs == 1 && tail_of_[forest_.reqs[n.req_begin]] == node;
+  }
   // Whether a node's rows go wide: its wide tasks hold at least
   // wide_min_rows rows, it has at least wide_min_tokens tokens, and its wide
   // tasks take no more block time (each on span blocks) than its tasks
@@ -604,9 +687,12 @@ class Planning {
     else search_adaptively(cap);
   }
 
-  // 4. Node tables: pages, requests, splits, slot bases.
+  // 4. Node tables: pages, requests, splits, slot bases, tails. A plan at a
+  // capacity that holds tails has tail_indptr whether or not it has any.
   void node_tables(PlanArrays& a) {
     const int num_nodes = forest_.num_nodes();
+    const bool tails = opt_.capacity ? opt_.capacity->tail_tokens > 0 : !tail_of_.empty();
+    if (tails) a.tail_indptr.assign(1, 0);
     a.node_page_begin.resize(num_nodes + 1);
     a.node_req_begin.resize(num_nodes + 1);
     a.node_splits.assign(num_nodes, 0);
@@ -619,6 +705,14 @@ class Planning {
       a.node_req_begin[i] = std::int32_t(a.node_reqs.size());
       a.node_reqs.insert(a.node_reqs.end(), forest_.reqs.begin() + n.req_begin,
                          forest_.reqs.begin() + n.req_begin + n.num_reqs);
+      for (int k = 0; tails && k < n.num_reqs; ++k) {
+        if (const int len = tail_of_.empty() ? 0 : tail_tokens(i, k); len > 0) {
+          const ForestNode& x = forest_.nodes[tail_of_[forest_.reqs[n.req_begin + k]]];
+          for (int t = 0; t < len; ++t)
+            a.tail_tokens.push_back({forest_.pages[x.page_begin + t / forest_.page_size], t % forest_.page_size});
+        }
+        a.tail_indptr.push_back(std::int32_t(a.tail_tokens.size()));
+      }
       if (node_class_[i] >= 0) {
         const int b = chunking(classes_[node_class_[i]].tokens, splits_[node_class_[i]], align_).count;
         a.node_splits[i] = b;
@@ -658,9 +752,8 @@ class Planning {
       rest /= chunks;
       const int head = int(rest % slice_heads_);
       const int member = int(rest / slice_heads_);
-      const int row_begin =
-          tile < c.tiles_hi ? tile * c.rows_hi : c.tiles_hi * c.rows_hi + (tile - c.tiles_hi) * (c.rows_hi - 1);
-      const int row_end = row_begin + (tile < c.tiles_hi ? c.rows_hi : c.rows_hi - 1);
+      const RowTiling tiling{c.tiles_hi, c.tiles_lo, c.rows_hi};
+      const int row_begin = tiling.begin(tile), row_end = tiling.end(tile);
       const int kv_begin = chunk * k.len;
       const int node = c.nodes[member];
       const int kv_end = std::min(forest_.nodes[node].num_tokens, kv_begin + k.len);
@@ -736,6 +829,7 @@ class Planning {
     st.num_slots = int(slots_);
     for (int r = 0; r < st.num_requests; ++r)
       st.merged_requests += a.partial_indptr[r + 1] - a.partial_indptr[r] > 1;
+    st.num_tails = tail_count_;
     st.makespan_us = makespan_;
     st.merge_us = merge_of(splits_);
     st.lower_bound_us = lower_bound_;
@@ -912,7 +1006,9 @@ class Planning {
   std::vector<NodeClass> classes_;
   // merge_paths: each distinct path as (class, nodes of it) pairs, and its requests
   std::vector<std::pair<std::vector<std::pair<int, int>>, std::int64_t>> paths_;
-  std::vector<int> node_class_;  // class of each node, −1 for a node without work
+  std::vector<int> node_class_;  // class of each node, −1 for a node without work or a tail taken in
+  std::vector<int> tail_of_, node_tail_;  // find_tails (both empty: no tails)
+  int tail_count_ = 0;
   double lower_bound_ = 0, cost_l_ = 0;
   std::int64_t max_slots_ = 0, max_tasks_ = 0;  // 0: no limit
   std::vector<int> splits_;                     // b_k of each class

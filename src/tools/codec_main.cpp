@@ -52,6 +52,10 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                                     "target runs them (an H200 at head_dim 128), or off; bench takes a list "
                                     "(auto,off: a row each)")
       ->capture_default_str();
+  cmd->add_option("--tail-tokens", w.tail_tokens,
+                  "Most tokens of a request's private tail that its wide parent takes in (default: the target's, "
+                  "16 on the wide kernel; 0: none)")
+      ->check(in_range(0, 1 << 20));
   cmd->add_option("--max-memory", w.max_memory_gb,
                   "Host memory in GB a workload may take (page tables, and for bench its KV pool); refused beyond")
       ->check(in_range(0, 1e6, true))

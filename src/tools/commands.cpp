@@ -224,6 +224,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
       s.options.wide_span = cuda_pac_min_blocks_per_sm(w.heads.head_dim);
       s.options.wide_min_rows = kCudaWideMinRows;
       s.options.wide_min_tokens = kCudaWideMinTokens;
+      s.options.wide_tail_tokens = kCudaWideTailTokens;
     }
     s.device = "NVIDIA H200";
 #if CODEC_HAS_CUDA
@@ -238,6 +239,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
     CODEC_CHECK(wide == "auto" || wide == "off", "--wide '", args.wide, "': each entry must be auto or off");
   // (bench's --wide auto,off plans both from the auto options)
   if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
+  if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
   s.roofline.concurrent_blocks = s.options.num_blocks;
   if (args.cost_table == "roofline") {
     s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);
@@ -389,6 +391,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"predicted_merge_us", shared.stats().merge_us},
                       {"blocks", opt.num_blocks},
                       {"wide_tasks", shared.stats().num_wide_tasks},
+                      {"tails", shared.stats().num_tails},
                       {"cost_model", cost->describe()},
                       {"pass", pass}});
       if (!args.json)
@@ -444,6 +447,8 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"units", s.num_units},
                     {"tasks", s.num_tasks},
                     {"wide_tasks", s.num_wide_tasks},
+                    {"tails", s.num_tails},
+                    {"merged_requests", s.merged_requests},
                     {"blocks", s.num_blocks},
                     {"max_splits", s.max_splits},
                     {"slots", s.num_slots},

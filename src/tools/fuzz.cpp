@@ -56,6 +56,7 @@ struct Case {
        << (options.wide_tile_rows ? " wide " + std::to_string(options.wide_tile_rows) + "/" +
                                         std::to_string(options.wide_span)
                                   : std::string())
+       << (options.max_tail_tokens() ? " tails " + std::to_string(options.wide_tail_tokens) : std::string())
        << " align " << options.chunk_align << " split "
        << (options.split == SplitPolicy::none    ? "none"
            : options.split == SplitPolicy::fixed ? "fixed:" + std::to_string(options.fixed_splits)
@@ -163,6 +164,8 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   c.out_f32 = !cuda && d.chance(0.5);
   c.lse_base = d.chance(0.2) ? LseBase::two : LseBase::e;
   c.roofline_cpu = d.chance(0.5);
+  // tails the wide parents take in (drawn last: the draws above keep their cases)
+  if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.wide_tail_tokens = d.in(1, 64);
   return c;
 }
 

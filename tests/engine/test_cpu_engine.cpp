@@ -112,13 +112,15 @@ TEST(CpuEngine, MatchesReferenceAcrossHeadsDtypesAndPageSizes) {
 
 // Plans with wide tasks (PlannerOptions::wide_tile_rows, the CUDA engine's
 // wide kernel): the CPU engine runs the wide blocks' tasks as it runs the
-// blocks', compact and packed at a capacity.
+// blocks', compact and packed at a capacity, and with the wide parents'
+// chunks taking in their requests' tails (wide_tail_tokens).
 TEST(CpuEngine, WidePlansMatchReference) {
   const EngineCase cases[] = {
       {{32, 8, 128}, DType::bf16, 16, 2, 40, 0.1, 8},  // 160 rows on the shared nodes
       {{40, 8, 128}, DType::f16, 3, 3, 27, 0.2, 30},   // GQA 5
       {{32, 1, 64}, DType::f32, 1, 2, 7, 0.3, 60},     // MQA: 32 rows a request
   };
+  int tails = 0;
   for (const EngineCase& c : cases)
     for (std::uint64_t seed = 1; seed <= 2; ++seed) {
       const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests,
@@ -139,7 +141,16 @@ TEST(CpuEngine, WidePlansMatchReference) {
                                                opt.wide_blocks());
       expect_matches(run(make_plan(forest, c.heads, c.dtype, cost, opt), b.kv(), b.q.data()), ref,
                      spec.describe() + " wide at a capacity");
+      opt.wide_tail_tokens = 1000;
+      opt.capacity->tail_tokens = 64 * 1000;
+      const Plan tailed = make_plan(forest, c.heads, c.dtype, cost, opt);
+      tails += tailed.stats().num_tails;
+      expect_matches(run(tailed, b.kv(), b.q.data()), ref, spec.describe() + " wide with tails at a capacity");
+      opt.capacity.reset();
+      expect_matches(run(make_plan(forest, c.heads, c.dtype, cost, opt), b.kv(), b.q.data()), ref,
+                     spec.describe() + " wide with tails");
     }
+  EXPECT_GT(tails, 0);
 }
 
 // Σ over a plan's tasks of query rows × KV tokens: the attention's work.

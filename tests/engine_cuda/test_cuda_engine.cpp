@@ -343,9 +343,10 @@ TEST(CudaEngine, SmallTasksRunPacked) {
 // Wide tasks (kernels/pac_wide.cuh): nodes shared by 17 to 70 requests (68
 // to 350 rows a kv head) over up to ~700 tokens, so that row tiles of 65 to
 // 128 rows meet several 128-token tiles and a partial last one, beside the
-// narrow tails; on the device's blocks, on 2-6 blocks (a wide block walks
-// many tasks: the K, V and Q rings wrap across tasks), and split in chunks
-// that end inside tiles and pages.
+// narrow tails, or with the tails taken in; on the device's blocks, on 2-6
+// blocks (a wide block walks many tasks: the K, V and Q rings wrap across
+// tasks), and split in chunks that end inside tiles and pages (each taking
+// a share of the tails).
 TEST(CudaEngine, WideTasksMatchTheReference) {
   SKIP_WITHOUT_GPU();
   struct WideCase {
@@ -387,9 +388,17 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
     auto check = [&](const PlannerOptions& o, const std::string& how) {
       const Plan plan = make_plan(forest, c.heads, c.dtype, cost, o);
       ASSERT_GT(plan.stats().num_wide_tasks, 0) << what << " " << how << ": no wide task";
+      if (o.wide_tail_tokens >= spec.max_tail) {
+        ASSERT_GT(plan.stats().num_tails, 0) << what << " " << how << ": no tail taken in";
+      }
       expect_matches(run_gpu(plan, d), ref, c.dtype, what + " " + how);
     };
-    check(opt, "device blocks");
+    // tails (PlannerOptions::wide_tail_tokens): none, the device's, and every
+    // one (several tail tiles a task, rows with empty tails among them)
+    for (const int tail_tokens : {0, opt.wide_tail_tokens, spec.max_tail}) {
+      opt.wide_tail_tokens = tail_tokens;
+      check(opt, "device blocks, tails of up to " + std::to_string(tail_tokens) + " tokens");
+    }
     for (const int blocks : {2, 6}) {
       opt.num_blocks = blocks;
       check(opt, std::to_string(blocks) + " blocks");

@@ -420,6 +420,111 @@ TEST(Planner, WideOptionsChangeNoPlanWithoutManyRowNodes) {
                                 "capacity of 0 wide blocks differs from the options' 132"));
 }
 
+// Nodes with wide tasks in a plan (those its wide blocks run).
+std::vector<bool> wide_nodes(const PlanView& p) {
+  std::vector<bool> wide(p.num_nodes, false);
+  for (int t = p.num_wide_blocks ? p.wide_indptr[0] : p.num_tasks; t < p.num_tasks; ++t) wide[p.tasks[t].node] = true;
+  return wide;
+}
+
+// Tails: a request's last node, its own alone and of at most wide_tail_tokens
+// tokens, under a parent with wide tasks, has no tasks; the parent's chunks
+// cover it, each a share (expect_plan_covers_forest expands task_tails), and, at the
+// same split counts, the request's rows merge that node's partials fewer. Whatever the split
+// policy (the parent in one chunk or several), page size and GQA.
+TEST(Planner, WideParentsTakeInShortTails) {
+  struct TailCase {
+    HeadConfig heads;
+    int page_size, requests;
+  };
+  const TailCase cases[] = {{{32, 8, 128}, 16, 60}, {{32, 8, 128}, 1, 40}, {{40, 8, 128}, 3, 50}};
+  int tails = 0, split_parents = 0;
+  for (const TailCase& c : cases)
+    for (std::uint64_t seed = 1; seed <= 3; ++seed)
+      for (const SplitPolicy split : {SplitPolicy::adaptive, SplitPolicy::none, SplitPolicy::fixed}) {
+        const Forest f = many_row_forest(seed, c.page_size, c.heads, c.requests);
+        const RooflineCostModel base = roofline(c.heads);
+        const test::WidePriced cost(base, 0.5);  // every node of many rows wide
+        PlannerOptions opt;
+        opt.num_blocks = 264;
+        opt.wide_tile_rows = 128;
+        opt.split = split;
+        opt.fixed_splits = 3;
+        const Plan without = make_plan(f, c.heads, DType::bf16, cost, opt);
+        opt.wide_tail_tokens = 40;
+        const Plan with = make_plan(f, c.heads, DType::bf16, cost, opt);
+        SCOPED_TRACE(testing::Message() << "seed " << seed << " page " << c.page_size << " split " << int(split));
+        test::expect_plan_covers_forest(with, f);
+        const PlanView a = without.view(), b = with.view();
+        const std::vector<bool> wide = wide_nodes(a);
+        int expected = 0;
+        for (int r = 0; r < f.num_requests(); ++r) {
+          const int x = f.request_node[r];
+          const ForestNode& n = f.nodes[x];
+          const bool tail = n.num_reqs == 1 && n.num_tokens >= 1 && n.num_tokens <= 40 && n.parent >= 0 && wide[n.parent];
+          expected += tail;
+          if (tail) {
+            EXPECT_EQ(b.node_splits[x], 0) << "request " << r;
+          }
+          if (split != SplitPolicy::adaptive) {  // (the adaptive search may cut the ancestors otherwise)
+            EXPECT_EQ(b.num_partials(r), a.num_partials(r) - (tail ? a.node_splits[x] : 0)) << "request " << r;
+          }
+          if (tail) split_parents += b.node_splits[n.parent] > 1;
+        }
+        EXPECT_EQ(with.stats().num_tails, expected);
+        EXPECT_EQ(b.tails, expected > 0);
+        EXPECT_FALSE(a.tails);
+        tails += expected;
+      }
+  EXPECT_GT(tails, 0);
+  EXPECT_GT(split_parents, 0);  // tails shared by a parent's chunks, whose rows still merge
+}
+
+// At a capacity with tail tokens every plan has tail_indptr, tails or not (a
+// captured graph reads it for any plan), and tails that would overflow the
+// capacity are not taken in; a capacity without tail tokens takes in none.
+TEST(Planner, TailsAtACapacity) {
+  const HeadConfig heads{32, 8, 128};
+  const Forest f = many_row_forest(1, 16, heads, 60);
+  const RooflineCostModel base = roofline(heads);
+  const test::WidePriced cost(base, 0.5);
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  opt.wide_tile_rows = 128;
+  opt.wide_tail_tokens = 40;
+  const Plan compact = make_plan(f, heads, DType::bf16, cost, opt);
+  ASSERT_GT(compact.stats().num_tails, 0);
+  opt.capacity = PlanCapacity::for_batches(64, 64 * 64, heads, 64, 264, 1 << 16, opt.wide_blocks(),
+                                           opt.max_tail_tokens());
+  EXPECT_EQ(opt.capacity->tail_tokens, 64 * 40);
+  const Plan packed = make_plan(f, heads, DType::bf16, cost, opt);
+  EXPECT_EQ(packed.stats().num_tails, compact.stats().num_tails);
+  EXPECT_TRUE(packed.view().tails);
+  test::expect_plan_covers_forest(packed, f);
+  opt.capacity->tail_tokens = 1;  // fewer than the batch's tails: none taken in, the index still there
+  const Plan few = make_plan(f, heads, DType::bf16, cost, opt);
+  EXPECT_EQ(few.stats().num_tails, 0);
+  EXPECT_TRUE(few.view().tails);
+  test::expect_plan_covers_forest(few, f);
+  EXPECT_TRUE(Plan::empty(heads, DType::bf16, 16, *opt.capacity).view().tails);
+  opt.capacity->tail_tokens = 0;
+  const Plan none = make_plan(f, heads, DType::bf16, cost, opt);
+  EXPECT_EQ(none.stats().num_tails, 0);
+  EXPECT_FALSE(none.view().tails);
+  // arrays that disagree with the capacity, or with themselves
+  PlanArrays a = PlanArrays::none(264, 132);
+  a.tail_indptr = {0};
+  EXPECT_TRUE(test::throws_with([&] { Plan(heads, DType::bf16, 16, a, PlanStats{}, &*opt.capacity); },
+                                "plan has a tail_indptr, but its capacity holds 0 tail tokens"));
+  a.tail_tokens = {{0, 0}};
+  EXPECT_TRUE(test::throws_with([&] { Plan(heads, DType::bf16, 16, a, PlanStats{}); },
+                                "plan tail_indptr of 1 entries from 0 to 0 does not index 1 tail tokens"));
+  opt.wide_tail_tokens = -1;
+  opt.capacity.reset();
+  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, cost, opt); },
+                                "planner wide_tail_tokens -1 must be >= 0"));
+}
+
 }  // namespace
 }  // namespace codec
 
@@ -700,7 +805,13 @@ std::vector<std::pair<std::size_t, std::size_t>> read_ranges(const Plan& p, cons
     return std::pair{std::size_t(static_cast<const std::byte*>(at) - base), bytes};
   };
   const std::size_t n = std::size_t(v.num_nodes), i32 = sizeof(std::int32_t);
-  return {range(v.tasks, std::size_t(v.num_tasks) * sizeof(Task)),
+  std::vector<std::pair<std::size_t, std::size_t>> tails;
+  if (v.tails) {
+    const std::size_t entries = std::size_t(v.node_req_begin[n]);
+    tails = {range(v.tail_indptr, (entries + 1) * i32),
+             range(v.tail_tokens, std::size_t(v.tail_indptr[entries]) * sizeof(TokenRef))};
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> ranges = {range(v.tasks, std::size_t(v.num_tasks) * sizeof(Task)),
           range(v.block_indptr, std::size_t(v.num_blocks + 1) * i32),
           range(v.node_page_begin, (n + 1) * i32),
           range(v.node_pages, std::size_t(v.node_page_begin[n]) * i32),
@@ -710,6 +821,31 @@ std::vector<std::pair<std::size_t, std::size_t>> read_ranges(const Plan& p, cons
           range(v.node_slot_base, n * i32),
           range(v.partial_indptr, std::size_t(c.requests + 1) * i32),
           range(v.partials, std::size_t(v.partial_indptr[c.requests]) * sizeof(PartialRef))};
+  ranges.insert(ranges.end(), tails.begin(), tails.end());
+  return ranges;
+}
+
+// plan_into packs a plan with tails as plan does, tail index and tokens included.
+TEST(StepPlanner, PacksTailsIntoAReusedBuffer) {
+  const HeadConfig heads{32, 8, 128};
+  const RooflineCostModel base = roofline(heads);
+  auto cost = std::make_shared<test::WidePriced>(base, 0.5);
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  opt.wide_tile_rows = 128;
+  opt.wide_tail_tokens = 40;
+  opt.capacity = PlanCapacity::for_batches(64, 64 * 64, heads, 64, 264, 1 << 16, opt.wide_blocks(), 40);
+  StepPlanner packed(heads, DType::bf16, cost, opt);
+  std::vector<std::byte> buffer(Plan::packed_bytes(*opt.capacity), std::byte{0xa5});
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    const Forest forest = many_row_forest(seed, 16, heads, 60);
+    const Plan want = make_plan(forest, heads, DType::bf16, *cost, opt);
+    ASSERT_GT(want.stats().num_tails, 0) << "seed " << seed;
+    EXPECT_EQ(packed.plan_into(forest, buffer).num_tails, want.stats().num_tails) << "seed " << seed;
+    for (const auto& [offset, bytes] : read_ranges(want, *opt.capacity))
+      ASSERT_EQ(std::memcmp(buffer.data() + offset, want.bytes().data() + offset, bytes), 0)
+          << "seed " << seed << ": bytes " << offset << " to " << offset + bytes;
+  }
 }
 
 // plan_into packs into one buffer, step after step, what plan packs into a

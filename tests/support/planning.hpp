@@ -1,7 +1,8 @@
 #pragma once
 // Test support: expands a plan's reduction schedule and checks that every KV
-// token of every output row is covered by exactly one task, and that each
-// row's schedule lists exactly the slots its tasks wrote.
+// token of every output row is covered by exactly one task (a tail's by one
+// of its parent's chunks), and that each row's schedule lists exactly the slots
+// its tasks wrote.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,6 +59,9 @@ inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
       ASSERT_LE(p.wide_indptr[w], p.wide_indptr[w + 1]) << "wide block " << w;
     ASSERT_EQ(p.wide_indptr[p.num_wide_blocks], p.num_tasks);
   }
+  if (p.tails) {
+    for (int e = 0; e < p.node_req_begin[p.num_nodes]; ++e) ASSERT_LE(p.tail_indptr[e], p.tail_indptr[e + 1]);
+  }
   // Expand tasks to (request, head) → node → covered tokens, and slot → writers.
   std::map<std::tuple<int, int, int>, std::vector<int>> cover;  // (req, head, node) → per-token count
   std::vector<int> slot_writers(p.num_slots, 0);
@@ -77,6 +81,26 @@ inline void expect_plan_covers_forest(const Plan& plan, const Forest& forest) {
       auto& tokens = cover[{req, head, task.node}];
       tokens.resize(n.num_tokens, 0);
       for (int k = task.kv_begin; k < task.kv_end; ++k) ++tokens[k];
+      // the row's share of its tail (PlanView::task_tails): of its request's last node, token by token
+      const int e = task.req_begin + v / G;
+      const PlanView::TailRange tails = p.task_tails(task);
+      if (p.tails && p.tail_indptr[e + 1] > p.tail_indptr[e]) {
+        const int x = forest.request_node[req];
+        const ForestNode& tail = forest.nodes[x];
+        ASSERT_EQ(tail.parent, task.node) << "request " << req << "'s tail is not its node's child";
+        ASSERT_EQ(tail.num_reqs, 1) << "node " << x << " is shared, not a tail";
+        ASSERT_EQ(p.tail_indptr[e + 1] - p.tail_indptr[e], tail.num_tokens) << "request " << req;
+        ASSERT_EQ(p.node_splits[x], 0) << "tail node " << x << " has tasks of its own";
+        auto& tail_tokens = cover[{req, head, x}];
+        tail_tokens.resize(tail.num_tokens, 0);
+        for (int i = std::max(p.tail_indptr[e], tails.begin); i < std::min(p.tail_indptr[e + 1], tails.end); ++i) {
+          const int k = i - p.tail_indptr[e];
+          const TokenRef ref = p.tail_tokens[i];
+          ASSERT_EQ(ref.page, forest.pages[tail.page_begin + k / forest.page_size]) << "node " << x << " token " << k;
+          ASSERT_EQ(ref.slot, k % forest.page_size) << "node " << x << " token " << k;
+          ++tail_tokens[k];
+        }
+      }
       const int slot = p.slot_of(task.node, task.chunk, task.kv_head, v);
       ASSERT_TRUE(slot >= 0 && slot < p.num_slots);
       ++slot_writers[slot];

@@ -56,6 +56,11 @@ inline constexpr int kCudaWideMinRows = 96;
 // (a few tiles a task; the wide blocks' phase before the blocks'), sysprompt:64's
 // prompt of 4,096 and 256 rows 2.3% faster (run 30).
 inline constexpr int kCudaWideMinTokens = 2048;
+// Most tokens of a request's private tail that its wide parent takes in
+// (PlannerOptions::wide_tail_tokens): each tail token costs the wide task a
+// token of every row's scores, so tails stay short; a system prompt's
+// requests of 1-16 new tokens (sysprompt:B) fit.
+inline constexpr int kCudaWideTailTokens = 16;
 
 // PAC blocks an SM holds at least: the kernel's launch bounds cap its
 // registers for this many (128 each at head_dim 64, whose smaller tiles let 4
@@ -100,8 +105,9 @@ const char* cuda_built_architectures();
 // blocks per SM (e.g. 132 × 2 = 264 on an H200 at head_dim 128), so the plan's
 // blocks are the persistent grid; max_tile_rows = kCudaMaxTileRows; where the
 // wide kernel runs (CudaDeviceInfo::wide), wide_tile_rows = kCudaMaxWideRows,
-// wide_span = blocks per SM, wide_min_rows = kCudaWideMinRows and
-// wide_min_tokens = kCudaWideMinTokens, else no wide tasks; chunk_align
+// wide_span = blocks per SM, wide_min_rows = kCudaWideMinRows,
+// wide_min_tokens = kCudaWideMinTokens and wide_tail_tokens =
+// kCudaWideTailTokens, else no wide tasks; chunk_align
 // = 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
 // chunk boundaries would leave partly masked mma steps inside a chunk, coarser
 // ones (the 64-token tile) would cap a short shared node's splits (a 200-token

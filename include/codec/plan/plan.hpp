@@ -54,6 +54,12 @@ struct PartialRef {
   std::int32_t head_stride;  // the node's rows
 };
 
+// A KV token listed by page and slot: a tail token (PlanView::tail_tokens).
+struct TokenRef {
+  std::int32_t page;
+  std::int32_t slot;
+};
+
 struct PlanView {
   int num_tasks = 0;
   int num_blocks = 0;    // m: persistent workers; block b runs tasks[block_indptr[b] .. block_indptr[b+1]) in order
@@ -77,6 +83,10 @@ struct PlanView {
   // trip on a cold plan that small trees (a task a block) pay before anything
   // else. Never set at a capacity, where a captured graph may run another plan.
   bool single_task_blocks = false;
+  // tail_indptr is there (node_reqs + 1 entries): some wide task may take in
+  // tails (PlannerOptions::wide_tail_tokens). Always set at a capacity that
+  // holds tail tokens, whose plans a captured graph may swap.
+  bool tails = false;
   const Task* tasks = nullptr;                 // [num_tasks], block by block, then wide block by wide block
   const std::int32_t* block_indptr = nullptr;  // [num_blocks + 1]
   // [num_wide_blocks + 1] (none when 0): wide block w runs tasks[wide_indptr[w] .. wide_indptr[w+1])
@@ -94,6 +104,30 @@ struct PlanView {
   // path → node → chunks → slot, each load a round trip on a cold plan.
   const std::int32_t* partial_indptr = nullptr;  // [num_requests + 1]
   const PartialRef* partials = nullptr;
+  // Tails: entry e of node_reqs (request node_reqs[e] of its node) has the
+  // private tail tail_tokens[tail_indptr[e] .. tail_indptr[e + 1]) (most are
+  // empty). The node's tasks attend each row to its request's tail after
+  // their own tokens (task_tails): the tail's leaf node has no tasks and no
+  // partials.
+  const std::int32_t* tail_indptr = nullptr;  // [node_reqs + 1] where `tails`, else none
+  const TokenRef* tail_tokens = nullptr;
+
+  // The tail tokens task t takes in, tail_tokens[begin .. end): the tails of
+  // the requests with a row in it, concatenated, cut into the node's chunks'
+  // count of equal parts, chunk c taking part c, so that every chunk of the
+  // node carries an equal share. A row sees the part of its own request's
+  // tail that falls in [begin, end); summed over the chunks, all of it once.
+  struct TailRange {
+    int begin = 0, end = 0;
+  };
+  CODEC_HD TailRange task_tails(const Task& t) const {
+    if (!tails) return {};
+    const int first = tail_indptr[t.req_begin + t.row_begin / group];
+    const int last = tail_indptr[t.req_begin + (t.row_end - 1) / group + 1];
+    const int chunks = node_splits[t.node], per = (last - first + chunks - 1) / chunks;
+    const int begin = first + t.chunk * per < last ? first + t.chunk * per : last;
+    return {begin, begin + per < last ? begin + per : last};
+  }
 
   CODEC_HD int num_partials(int req) const { return partial_indptr[req + 1] - partial_indptr[req]; }
   // Slot of partial j (an index into partials) for qo head `head`: SlotLayout
@@ -117,6 +151,7 @@ struct PlanStats {
   int max_splits = 0;    // largest b_k of any node
   int num_slots = 0;
   int merged_requests = 0;  // requests whose rows merge more than one partial
+  int num_tails = 0;        // requests whose tail a wide task takes in (PlannerOptions::wide_tail_tokens)
   double makespan_us = 0;     // slowest block's predicted time
   double merge_us = 0;        // the merge's predicted time after it (0: the cost model prices none)
   double lower_bound_us = 0;  // no plan under this cost model, every block busy, can be faster (a plan of fewer
@@ -132,8 +167,9 @@ struct PlanStats {
 // Host arrays a planner fills; Plan packs them into one buffer.
 struct PlanArrays {
   // The arrays of a batch of no requests on `blocks` blocks: every block
-  // without tasks.
-  static PlanArrays none(int blocks, int wide_blocks = 0);
+  // without tasks (and an empty tail index where `tails`: a capacity's with
+  // tail tokens).
+  static PlanArrays none(int blocks, int wide_blocks = 0, bool tails = false);
   void clear();  // every array empty, its capacity kept
   std::vector<Task> tasks;
   std::vector<std::int32_t> block_indptr;
@@ -141,6 +177,8 @@ struct PlanArrays {
   std::vector<std::int32_t> node_page_begin, node_pages, node_req_begin, node_reqs, node_splits, node_slot_base;
   std::vector<std::int32_t> partial_indptr;
   std::vector<PartialRef> partials;
+  std::vector<std::int32_t> tail_indptr;  // empty: no tails
+  std::vector<TokenRef> tail_tokens;
 };
 
 // Sizes a plan's arrays may take. A plan packed at a capacity keeps every
@@ -158,6 +196,7 @@ struct PlanCapacity {
   std::int64_t tasks = 0;
   std::int64_t partials = 0;
   std::int64_t slots = 0;
+  std::int64_t tail_tokens = 0;  // > 0: every plan at it carries tail_indptr
 
   // The capacity for every batch of at most max_requests requests whose page
   // tables hold at most max_page_entries entries, planned with max_tile_rows
@@ -170,9 +209,11 @@ struct PlanCapacity {
   //   node_reqs = Σ over requests of the nodes on its path ≤ max_page_entries;
   //   partials = slots / Hq (every partial is one slot per qo head);
   //   tasks ≤ slots / min(G, max_tile_rows / 2) (a row tile holds at least G
-  //     rows, or more than half a tile when a node has several).
+  //     rows, or more than half a tile when a node has several);
+  //   tail_tokens = max_requests · max_tail_tokens (a request has one tail).
   static PlanCapacity for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
-                                  int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks = 0);
+                                  int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks = 0,
+                                  int max_tail_tokens = 0);
   void validate() const;
 };
 
@@ -247,7 +288,7 @@ class Plan {
  private:
   // The arrays of PlanArrays (and pointers of PlanView), packed in the order
   // plan.cpp's table lists them; offsets_ holds each one's byte offset.
-  static constexpr int kNumArrays = 11;
+  static constexpr int kNumArrays = 13;
   HeadConfig heads_;
   DType dtype_ = DType::bf16;
   bool has_capacity_ = false;

@@ -44,7 +44,17 @@ struct PlannerOptions {
   // max_tile_rows.
   int wide_min_rows = 0;
   int wide_min_tokens = 0;
+  // Tails: a request's last node, when it holds that request alone and at
+  // most this many tokens and its parent's tasks are wide, has no tasks of
+  // its own; the parent's chunks attend each of their rows to an equal share
+  // of the row's tail (PlanView::task_tails). The tail's tasks, a DRAM round
+  // trip chain each, and, where the parent is one chunk, the merge of its
+  // rows go away; a wide task computes the tails of all its rows against
+  // every row, masked (docs/DESIGN_NOTES.md, Planner 14). 0: none.
+  int wide_tail_tokens = 0;
   int wide_blocks() const { return wide_tile_rows > 0 ? num_blocks / wide_span : 0; }
+  // Tail tokens a request may bring (PlanCapacity::for_batches).
+  int max_tail_tokens() const { return wide_tile_rows > 0 ? wide_tail_tokens : 0; }
   int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
   SplitPolicy split = SplitPolicy::adaptive;
   int fixed_splits = 1;      // b_k for SplitPolicy::fixed

@@ -168,6 +168,7 @@ PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype) {
     options.wide_span = info.blocks_per_sm;
     options.wide_min_rows = kCudaWideMinRows;
     options.wide_min_tokens = kCudaWideMinTokens;
+    options.wide_tail_tokens = kCudaWideTailTokens;
   }
   options.chunk_align = kChunkAlign;
   return options;
@@ -184,7 +185,7 @@ PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_
   options.validate();
   auto capacity = [&](std::int64_t slots) {
     return PlanCapacity::for_batches(max_requests, max_page_entries, heads, options.max_tile_rows, options.num_blocks,
-                                     slots, options.wide_blocks());
+                                     slots, options.wide_blocks(), options.max_tail_tokens());
   };
   const std::size_t fixed = cuda_workspace_bytes(capacity(0), heads.head_dim);
   CODEC_CHECK(fixed < bytes, "workspace of ", bytes, " bytes is too small: the plan arrays for ", max_requests,
@@ -276,8 +277,11 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
 
   // With wide blocks the wide kernel goes first and the PAC kernel is its
   // programmatic dependent (kernels/pac_wide.cuh); validate_run made sure
-  // that this is an sm_90 device, a build for sm_90a and head_dim 128.
+  // that this is an sm_90 device, a build for sm_90a and head_dim 128. A plan
+  // whose wide tasks write every row (sysprompt:B, its tails taken in) needs
+  // no PAC kernel: its blocks would have nothing to do but wait.
   const bool wide = device.num_wide_blocks > 0;
+  const bool pac = !wide || merge || plan.extent().max_task_rows > 0;
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
@@ -298,7 +302,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     if constexpr (D == 128) {
       if (wide) cuda::launch_pac_wide<D, T>(params, stream);
     }
-    cuda::launch_pac<D, T>(params, wide, stream);
+    if (pac) cuda::launch_pac<D, T>(params, wide, stream);
     if (merge)
       cuda::launch_merge<D, T>({.plan = device,
                                 .part_o = part_o,

@@ -127,7 +127,8 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
   s.planner = std::make_unique<StepPlanner>(heads, dtype, std::move(cost), options);
   s.max_rows = max_rows, s.max_cols = max_cols;
   s.empty = Plan::empty(heads, dtype, page_size, *options.capacity);
-  s.empty_arrays = PlanArrays::none(options.capacity->blocks, options.capacity->wide_blocks);
+  s.empty_arrays =
+      PlanArrays::none(options.capacity->blocks, options.capacity->wide_blocks, options.capacity->tail_tokens > 0);
   s.plan_bytes = s.empty.bytes().size();
   const RelaxedCapture relaxed(true);
   CODEC_CUDA_CHECK(cudaGetDevice(&s.device));

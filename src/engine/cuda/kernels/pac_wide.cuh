@@ -19,6 +19,11 @@
 // buffer is released after its Q·Kᵀ, each V buffer after its P·V, each Q
 // buffer after the task's last Q·Kᵀ.
 //
+// A task also takes in its share of its rows' tails (PlanView::task_tails):
+// after the node's tiles, the tails of its requests, concatenated, stream
+// through the same ring, and each row masks every token but its own
+// request's.
+//
 // The narrow kernel (pac.cuh) runs the plan's other tasks after this one, as
 // a programmatic dependent launch: its blocks take each SM as its wide block
 // leaves, and wait for this grid before they exit, so that the merge, which
@@ -90,6 +95,12 @@ struct RingUse {
   __device__ RingUse(int k, int n) : slot(k % n), parity(std::uint32_t(k / n) & 1u) {}
 };
 
+// Tiles of kTileTokens a task's tails take.
+template <int kTileTokens>
+__device__ __forceinline__ int tail_tiles(const PlanView::TailRange& tails) {
+  return (tails.end - tails.begin + kTileTokens - 1) / kTileTokens;
+}
+
 // Producer (warpgroup 0): the query rows, then every KV tile of each task.
 template <int D, typename T>
 __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int end, const PageGeometry geo,
@@ -105,9 +116,9 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
   for (int i = begin; i < end; ++i) {
     const Task task = plan.tasks[i];
     const int rows = task.row_end - task.row_begin;
-    const int num_tiles = (task.kv_end - task.kv_begin + Tr::kTileTokens - 1) / Tr::kTileTokens;
+    const int node_tiles = (task.kv_end - task.kv_begin + Tr::kTileTokens - 1) / Tr::kTileTokens;
     const std::int32_t* reqs = plan.node_reqs + task.req_begin;
-    const Loader kv(p.kv, task, plan.node_pages + task.page_begin, geo, num_tiles, nullptr, tid, 0);
+    const Loader kv(p.kv, task, plan.node_pages + task.page_begin, geo, node_tiles, nullptr, tid, 0);
     typename Loader::LaneToken next = kv.lookup(0);  // page ids one tile ahead of their copies
 
     // query rows 0 .. 127; those past the task's are zeros, whose results no one writes
@@ -123,16 +134,28 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
     }
     mbarrier_arrive_on_copies(sm.q_full(qb.slot));
 
-    for (int t = 0; t < num_tiles; ++t, ++tile_use) {
-      const typename Loader::LaneToken token = next;
-      if (t + 1 < num_tiles) next = kv.lookup(t + 1);
-      const RingUse st(tile_use, Tr::kStages);
+    auto copy = [&](const typename Loader::LaneToken& token) {  // a tile into the ring's next stage
+      const RingUse st(tile_use++, Tr::kStages);
       mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
       kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
       mbarrier_arrive_on_copies(sm.k_full(st.slot));
       mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
       kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
       mbarrier_arrive_on_copies(sm.v_full(st.slot));
+    };
+    for (int t = 0; t < node_tiles; ++t) {
+      const typename Loader::LaneToken token = next;
+      if (t + 1 < node_tiles) next = kv.lookup(t + 1);
+      copy(token);
+    }
+    // the tails', in a loop of their own as the consumers' are
+    const PlanView::TailRange tails = plan.task_tails(task);
+    const int num_tails = tail_tiles<Tr::kTileTokens>(tails);
+    if (num_tails > 0) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, 0);
+    for (int t = 0; t < num_tails; ++t) {
+      const typename Loader::LaneToken token = next;
+      if (t + 1 < num_tails) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, t + 1);
+      copy(token);
     }
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the thread that issued it
@@ -216,10 +239,10 @@ __device__ __forceinline__ void wide_issue_pv(float (&o)[D / 2],
 // score − m) in fp32, l takes the tile's sums, and factor[h] is what o must
 // be scaled by for row h's new max (applied by the caller once the P·V that
 // accumulates into o is done).
+// Tokens past a node tile's tile_tokens are masked by the caller (wide_mask).
 template <int kSteps>
-__device__ __forceinline__ void wide_softmax(float (&s)[8 * kSteps], int tile_tokens, float sm_scale,
-                                             SoftmaxState (&state)[2], float (&factor)[2]) {
-  mask_tail<kSteps>(s, kSteps, 0, tile_tokens);
+__device__ __forceinline__ void wide_softmax(float (&s)[8 * kSteps], float sm_scale, SoftmaxState (&state)[2],
+                                             float (&factor)[2]) {
   float tile_max[2];
   row_max<kSteps>(s, kSteps, tile_max);
 #pragma unroll
@@ -244,7 +267,9 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
   int tile_use = 0;
   for (int i = begin; i < end; ++i) {
     const Task task = plan.tasks[i];
-    const int kv_len = task.kv_end - task.kv_begin, num_tiles = (kv_len + N - 1) / N;
+    const int kv_len = task.kv_end - task.kv_begin, node_tiles = (kv_len + N - 1) / N;
+    const PlanView::TailRange tails = plan.task_tails(task);
+    const int num_tiles = node_tiles + tail_tiles<N>(tails);
     // this lane's rows, 64 wg + 16 warp + lane / 4 + 8h: their requests and
     // single-partial flags, loaded while the first tiles land
     FragmentRows fr;
@@ -255,13 +280,14 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     const RingUse qb(i - begin, Tr::kQBuffers);
     wide_acquire(sm.q_full(qb.slot), qb.parity);
     const std::uint64_t dq = wgmma::desc(smem_u32(sm.q(qb.slot)) + Tr::kConsumerRows * wg * 128, 16, 1024);
-    auto tile_tokens = [&](int t) { return min(N, kv_len - t * N); };
 
     SoftmaxState state[2];
     float o[D / 2], s[N / 2], factor[2];
     std::uint32_t a[kSteps][4];
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) o[k] = 0.f;  // no wgmma of this warpgroup is in flight here
+    // a node tile's tokens past the chunk are −inf
+    auto node_mask = [&](int t) { mask_tail<kSteps>(s, kSteps, 0, min(N, kv_len - t * N)); };
 
     // tile 0: Q·Kᵀ alone
     const RingUse k0(tile_use, Tr::kStages);
@@ -275,11 +301,12 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     fence_fragments(s);
     wide_release(sm.k_empty(k0.slot));
     if (num_tiles == 1) wide_release(sm.q_empty(qb.slot));
-    wide_softmax<kSteps>(s, tile_tokens(0), p.sm_scale, state, factor);  // o is 0: no rescale
+    node_mask(0);
+    wide_softmax<kSteps>(s, p.sm_scale, state, factor);  // o is 0: no rescale
     pack_p<kSteps, T>(a, s);
 
-    // tiles 1 ..: Q·Kᵀ of t beside P·V of t − 1
-    for (int t = 1; t < num_tiles; ++t) {
+    // tiles 1 ..: Q·Kᵀ of t beside P·V of t − 1, masked by mask(t)
+    auto step = [&](int t, auto&& mask) {
       const RingUse kt(tile_use + t, Tr::kStages), vp(tile_use + t - 1, Tr::kStages);
       wide_acquire(sm.k_full(kt.slot), kt.parity);
       wide_acquire(sm.v_full(vp.slot), vp.parity);
@@ -294,7 +321,8 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
       fence_fragments(s);
       wide_release(sm.k_empty(kt.slot));
       if (t == num_tiles - 1) wide_release(sm.q_empty(qb.slot));
-      wide_softmax<kSteps>(s, tile_tokens(t), p.sm_scale, state, factor);
+      mask(t);
+      wide_softmax<kSteps>(s, p.sm_scale, state, factor);
       // the softmax is done before the wait, not moved after it by the compiler: it runs beside P·V
       fence_fragments(s);
       fence_fragments(factor);
@@ -307,6 +335,28 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
         for (int k = 0; k < D / 2; ++k) o[k] *= factor[(k / 2) % 2];
       }
       pack_p<kSteps, T>(a, s);
+    };
+    int t = 1;
+    for (; t < node_tiles; ++t) step(t, node_mask);
+    if (t < num_tiles) {
+      // the tails, in a loop of their own so that the node's keeps its code:
+      // each row sees its request's tail alone, [lo, hi) of the task's tail
+      // tokens (empty past the task's rows)
+      int lo[2] = {0, 0}, hi[2] = {0, 0};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (fr.row[h] < task.row_end - task.row_begin) {
+          const int e = task.req_begin + (task.row_begin + fr.row[h]) / plan.group;
+          lo[h] = max(plan.tail_indptr[e], tails.begin) - tails.begin;
+          hi[h] = min(plan.tail_indptr[e + 1], tails.end) - tails.begin;
+        }
+      }
+      auto tail_mask = [&](int t) {
+        const int first = N * (t - node_tiles);
+        const int tile_lo[2] = {lo[0] - first, lo[1] - first}, tile_hi[2] = {hi[0] - first, hi[1] - first};
+        mask_rows<kSteps>(s, tile_lo, tile_hi);
+      };
+      for (; t < num_tiles; ++t) step(t, tail_mask);
     }
 
     // the last tile's P·V

@@ -128,12 +128,18 @@ class KvLoader {
 
   // This lane's token of step `tile` (kStepTokens tokens from the chunk's start).
   __device__ __forceinline__ LaneToken lookup(int tile) const {
-    const int warp = lane_ / 32, lane = lane_ % 32;
-    const int k = lane / kWarpTokens;
-    const int t = kv_begin_ + tile * kStepTokens + warp * kWarpTokens + lane % kWarpTokens + k * kTokenStride;
-    if (tile >= num_tiles_ || k >= kTokensPerThread || t >= kv_end_) return LaneToken{0, 0, false};
+    const int t = kv_begin_ + tile * kStepTokens + step_token();
+    if (tile >= num_tiles_ || !has_token() || t >= kv_end_) return LaneToken{0, 0, false};
     const int page = geo_.page(t);
     return LaneToken{pages_[page], t - page * geo_.size, true};
+  }
+  // The same for step `tile` of tokens listed by page and slot, tokens[begin
+  // .. end) (a wide task's tails, PlanView::tail_tokens).
+  __device__ __forceinline__ LaneToken lookup_listed(const TokenRef* tokens, int begin, int end, int tile) const {
+    const int i = begin + tile * kStepTokens + step_token();
+    if (!has_token() || i >= end) return LaneToken{0, 0, false};
+    const TokenRef ref = tokens[i];
+    return LaneToken{ref.page, ref.slot, true};
   }
   // This lane's share of a step's K (kK) and V (kV) rows, the tokens the
   // warp looked up (`token`, one per lane), into the [kTileRows][D] tiles sk
@@ -157,6 +163,14 @@ class KvLoader {
   }
 
  private:
+  // Which token of a step this lane looks up (warp, then lane): every lane
+  // of the first kTokensPerThread · kWarpTokens of its warp has one.
+  __device__ __forceinline__ bool has_token() const { return lane_ % 32 / kWarpTokens < kTokensPerThread; }
+  __device__ __forceinline__ int step_token() const {
+    const int lane = lane_ % 32;
+    return lane_ / 32 * kWarpTokens + lane % kWarpTokens + lane / kWarpTokens * kTokenStride;
+  }
+
   // K and V of a step share each token's address: one shuffle for both.
   __device__ __forceinline__ void copy(int tile, LaneToken token) const {
     T* sk = stage(tile);

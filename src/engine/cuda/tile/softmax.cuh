@@ -52,6 +52,18 @@ __device__ __forceinline__ void mask_tail(float (&s)[8 * kMaxSteps], int steps, 
   }
 }
 
+// Scores of row h outside tile tokens [lo[h], hi[h]) become −inf: in a tile
+// of several requests' tails, those of other requests than the row's.
+template <int kMaxSteps>
+__device__ __forceinline__ void mask_rows(float (&s)[8 * kMaxSteps], const int (&lo)[2], const int (&hi)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 8 * kMaxSteps; ++i) {
+    const int token = 8 * (i / 4) + 2 * (lane % 4) + (i & 1), h = (i / 2) % 2;
+    if (token < lo[h] || token >= hi[h]) s[i] = kNegInf;
+  }
+}
+
 // Each row's max raw score over `steps` steps, the same in the 4 lanes of a
 // row. sm_scale > 0, so the max of raw scores is the max of scaled ones.
 template <int kMaxSteps>
