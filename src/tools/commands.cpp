@@ -424,9 +424,9 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
   const std::vector<std::string> specs = expand_workloads(args.workload);
   nlohmann::json rows = nlohmann::json::array();
   if (!args.json)
-    std::printf("%-14s %5s %6s %6s %7s %6s %6s %6s %11s %11s %8s %8s %9s %8s\n", "workload", "reqs", "nodes",
-                "units", "tasks", "wide", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "merge_us",
-                "derive_ms", "plan_ms");
+    std::printf("%-14s %5s %6s %6s %7s %6s %6s %6s %6s %11s %11s %8s %8s %9s %8s\n", "workload", "reqs", "nodes",
+                "units", "tasks", "wide", "tails", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio",
+                "merge_us", "derive_ms", "plan_ms");
   for (const std::string& spec : specs) {
     const Workload w = load_workload(spec, args, 1.0, /*with_batch=*/false);
     const WorkloadTables tables = workload_page_tables(w);
@@ -462,8 +462,9 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"unique_kv_tokens", s.unique_kv_tokens},
                     {"cost_model", cost->describe()}});
     if (!args.json)
-      std::printf("%-14s %5d %6d %6d %7d %6d %6d %6d %11s %11s %8s %8s %9s %8s\n", w.name.c_str(), s.num_requests,
-                  s.num_nodes, s.num_units, s.num_tasks, s.num_wide_tasks, s.num_blocks, s.max_splits,
+      std::printf("%-14s %5d %6d %6d %7d %6d %6d %6d %6d %11s %11s %8s %8s %9s %8s\n", w.name.c_str(),
+                  s.num_requests, s.num_nodes, s.num_units, s.num_tasks, s.num_wide_tasks, s.num_tails, s.num_blocks,
+                  s.max_splits,
                   fixed(s.makespan_us, 2).c_str(),
                   fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(), fixed(s.merge_us, 2).c_str(),
                   fixed(derive_ms, 3).c_str(), fixed(s.plan_ms, 3).c_str());
