@@ -33,6 +33,7 @@
 // dependent.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "codec/core/state.hpp"
@@ -40,7 +41,6 @@
 #include "codec/engine/cuda_check.hpp"
 #include "codec/plan/plan.hpp"
 #include "engine/cuda/kernel_traits.cuh"
-#include "engine/cuda/per_device.hpp"
 #include "engine/cuda/primitives/ptx.cuh"
 #include "engine/cuda/primitives/warp.cuh"
 #include "engine/cuda/primitives/wgmma.cuh"
@@ -417,12 +417,15 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
 // (The wide kernel, one block of 192 KiB per SM, sets the same.)
 template <auto Kernel>
 void set_smem_limit(int bytes) {
-  per_device<Kernel>([&](int) {
-    CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          int(cudaSharedmemCarveoutMaxShared)));
-    return 0;
-  });
+  constexpr int kCachedDevices = 64;
+  static std::atomic<bool> done[kCachedDevices] = {};
+  int device = 0;
+  CODEC_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices && done[device].load(std::memory_order_acquire)) return;
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        int(cudaSharedmemCarveoutMaxShared)));
+  if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
 }
 template <int D, typename T>
 void set_pac_smem_limit() {
