@@ -94,9 +94,7 @@ struct NodeClass {
   int rows = 0;       // n_q · G
   bool wide = false;  // its tasks are wide (PlannerOptions::wide_tile_rows)
   int span = 1;       // blocks one of its tasks takes the place of: wide_span if wide
-  int tiles_hi = 0;   // row tiles of rows_hi rows, then tiles_lo tiles of rows_hi − 1 rows
-  int tiles_lo = 0;
-  int rows_hi = 0;
+  RowTiling tiling{};  // its row tiles (of at most wide_tile_rows rows if wide, else max_tile_rows)
   int max_splits = 1;  // ceil(tokens / align): finer chunks would break alignment
   int tail_tokens = 0;  // tails its row tiles take in, at most (PlannerOptions::wide_tail_tokens)
   double unsplit_cost = 0;  // C(rows_hi, tokens + tail_tokens)
@@ -129,9 +127,10 @@ const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel&
       return busy ? cost.cost_busy_us(rows, len, busy) : cost.cost_us(rows, len);
     };
     const int tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
-    p.full_hi = price(c.rows_hi, k.len + tail);
-    p.last_hi = price(c.rows_hi, k.last + tail);
-    if (c.tiles_lo) p.full_lo = price(c.rows_hi - 1, k.len + tail), p.last_lo = price(c.rows_hi - 1, k.last + tail);
+    const int hi = c.tiling.rows_hi;
+    p.full_hi = price(hi, k.len + tail);
+    p.last_hi = price(hi, k.last + tail);
+    if (c.tiling.lo) p.full_lo = price(hi - 1, k.len + tail), p.last_lo = price(hi - 1, k.last + tail);
     p.busy = busy;
     p.chunks = k.count;
   }
@@ -151,8 +150,8 @@ class Search {
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {
     const NodeClass::Prices& p = prices(c, splits, cost_, align_, busy);
     const int full = p.chunks - 1;
-    double total = c.tiles_hi * (full * p.full_hi + p.last_hi);
-    if (c.tiles_lo) total += c.tiles_lo * (full * p.full_lo + p.last_lo);
+    double total = c.tiling.hi * (full * p.full_hi + p.last_hi);
+    if (c.tiling.lo) total += c.tiling.lo * (full * p.full_lo + p.last_lo);
     return total * kv_heads_ * c.span;
   }
   // Fewest chunks whose largest costs at most tau. Splitting never lowers the
@@ -237,8 +236,8 @@ class Search {
   double dear_chunks(const NodeClass& c, int splits, double limit) const {
     const NodeClass::Prices& p = prices(c, splits, cost_, align_);
     const int full = p.chunks - 1;
-    double n = c.tiles_hi * (full * (p.full_hi > limit) + (p.last_hi > limit));
-    if (c.tiles_lo) n += c.tiles_lo * (full * (p.full_lo > limit) + (p.last_lo > limit));
+    double n = c.tiling.hi * (full * (p.full_hi > limit) + (p.last_hi > limit));
+    if (c.tiling.lo) n += c.tiling.lo * (full * (p.full_lo > limit) + (p.last_lo > limit));
     return n * kv_heads_ * c.span;
   }
 
@@ -403,7 +402,7 @@ void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& 
     const NodeClass::Prices& p = prices(c, splits[ci], cost, align, busy);
     const std::int64_t members = std::int64_t(c.nodes.size()) * kv_heads;
     for (const bool hi : {true, false}) {
-      const int tiles = hi ? c.tiles_hi : c.tiles_lo;
+      const int tiles = hi ? c.tiling.hi : c.tiling.lo;
       if (tiles == 0) continue;
       const int seq = int(groups.size());
       if (p.chunks > 1)
@@ -425,7 +424,7 @@ Footprint footprint(const std::vector<NodeClass>& classes, const std::vector<int
     const NodeClass& c = classes[ci];
     const std::int64_t chunks = std::int64_t(chunking(c.tokens, splits[ci], align).count) * c.nodes.size() * kv_heads;
     f.slots += chunks * c.rows;
-    f.tasks += chunks * (c.tiles_hi + c.tiles_lo);
+    f.tasks += chunks * (c.tiling.hi + c.tiling.lo);
   }
   return f;
 }
@@ -477,13 +476,11 @@ class Planning {
         c.rows = rows;
         c.wide = goes_wide(rows, tokens);
         c.span = c.wide ? opt_.wide_span : 1;
-        const RowTiling tiling = RowTiling::of(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
-        c.rows_hi = tiling.rows_hi;
-        c.tiles_lo = tiling.lo;
-        c.tiles_hi = tiling.hi;
+        c.tiling = RowTiling::of(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
         c.max_splits = tokens / align_;
         c.tail_tokens = tail;
-        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.rows_hi, c.tokens + tail) : cost_.cost_us(c.rows_hi, c.tokens);
+        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.tiling.rows_hi, c.tokens + tail)
+                                : cost_.cost_us(c.tiling.rows_hi, c.tokens);
         wide_ = wide_ || c.wide;
         classes_.push_back(std::move(c));
       }
@@ -540,13 +537,13 @@ class Planning {
       const RowTiling tiling = RowTiling::of(p.num_reqs * G_, opt_.wide_tile_rows);
       for (int tile = 0; tile < tiling.hi + tiling.lo; ++tile) {
         int sum = 0;
-        for (int k = tiling.begin(tile) / G_; k <= (tiling.end(tile) - 1) / G_; ++k) sum += tail_tokens(parent, k);
+        for (int k = tiling.begin(tile) / G_; k <= (tiling.end(tile) - 1) / G_; ++k) sum += tail_length(parent, k);
         node_tail_[parent] = std::max(node_tail_[parent], sum);
       }
     }
   }
   // Tokens of the tail that node `parent` takes in for its request k (0: none).
-  int tail_tokens(int parent, int k) const {
+  int tail_length(int parent, int k) const {
     const int x = tail_of_[forest_.reqs[forest_.nodes[parent].req_begin + k]];
     return x >= 0 && forest_.nodes[x].parent == parent ? forest_.nodes[x].num_tokens : 0;
   }
@@ -706,7 +703,7 @@ class Planning {
       a.node_reqs.insert(a.node_reqs.end(), forest_.reqs.begin() + n.req_begin,
                          forest_.reqs.begin() + n.req_begin + n.num_reqs);
       for (int k = 0; tails && k < n.num_reqs; ++k) {
-        if (const int len = tail_of_.empty() ? 0 : tail_tokens(i, k); len > 0) {
+        if (const int len = tail_of_.empty() ? 0 : tail_length(i, k); len > 0) {
           const ForestNode& x = forest_.nodes[tail_of_[forest_.reqs[n.req_begin + k]]];
           for (int t = 0; t < len; ++t)
             a.tail_tokens.push_back({forest_.pages[x.page_begin + t / forest_.page_size], t % forest_.page_size});
@@ -741,19 +738,18 @@ class Planning {
                       std::int64_t item, int block) {
       const NodeClass& c = classes_[grp.cls];
       const Chunking k = chunking(c.tokens, splits_[grp.cls], align_);
-      const std::int64_t tiles = grp.hi_tiles ? c.tiles_hi : c.tiles_lo;
+      const std::int64_t tiles = grp.hi_tiles ? c.tiling.hi : c.tiling.lo;
       const std::int64_t chunks = grp.last_chunk ? 1 : k.count - 1;
       // item = ((member · slice_heads + head) · chunks + chunk) · tiles + tile:
       // the row tiles of one chunk are neighbours (see Lpt)
       std::int64_t rest = item;
-      const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiles_hi);
+      const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiling.hi);
       rest /= tiles;
       const int chunk = int(rest % chunks) + (grp.last_chunk ? k.count - 1 : 0);
       rest /= chunks;
       const int head = int(rest % slice_heads_);
       const int member = int(rest / slice_heads_);
-      const RowTiling tiling{c.tiles_hi, c.tiles_lo, c.rows_hi};
-      const int row_begin = tiling.begin(tile), row_end = tiling.end(tile);
+      const int row_begin = c.tiling.begin(tile), row_end = c.tiling.end(tile);
       const int kv_begin = chunk * k.len;
       const int node = c.nodes[member];
       const int kv_end = std::min(forest_.nodes[node].num_tokens, kv_begin + k.len);
@@ -821,7 +817,7 @@ class Planning {
     PlanStats st;
     st.num_nodes = forest_.num_nodes();
     st.num_requests = forest_.num_requests();
-    for (const NodeClass& c : classes_) st.num_units += int(c.nodes.size()) * (c.tiles_hi + c.tiles_lo) * kv_heads_;
+    for (const NodeClass& c : classes_) st.num_units += int(c.nodes.size()) * (c.tiling.hi + c.tiling.lo) * kv_heads_;
     st.num_tasks = int(a.tasks.size());
     st.num_wide_tasks = num_wide_tasks_;
     st.num_blocks = m_;
