@@ -17,9 +17,13 @@
 # "new" extra options of its own, e.g. two cost tables on one build:
 #   CODEC_AB_OLD_ARGS="--cost-table abtmp/old.json" CODEC_AB_NEW_ARGS="--cost-table abtmp/new.json" \
 #     bash scripts/gpu_ab.sh "$OUT" -- "--workload depth:2"
+# CODEC_AB_ALSO adds configurations of the new build, LABEL=OPTIONS separated
+# by ';', timed in the same rotation, e.g. the change switched off by an option:
+#   CODEC_AB_ALSO="notail=--tail-tokens 0" bash scripts/gpu_ab.sh "$OUT" -- ...
 # The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
-#   ### old|new rROUND ARGS | the bench row (workload, times in ms, ...)
-# which scripts/ab_summary.py sums up (new / old per ARGS, geometric mean).
+#   ### LABEL rROUND ARGS | the bench row (workload, times in ms, ...)
+# (LABEL old, new, or one of CODEC_AB_ALSO's), which scripts/ab_summary.py
+# sums up (each label / old per ARGS, geometric means).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 usage() { echo "usage: [CODEC_AB_ROUNDS=N] bash scripts/gpu_ab.sh OUT FILE... -- 'BENCH ARGS'..." >&2; exit 2; }
@@ -60,12 +64,16 @@ mkdir -p "$out"
   echo "== built $(date)"
   timeout 300 ./build-gpu/tests/test_engine_cuda 2>&1 | tail -20
   row() { timeout 120 "$@" 2>&1 | grep -E "^[A-Za-z0-9_.-]+(:[0-9.A-Z]+)? +[0-9.]+ " | head -1; }
+  also=()  # CODEC_AB_ALSO's configurations, LABEL=OPTIONS each
+  IFS=';' read -r -a also <<< "${CODEC_AB_ALSO:-}"
   for r in $(seq 1 "$rounds"); do
     for args in "$@"; do
-      for b in old new; do
-        bin=./build-gpu/codec extra=${CODEC_AB_NEW_ARGS:-}
+      for config in old new "${also[@]}"; do
+        b=${config%%=*} bin=./build-gpu/codec extra=${CODEC_AB_NEW_ARGS:-}
         if [ $b = old ]; then
           if [ $same_build = 1 ]; then extra=${CODEC_AB_OLD_ARGS}; else bin=$old/build/codec; fi
+        elif [ $b != new ]; then
+          extra=${config#*=}
         fi
         # shellcheck disable=SC2086  # args and extra hold several bench options
         echo "### $b r$r $args | $(row "$bin" bench --backend cuda $args $extra)"
