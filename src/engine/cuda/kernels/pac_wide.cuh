@@ -239,7 +239,7 @@ __device__ __forceinline__ void wide_issue_pv(float (&o)[D / 2],
 // score − m) in fp32, l takes the tile's sums, and factor[h] is what o must
 // be scaled by for row h's new max (applied by the caller once the P·V that
 // accumulates into o is done).
-// Tokens past a node tile's tile_tokens are masked by the caller (wide_mask).
+// The caller masks the scores first (wide_consume: node_mask, tail_mask).
 template <int kSteps>
 __device__ __forceinline__ void wide_softmax(float (&s)[8 * kSteps], float sm_scale, SoftmaxState (&state)[2],
                                              float (&factor)[2]) {
