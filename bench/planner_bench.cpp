@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "codec/cost/cost_model.hpp"
+#include "codec/engine/cuda_engine.hpp"
 #include "codec/plan/planner.hpp"
 
 namespace {
@@ -62,6 +63,7 @@ const codec::HeadConfig kHeads{32, 8, 128};
 codec::PlannerOptions h200_options() {
   codec::PlannerOptions opt;
   opt.num_blocks = codec::RooflineParams::h200().concurrent_blocks;
+  opt.price_tile_tokens = codec::cuda_pac_tile_tokens(kHeads.head_dim);  // as the engine prices
   return opt;
 }
 

@@ -27,6 +27,7 @@ void PlannerOptions::validate() const {
   CODEC_CHECK(wide_min_rows >= 0 && wide_min_tokens >= 0, "planner wide_min_rows ", wide_min_rows,
               " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
   CODEC_CHECK(wide_tail_tokens >= 0, "planner wide_tail_tokens ", wide_tail_tokens, " must be >= 0");
+  CODEC_CHECK(price_tile_tokens >= 0, "planner price_tile_tokens ", price_tile_tokens, " must be >= 0");
   if (capacity) {
     capacity->validate();
     CODEC_CHECK(capacity->blocks == num_blocks, "planner capacity of ", capacity->blocks,
@@ -97,6 +98,11 @@ struct NodeClass {
   RowTiling tiling{};  // its row tiles (of at most wide_tile_rows rows if wide, else max_tile_rows)
   int max_splits = 1;  // ceil(tokens / align): finer chunks would break alignment
   int tail_tokens = 0;  // tails its row tiles take in, at most (PlannerOptions::wide_tail_tokens)
+  int price_tile = 0;   // PlannerOptions::price_tile_tokens if narrow, else 0
+  // The tokens a task of len tokens is priced at: whole tiles past the first.
+  int priced(int len) const {
+    return price_tile > 0 && len > price_tile ? (len + price_tile - 1) / price_tile * price_tile : len;
+  }
   double unsplit_cost = 0;  // C(rows_hi, tokens + tail_tokens)
   std::vector<int> nodes;   // members, ascending
   // The predicted cost of one task under a split count: a full chunk and the
@@ -124,7 +130,7 @@ const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel&
     const Chunking k = chunking(c.tokens, splits, align);
     auto price = [&](int rows, int len) {
       if (c.wide) return cost.wide_cost_us(rows, len);
-      return busy ? cost.cost_busy_us(rows, len, busy) : cost.cost_us(rows, len);
+      return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
     };
     const int tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
     const int hi = c.tiling.rows_hi;
@@ -479,8 +485,9 @@ class Planning {
         c.tiling = RowTiling::of(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
         c.max_splits = tokens / align_;
         c.tail_tokens = tail;
+        c.price_tile = c.wide ? 0 : opt_.price_tile_tokens;
         c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.tiling.rows_hi, c.tokens + tail)
-                                : cost_.cost_us(c.tiling.rows_hi, c.tokens);
+                                : cost_.cost_us(c.tiling.rows_hi, c.priced(c.tokens));
         wide_ = wide_ || c.wide;
         classes_.push_back(std::move(c));
       }

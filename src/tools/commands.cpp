@@ -219,6 +219,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
     // and wide tasks at head_dim 128 (cuda_planner_options on an H200).
     s.options.num_blocks = h200::kSms * cuda_pac_min_blocks_per_sm(w.heads.head_dim);
     s.options.max_tile_rows = kCudaMaxTileRows;
+    s.options.price_tile_tokens = cuda_pac_tile_tokens(w.heads.head_dim);
     if (w.heads.head_dim == 128) {
       s.options.wide_tile_rows = kCudaMaxWideRows;
       s.options.wide_span = cuda_pac_min_blocks_per_sm(w.heads.head_dim);
@@ -240,6 +241,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   // (bench's --wide auto,off plans both from the auto options)
   if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
+  if (args.price_tile >= 0) s.options.price_tile_tokens = args.price_tile;
   s.roofline.concurrent_blocks = s.options.num_blocks;
   if (args.cost_table == "roofline") {
     s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);

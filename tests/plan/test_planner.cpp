@@ -268,6 +268,10 @@ TEST(Planner, BadOptions) {
   opt.wide_span = 3;  // 4 blocks do not make whole wide blocks of 3
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
                                 "wide_span 3 must be >= 1 and divide num_blocks 4"));
+  opt.wide_tile_rows = 0;
+  opt.price_tile_tokens = -64;
+  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
+                                "price_tile_tokens -64 must be >= 0"));
 }
 
 // A forest of 1-3 roots, each shared by many requests (tens to hundreds of
@@ -631,6 +635,40 @@ TEST(Planner, AMergePriceStopsSplittingSmallTrees) {
   EXPECT_LE(best.stats().makespan_us + best.stats().merge_us,
             (aware.stats().makespan_us + aware.stats().merge_us) * (1 + 1e-9));
   EXPECT_LT(merges(best).first, most_pac);
+}
+
+// A task's time steps with each KV tile it streams, where a table's points
+// (whole tiles) would interpolate linearly between them: depth:2's 1,024-token
+// nodes on 264 blocks, priced linearly, go to chunks of 96 tokens (264 tasks,
+// one a block, each priced a sixth of the way from 64 tokens' time to 256's);
+// priced by whole tiles, to chunks of whole tiles (a 96-token chunk costs two).
+TEST(Planner, PricesTasksByWholeTiles) {
+  const Workload w = builtin_workload("depth:2");
+  const Forest forest = derive_forest(workload_page_tables(w).view());
+  CostTable table;  // the H200's shape at 4-8 rows: a tile's round trip dominates a short task
+  table.device = "test";
+  table.head_dim = w.heads.head_dim;
+  table.rows = {1, 64};
+  table.kv_len = {16, 64, 256, 1024};
+  table.us = {{7.2, 9.3, 18.0, 42.3}, {15.8, 17.7, 26.0, 50.9}};
+  const TableCostModel cost(table);
+  PlannerOptions opt;
+  opt.num_blocks = 264;
+  const Plan linear = make_plan(forest, w.heads, w.dtype, cost, opt);
+  opt.price_tile_tokens = 64;
+  const Plan tiled = make_plan(forest, w.heads, w.dtype, cost, opt);
+  auto longest = [](const Plan& plan) {
+    const PlanView v = plan.view();
+    int most = 0;
+    for (int t = 0; t < v.num_tasks; ++t) most = std::max(most, v.tasks[t].kv_end - v.tasks[t].kv_begin);
+    return most;
+  };
+  EXPECT_GT(longest(linear), 64);
+  EXPECT_NE(longest(linear) % 64, 0);
+  EXPECT_EQ(longest(tiled) % 64, 0);
+  // each priced as the planner says: the tiled plan's prediction counts whole tiles
+  EXPECT_GE(tiled.stats().makespan_us, cost.cost_us(w.heads.group(), 64));
+  EXPECT_LT(linear.stats().makespan_us, cost.cost_us(w.heads.group(), 128));
 }
 
 // The roofline's prices and a merge of `per_partial` µs a partial (as

@@ -62,6 +62,10 @@ inline constexpr int kCudaWideMinTokens = 2048;
 // requests of 1-16 new tokens (sysprompt:B) fit.
 inline constexpr int kCudaWideTailTokens = 16;
 
+// KV tokens a PAC task streams per tile (PacTraits::kTileTokens): the
+// planner prices a task by its whole tiles (PlannerOptions::price_tile_tokens).
+constexpr int cuda_pac_tile_tokens(int head_dim) { return head_dim == 256 ? 32 : 64; }
+
 // PAC blocks an SM holds at least: the kernel's launch bounds cap its
 // registers for this many (128 each at head_dim 64, whose smaller tiles let 4
 // blocks share an SM; 255 otherwise). cuda_device_info asks the device for the

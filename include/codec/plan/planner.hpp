@@ -56,6 +56,12 @@ struct PlannerOptions {
   // Tail tokens a request may bring (PlanCapacity::for_batches).
   int max_tail_tokens() const { return wide_tile_rows > 0 ? wide_tail_tokens : 0; }
   int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
+  // The kernel's KV tile: a task longer than one tile is priced at its length
+  // rounded up to whole tiles, since a short task's time steps with each tile
+  // it streams (a tile's load is a DRAM round trip) where the cost table's
+  // points, whole tiles, would interpolate linearly between them. 0: tasks
+  // are priced at their length.
+  int price_tile_tokens = 0;
   SplitPolicy split = SplitPolicy::adaptive;
   int fixed_splits = 1;      // b_k for SplitPolicy::fixed
   // b_k of each forest node for SplitPolicy::given (a plan's node_splits): a

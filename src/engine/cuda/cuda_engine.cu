@@ -163,6 +163,7 @@ PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype) {
   PlannerOptions options;
   options.num_blocks = info.sm_count * info.blocks_per_sm;
   options.max_tile_rows = kCudaMaxTileRows;
+  options.price_tile_tokens = cuda_pac_tile_tokens(heads.head_dim);
   if (info.wide) {
     options.wide_tile_rows = kCudaMaxWideRows;
     options.wide_span = info.blocks_per_sm;

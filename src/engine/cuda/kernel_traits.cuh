@@ -2,7 +2,7 @@
 // Compile-time configuration of the CUDA kernels, one traits struct per
 // (head_dim, dtype): tile sizes, pipeline depth, shared-memory layout, with
 // static_asserts that name the limit a configuration would break.
-#include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm, cuda_pac_pack_limits, kCudaMaxWideRows
+#include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm, cuda_pac_pack_limits, cuda_pac_tile_tokens, kCudaMaxWideRows
 
 namespace codec::cuda {
 
@@ -40,7 +40,7 @@ struct PacTraits {
   static constexpr int kRowsPerWarp = 16;                   // M of mma.m16n8k16
   static constexpr int kMaxRows = kWarps * kRowsPerWarp;    // rows one task may hold
   static constexpr int kTokenStep = 16;                     // K of the P·V mma: a warp's unit of tokens
-  static constexpr int kTileTokens = D == 256 ? 32 : 64;
+  static constexpr int kTileTokens = cuda_pac_tile_tokens(D);
   static constexpr int kMaxSplits = kTileTokens / kTokenStep;  // most warps one row tile's tokens are split over
   static constexpr int kChunks = D * int(sizeof(T)) / 16;      // 16-byte cp.async chunks per row
   static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
