@@ -123,27 +123,6 @@ void write_arrays(const PlanArrays& a, const std::array<std::size_t, count_array
   if (missing > 0) std::fill_n(reinterpret_cast<std::int32_t*>(indptr) + p.size(), missing, p.empty() ? 0 : p.back());
 }
 
-// A plan with clusters (PlanView::cluster_size): C blocks a kv head, each
-// with at most one task, kv head h's tasks those of blocks h·C .. h·C + T − 1.
-void check_clusters(const PlanArrays& a, const HeadConfig& heads, bool capacity) {
-  const int C = a.cluster_size;
-  if (C == 0) return;
-  const int blocks = int(a.block_indptr.size()) - 1, tasks = int(a.tasks.size()), H = heads.num_kv_heads;
-  CODEC_CHECK(C >= 1 && C <= kMaxClusterSize, "plan cluster_size ", C, " must be 0 or 1 .. ", kMaxClusterSize);
-  CODEC_CHECK(!capacity && a.wide_indptr.empty(), "a plan with clusters has no capacity and no wide blocks");
-  CODEC_CHECK(blocks == H * C && tasks % H == 0 && tasks / H <= C, "plan with clusters of ", C, " has ", blocks,
-              " blocks and ", tasks, " tasks; it needs ", H, " kv heads x ", C, " blocks and at most ", C,
-              " tasks a kv head, as many for each");
-  const int T = tasks / H;
-  for (int b = 0; b <= blocks; ++b) {
-    const int h = b / C, j = b % C, first = b == blocks ? tasks : h * T + std::min(j, T);
-    CODEC_CHECK(a.block_indptr[std::size_t(b)] == first, "plan with clusters of ", C, ": block_indptr[", b, "] is ",
-                a.block_indptr[std::size_t(b)], ", not ", first);
-    CODEC_CHECK(b == blocks || j >= T || a.tasks[std::size_t(first)].kv_head == h, "plan with clusters of ", C,
-                ": task ", first, " of cluster ", h, " is of kv head ", a.tasks[std::size_t(first)].kv_head);
-  }
-}
-
 }  // namespace
 
 PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
@@ -186,7 +165,6 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
            const PlanCapacity* capacity)
     : heads_(heads), dtype_(dtype), has_capacity_(capacity != nullptr), stats_(stats) {
   check_tails(a);
-  check_clusters(a, heads, capacity != nullptr);
   if (capacity) {
     capacity->validate();
     check_fits(a, *capacity);
@@ -209,8 +187,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   counts_.num_kv_heads = heads.num_kv_heads;
   counts_.head_dim = heads.head_dim;
   counts_.page_size = page_size;
-  counts_.cluster_size = a.cluster_size;
-  counts_.single_task_blocks = !capacity && counts_.num_wide_blocks == 0 && a.cluster_size == 0;
+  counts_.single_task_blocks = !capacity && counts_.num_wide_blocks == 0;
   counts_.tails = capacity ? capacity->tail_tokens > 0 : !a.tail_indptr.empty();
   for (int b = 0; b <= counts_.num_blocks && counts_.single_task_blocks; ++b)
     counts_.single_task_blocks = a.block_indptr[std::size_t(b)] == std::min(b, counts_.num_tasks);
@@ -246,7 +223,6 @@ PlanArrays PlanArrays::none(int blocks, int wide_blocks, bool tails) {
 
 void PlanArrays::clear() {
   for_each_array([&](auto vector, auto, auto) { (this->*vector).clear(); });
-  cluster_size = 0;
 }
 
 Plan Plan::empty(const HeadConfig& heads, DType dtype, int page_size, const PlanCapacity& capacity) {
@@ -271,8 +247,6 @@ std::size_t Plan::packed_bytes(const PlanCapacity& capacity) { return offsets_of
 void Plan::pack_into(const PlanArrays& arrays, const PlanCapacity& capacity, std::span<std::byte> out) {
   capacity.validate();
   check_tails(arrays);
-  CODEC_CHECK(arrays.cluster_size == 0, "Plan::pack_into: a plan with clusters (cluster_size ", arrays.cluster_size,
-              ") is not packed at a capacity");
   check_fits(arrays, capacity);
   const auto offsets = offsets_of(nullptr, &capacity);
   CODEC_CHECK(out.size() >= offsets.back(), "Plan::pack_into: ", out.size(), " bytes, less than the ", offsets.back(),

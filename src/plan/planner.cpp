@@ -28,9 +28,6 @@ void PlannerOptions::validate() const {
               " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
   CODEC_CHECK(wide_tail_tokens >= 0, "planner wide_tail_tokens ", wide_tail_tokens, " must be >= 0");
   CODEC_CHECK(price_tile_tokens >= 0, "planner price_tile_tokens ", price_tile_tokens, " must be >= 0");
-  CODEC_CHECK(cluster_size >= 0 && cluster_size <= kMaxClusterSize, "planner cluster_size ", cluster_size,
-              " must be 0 .. ", kMaxClusterSize);
-
   if (capacity) {
     capacity->validate();
     CODEC_CHECK(capacity->blocks == num_blocks, "planner capacity of ", capacity->blocks,
@@ -669,15 +666,9 @@ class Planning {
                 " partial slots even unsplit, more than the ", max_slots_, " the workspace holds");
     CODEC_CHECK(max_tasks_ == 0 || unsplit.tasks <= max_tasks_, "the batch needs ", unsplit.tasks,
                 " tasks even unsplit, more than the capacity's ", max_tasks_);
-    // Clusters: a task a block at most, so the search keeps to m tasks (LPT
-    // then hands each to a block of its own), and a warp a row of a kv head.
-    cluster_ = opt_.cluster_size > 0 && !wide_ && unsplit.tasks <= m_;
-    const std::int64_t max_tasks = max_tasks_;
-    if (cluster_) max_tasks_ = max_tasks_ > 0 ? std::min<std::int64_t>(max_tasks_, m_) : m_;
     if (opt_.split == SplitPolicy::fixed) {
       for (std::size_t ci = 0; ci < classes_.size(); ++ci)
         splits_[ci] = std::min(opt_.fixed_splits, classes_[ci].max_splits);
-      if (cluster_ && !fits(splits_)) cluster_ = false, max_tasks_ = max_tasks;
       const Footprint f = footprint(classes_, splits_, align_, kv_heads_);
       CODEC_CHECK(fits(splits_), "fixed:", opt_.fixed_splits, " splits need ", f.slots, " partial slots and ",
                   f.tasks, " tasks, more than the workspace holds (", max_slots_, " slots, ", max_tasks_, " tasks)");
@@ -794,20 +785,11 @@ class Planning {
     a.tasks.clear();
     sort_into(a.block_indptr, m_, placed);
     // A task a block at most: the blocks that have one come first, in order,
-    // so that each finds its task by its own index (PlanView::single_task_blocks),
-    // or, in clusters, first in each kv head's cluster (PlanView::cluster_size;
-    // the blocks of a slice, here a kv head's, all start at once).
+    // so that each finds its task by its own index (PlanView::single_task_blocks).
     bool single = !wide_;
     for (int b = 0; b < m_ && single; ++b) single = a.block_indptr[b + 1] - a.block_indptr[b] <= 1;
-    const int tasks = a.block_indptr[m_], C = opt_.cluster_size;
-    a.cluster_size = cluster_ && single && slice_heads_ == 1 && tasks % kv_heads_ == 0 ? C : 0;
-    for (int b = 0; b < m_ && a.cluster_size > 0; ++b)  // the search kept to m tasks: each slice's are the same
-      if (a.block_indptr[b + 1] > a.block_indptr[b] && a.tasks[a.block_indptr[b]].kv_head != b / C) a.cluster_size = 0;
-    if (a.cluster_size > 0)
-      for (int b = 0; b <= m_; ++b)
-        a.block_indptr[b] = b == m_ ? tasks : (b / C) * (tasks / kv_heads_) + std::min(b % C, tasks / kv_heads_);
-    else if (single)
-      for (int b = 0; b <= m_; ++b) a.block_indptr[b] = std::min(b, tasks);
+    if (single)
+      for (int b = 0; b <= m_; ++b) a.block_indptr[b] = std::min(b, a.block_indptr[m_]);
     num_wide_tasks_ = int(placed_wide.size());
     const int wide_blocks = opt_.capacity ? opt_.capacity->wide_blocks : wide_ ? opt_.wide_blocks() : 0;
     if (wide_blocks > 0) sort_into(a.wide_indptr, wide_blocks, placed_wide);
@@ -851,7 +833,6 @@ class Planning {
     for (int r = 0; r < st.num_requests; ++r)
       st.merged_requests += a.partial_indptr[r + 1] - a.partial_indptr[r] > 1;
     st.num_tails = tail_count_;
-    st.cluster_size = a.cluster_size;
     st.makespan_us = makespan_;
     st.merge_us = merge_of(splits_);
     st.lower_bound_us = lower_bound_;
@@ -1031,7 +1012,6 @@ class Planning {
   std::vector<int> node_class_;  // class of each node, −1 for a node without work or a tail taken in
   std::vector<int> tail_of_, node_tail_;  // find_tails (both empty: no tails)
   int tail_count_ = 0;
-  bool cluster_ = false;  // choose_splits: the plan may take clusters (PlannerOptions::cluster_size)
   double lower_bound_ = 0, cost_l_ = 0;
   std::int64_t max_slots_ = 0, max_tasks_ = 0;  // 0: no limit
   std::vector<int> splits_;                     // b_k of each class
@@ -1046,10 +1026,12 @@ class Planning {
 
 namespace {
 
-// The plan's arrays into `a` on opt.num_blocks blocks, in clusters of
-// opt.cluster_size where the search's plan allows them; its stats.
-PlanStats plan_on(const Forest& forest, const HeadConfig& heads, const CostModel& cost, const PlannerOptions& opt,
-                  PlanArrays& a) {
+// The plan's arrays into `a`, and its stats.
+PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostModel& cost, const PlannerOptions& opt,
+                      PlanArrays& a) {
+  heads.validate();
+  opt.validate();
+  forest.validate();
   Planning planning(forest, heads, cost, opt);
   planning.classify();
   planning.bound();
@@ -1058,29 +1040,6 @@ PlanStats plan_on(const Forest& forest, const HeadConfig& heads, const CostModel
   planning.place_tasks(a);
   planning.reduction_schedule(a);
   return planning.stats(a);
-}
-
-// The plan's arrays into `a`, and its stats.
-PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostModel& cost, const PlannerOptions& opt,
-                      PlanArrays& a) {
-  heads.validate();
-  opt.validate();
-  forest.validate();
-  // Clusters first where the rows allow them (a warp a row); a batch whose
-  // unsplit plan needs more tasks than the clusters have blocks is planned
-  // again without.
-  if (opt.cluster_size > 0 && !opt.capacity &&
-      std::int64_t(forest.num_requests()) * heads.group() <= 4 * std::int64_t(opt.cluster_size)) {
-    PlannerOptions clusters = opt;
-    clusters.num_blocks = heads.num_kv_heads * opt.cluster_size;
-    clusters.wide_tile_rows = 0;  // no node has more rows than a task holds
-    PlanStats stats = plan_on(forest, heads, cost, clusters, a);
-    if (stats.cluster_size > 0) return stats;
-    a.clear();
-  }
-  PlannerOptions plain = opt;
-  plain.cluster_size = 0;
-  return plan_on(forest, heads, cost, plain, a);
 }
 
 double ms_since(std::chrono::steady_clock::time_point start) {

@@ -60,10 +60,6 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                   "Tokens of the kernel's KV tile: a task past one tile is priced at whole tiles (default: the "
                   "target's, 64 on the H200, 32 at head_dim 256; 0: at its length)")
       ->check(in_range(0, 1 << 20));
-  cmd->add_option("--cluster", w.cluster,
-                  "Blocks of a cluster, one per kv head: a small batch (a warp a row) runs a task a block and "
-                  "merges its rows inside the clusters, without a merge kernel (default: the target's; 0: none)")
-      ->check(in_range(0, codec::kMaxClusterSize));
   cmd->add_option("--max-memory", w.max_memory_gb,
                   "Host memory in GB a workload may take (page tables, and for bench its KV pool); refused beyond")
       ->check(in_range(0, 1e6, true))

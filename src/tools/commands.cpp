@@ -242,7 +242,6 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
   if (args.price_tile >= 0) s.options.price_tile_tokens = args.price_tile;
-  if (args.cluster >= 0) s.options.cluster_size = args.cluster;
   s.roofline.concurrent_blocks = s.options.num_blocks;
   if (args.cost_table == "roofline") {
     s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);
@@ -392,8 +391,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"plan_quality", shared.stats().quality()},
                       {"max_splits", shared.stats().max_splits},
                       {"predicted_merge_us", shared.stats().merge_us},
-                      {"blocks", shared.stats().num_blocks},
-                      {"cluster_size", shared.stats().cluster_size},
+                      {"blocks", opt.num_blocks},
                       {"wide_tasks", shared.stats().num_wide_tasks},
                       {"tails", shared.stats().num_tails},
                       {"cost_model", cost->describe()},
@@ -454,7 +452,6 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"tails", s.num_tails},
                     {"merged_requests", s.merged_requests},
                     {"blocks", s.num_blocks},
-                    {"cluster_size", s.cluster_size},
                     {"max_splits", s.max_splits},
                     {"slots", s.num_slots},
                     {"makespan_us", s.makespan_us},

@@ -412,67 +412,6 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
   }
 }
 
-// Plans in clusters (PlanView::cluster_size): each kv head's tasks on a
-// cluster of blocks, a task a block, the rows merged from the blocks' shared
-// memory by 4, 2 or 1 warps a row (rows up to C, 2C, 4C of a cluster of C),
-// in one or several rounds of partials; blocks without a task; rows of a
-// single partial, which their task writes; every path of the PAC kernel
-// (mma.sync with its warps split 4, 2 or 1 ways, and wgmma at 17+ rows).
-TEST(CudaEngine, ClustersMergeInsideThePacKernel) {
-  SKIP_WITHOUT_GPU();
-  struct ClusterCase {
-    HeadConfig heads;
-    DType dtype;
-    int page_size;
-    Layout layout;
-    int nodes, requests, cluster;
-    SplitPolicy split = SplitPolicy::adaptive;
-    double fork_prob = 0.3;
-  };
-  const ClusterCase cases[] = {
-      {{32, 8, 128}, DType::bf16, 16, Layout::nhd, 3, 2, 16},    // depth:2's shape: 8 rows, W = 4
-      {{32, 8, 128}, DType::f16, 1, Layout::hnd, 1, 1, 16},      // one request, page size 1
-      {{32, 8, 128}, DType::bf16, 7, Layout::nhd, 4, 6, 8},      // 24 rows on 8 blocks: W = 1
-      {{32, 8, 128}, DType::bf16, 16, Layout::nhd, 1, 10, 16, SplitPolicy::fixed, 1.0},  // 10 partials: 2 rounds
-      {{32, 8, 128}, DType::f16, 16, Layout::interleaved, 2, 3, 8, SplitPolicy::none},   // single partials
-      {{16, 2, 64}, DType::f16, 5, Layout::nhd, 3, 4, 16},       // head_dim 64, G 8: W = 2
-      {{40, 8, 256}, DType::bf16, 16, Layout::hnd, 3, 3, 16},    // head_dim 256, G 5
-      {{8, 8, 64}, DType::bf16, 3, Layout::nhd, 2, 5, 4},        // MHA: a row a request
-      {{32, 1, 128}, DType::f16, 16, Layout::nhd, 2, 2, 16},     // MQA: 64 rows, wgmma
-  };
-  int idle = 0, rounds = 0, single = 0;
-  bool warps[5] = {};
-  for (const ClusterCase& c : cases) {
-    const CudaDeviceInfo info = cuda_device_info(c.heads, c.dtype);
-    if (info.compute_capability < 90) GTEST_SKIP() << "clusters need an sm_90 device";
-    test::RandomBatchSpec spec = test::engine_spec(std::uint64_t(c.requests * 31 + c.cluster), c.heads, c.dtype,
-                                                   c.page_size, c.nodes, c.requests, c.fork_prob,
-                                                   (300 + c.page_size - 1) / c.page_size);
-    const test::RandomBatch b = test::make_random_batch(spec);
-    const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, b.q.data());
-    PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
-    opt.cluster_size = c.cluster;
-    opt.split = c.split;
-    opt.fixed_splits = 12;
-    opt.chunk_align = c.split == SplitPolicy::fixed ? 7 : opt.chunk_align;  // chunks ending inside tiles
-    const Plan plan = make_plan(derive_forest(b.table()), c.heads, c.dtype, h200_cost(c.heads, c.dtype), opt);
-    const std::string what = spec.describe() + " " + to_string(c.layout) + ", clusters of " + std::to_string(c.cluster);
-    const PlanView v = plan.view();
-    ASSERT_EQ(v.cluster_size, c.cluster) << what << ": not planned in clusters";
-    const int rows = c.requests * c.heads.group(), T = v.num_tasks / c.heads.num_kv_heads;
-    const int W = rows <= c.cluster ? 4 : rows <= 2 * c.cluster ? 2 : 1;
-    warps[W] = true;
-    idle += T < c.cluster;
-    rounds += plan.extent().max_partials > W * (c.heads.head_dim == 256 ? 4 : 8);
-    single += plan.extent().min_partials == 1;
-    expect_matches(run_gpu(plan, upload(b, c.layout)), ref, c.dtype, what);
-  }
-  EXPECT_TRUE(warps[1] && warps[2] && warps[4]) << "a row merged by 1, 2 and 4 warps";
-  EXPECT_GT(idle, 0) << "a cluster with blocks without a task";
-  EXPECT_GT(rounds, 0) << "a row of several rounds of partials";
-  EXPECT_GT(single, 0) << "a row of a single partial";
-}
-
 TEST(CudaEngine, ScoresRisingAcrossTiles) {
   SKIP_WITHOUT_GPU();
   // Keys scaled up page after page (RandomBatchSpec::key_ramp): a row's max

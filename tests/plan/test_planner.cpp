@@ -240,106 +240,6 @@ TEST(Planner, SingleTaskBlocksHoldTheTaskOfTheirIndex) {
   EXPECT_FALSE(few.view().single_task_blocks);
 }
 
-// Clusters (PlannerOptions::cluster_size): a small batch is planned on a
-// cluster of blocks per kv head, a task a block, kv head h's in cluster h;
-// any other batch as without clusters.
-TEST(Planner, SmallBatchesTakeClusters) {
-  const HeadConfig heads{8, 2, 64};  // G = 4
-  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    const int requests = 1 + int(seed) % 4;
-    const Forest f = random_forest(seed, 16, heads, 3, requests);
-    PlannerOptions opt;
-    opt.num_blocks = 264;
-    opt.cluster_size = 8 + 8 * int(seed % 2);
-    const Plan plan = make_plan(f, heads, DType::bf16, roofline(heads), opt);
-    const PlanView v = plan.view();
-    const int C = opt.cluster_size, T = v.num_tasks / heads.num_kv_heads;
-    ASSERT_EQ(v.cluster_size, C) << "seed " << seed;
-    EXPECT_EQ(plan.stats().cluster_size, C);
-    EXPECT_EQ(v.num_blocks, heads.num_kv_heads * C);
-    EXPECT_FALSE(v.single_task_blocks);
-    ASSERT_EQ(v.num_tasks % heads.num_kv_heads, 0);
-    ASSERT_LE(T, C);
-    for (int b = 0; b < v.num_blocks; ++b) {
-      const int h = b / C, j = b % C;
-      ASSERT_EQ(v.block_indptr[b], h * T + std::min(j, T)) << "block " << b;
-      ASSERT_EQ(v.block_indptr[b + 1] - v.block_indptr[b], j < T ? 1 : 0) << "block " << b;
-      if (j < T) ASSERT_EQ(v.tasks[v.block_indptr[b]].kv_head, h) << "block " << b;
-    }
-    test::expect_plan_covers_forest(plan, f);
-  }
-  // not with more rows a kv head than a cluster's warps, nor at a capacity:
-  // planned on num_blocks as without clusters
-  PlannerOptions opt;
-  opt.num_blocks = 264;
-  opt.cluster_size = 2;  // 4 requests × G 4 = 16 rows > 4 × 2 warps
-  const Forest f = random_forest(7, 16, heads, 3, 4);
-  opt.split = SplitPolicy::none;
-  const Plan many_rows = make_plan(f, heads, DType::bf16, roofline(heads), opt);
-  EXPECT_EQ(many_rows.view().cluster_size, 0);
-  EXPECT_EQ(many_rows.view().num_blocks, 264);
-  opt.cluster_size = 16;
-  const Plan fits = make_plan(f, heads, DType::bf16, roofline(heads), opt);
-  EXPECT_EQ(fits.view().cluster_size, 16);
-  EXPECT_EQ(fits.view().num_blocks, 32);
-  opt.capacity = PlanCapacity::for_batches(16, 16 * 512, heads, opt.max_tile_rows, opt.num_blocks, 1 << 16);
-  const Plan at_capacity = make_plan(f, heads, DType::bf16, roofline(heads), opt);
-  EXPECT_EQ(at_capacity.view().cluster_size, 0);
-  // more tasks unsplit than a cluster has blocks: fixed splits past them too
-  opt.capacity.reset();
-  opt.cluster_size = 1;
-  const Forest one = random_forest(8, 16, heads, 3, 1);
-  opt.split = SplitPolicy::fixed;
-  opt.fixed_splits = 4;
-  const Plan split = make_plan(one, heads, DType::bf16, roofline(heads), opt);
-  EXPECT_EQ(split.view().cluster_size, 0);
-  EXPECT_EQ(split.view().num_blocks, 264);
-  test::expect_plan_covers_forest(split, one);
-}
-
-TEST(Planner, ClusterLayoutIsChecked) {
-  const HeadConfig heads{8, 2, 64};
-  const Forest f = random_forest(3, 16, heads, 3, 2);
-  PlannerOptions opt;
-  opt.num_blocks = 16;
-  opt.cluster_size = 16;
-  opt.split = SplitPolicy::none;  // fewer tasks a kv head than a cluster's blocks
-  const Plan plan = make_plan(f, heads, DType::bf16, roofline(heads), opt);
-  ASSERT_EQ(plan.view().cluster_size, 16);
-  // the same arrays with one block's task moved, or a cluster too large
-  PlanArrays a;
-  const PlanView v = plan.view();
-  a.tasks.assign(v.tasks, v.tasks + v.num_tasks);
-  a.block_indptr.assign(v.block_indptr, v.block_indptr + v.num_blocks + 1);
-  a.node_page_begin.assign(v.node_page_begin, v.node_page_begin + v.num_nodes + 1);
-  a.node_pages.assign(v.node_pages, v.node_pages + v.node_page_begin[v.num_nodes]);
-  a.node_req_begin.assign(v.node_req_begin, v.node_req_begin + v.num_nodes + 1);
-  a.node_reqs.assign(v.node_reqs, v.node_reqs + v.node_req_begin[v.num_nodes]);
-  a.node_splits.assign(v.node_splits, v.node_splits + v.num_nodes);
-  a.node_slot_base.assign(v.node_slot_base, v.node_slot_base + v.num_nodes);
-  a.partial_indptr.assign(v.partial_indptr, v.partial_indptr + v.num_requests + 1);
-  a.partials.assign(v.partials, v.partials + v.partial_indptr[v.num_requests]);
-  a.cluster_size = 16;
-  EXPECT_NO_THROW(Plan(heads, DType::bf16, 16, a, plan.stats()));
-  const int T = v.num_tasks / heads.num_kv_heads;
-  ASSERT_LT(T, 16);
-  PlanArrays moved = a;
-  for (int b = 1; b <= T; ++b) moved.block_indptr[std::size_t(b)] -= 1;  // block 0 empty, block T the task
-  EXPECT_TRUE(test::throws_with([&] { Plan(heads, DType::bf16, 16, moved, plan.stats()); },
-                                "plan with clusters of 16: block_indptr[1] is 0, not 1"));
-  PlanArrays large = a;
-  large.cluster_size = 17;
-  EXPECT_TRUE(test::throws_with([&] { Plan(heads, DType::bf16, 16, large, plan.stats()); },
-                                "plan cluster_size 17 must be 0 or 1 .. 16"));
-  PlanArrays other = a;
-  other.cluster_size = 8;
-  EXPECT_TRUE(test::throws_with([&] { Plan(heads, DType::bf16, 16, other, plan.stats()); },
-                                "it needs 2 kv heads x 8 blocks"));
-  const PlanCapacity capacity = PlanCapacity::for_batches(16, 16 * 512, heads, 64, 32, 1 << 16);
-  EXPECT_TRUE(test::throws_with([&] { Plan(heads, DType::bf16, 16, a, plan.stats(), &capacity); },
-                                "a plan with clusters has no capacity and no wide blocks"));
-}
-
 TEST(Planner, FlatForestReadsEveryRequestsKv) {
   const HeadConfig heads{8, 2, 64};
   const Forest f = random_forest(4, 16, heads);
@@ -372,10 +272,6 @@ TEST(Planner, BadOptions) {
   opt.price_tile_tokens = -64;
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
                                 "price_tile_tokens -64 must be >= 0"));
-  opt.price_tile_tokens = 0;
-  opt.cluster_size = 17;
-  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
-                                "cluster_size 17 must be 0 .. 16"));
 }
 
 // A forest of 1-3 roots, each shared by many requests (tens to hundreds of

@@ -160,8 +160,6 @@ class CudaPlanStaging {
 // What run_cuda launches: both kernels, or partial attention alone, which
 // leaves the rows PAC does not write (those with other than one partial)
 // unwritten: `codec bench` times both to report the merge's share of a run.
-// A plan in clusters (PlanView::cluster_size) has one kernel, which merges:
-// both stages run it.
 enum class CudaStages { all, partial_attention };
 
 // Attention of every (request, qo head) row of the plan: PAC, then the merge

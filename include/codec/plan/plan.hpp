@@ -60,9 +60,6 @@ struct TokenRef {
   std::int32_t slot;
 };
 
-// Most blocks of a cluster (PlanView::cluster_size): sm_90 allows 16 (8 portably).
-inline constexpr int kMaxClusterSize = 16;
-
 struct PlanView {
   int num_tasks = 0;
   int num_blocks = 0;    // m: persistent workers; block b runs tasks[block_indptr[b] .. block_indptr[b+1]) in order
@@ -86,12 +83,6 @@ struct PlanView {
   // trip on a cold plan that small trees (a task a block) pay before anything
   // else. Never set at a capacity, where a captured graph may run another plan.
   bool single_task_blocks = false;
-  // Blocks run in clusters of this many (sm_90 thread-block clusters), one
-  // per kv head: block h·C + j runs task h·T + j alone (none for j >= T, T =
-  // num_tasks / num_kv_heads), and after every task of the cluster is done
-  // its blocks merge the rows of kv head h from each other's shared memory,
-  // so the run needs no merge kernel (kernels/pac.cuh). 0: no clusters.
-  int cluster_size = 0;
   // tail_indptr is there (node_reqs + 1 entries): some wide task may take in
   // tails (PlannerOptions::wide_tail_tokens). Always set at a capacity that
   // holds tail tokens, whose plans a captured graph may swap.
@@ -161,7 +152,6 @@ struct PlanStats {
   int num_slots = 0;
   int merged_requests = 0;  // requests whose rows merge more than one partial
   int num_tails = 0;        // requests whose tail a wide task takes in (PlannerOptions::wide_tail_tokens)
-  int cluster_size = 0;     // PlanView::cluster_size: the rows merge inside the PAC kernel's clusters
   double makespan_us = 0;     // slowest block's predicted time
   double merge_us = 0;        // the merge's predicted time after it (0: the cost model prices none)
   double lower_bound_us = 0;  // no plan under this cost model, every block busy, can be faster (a plan of fewer
@@ -189,8 +179,6 @@ struct PlanArrays {
   std::vector<PartialRef> partials;
   std::vector<std::int32_t> tail_indptr;  // empty: no tails
   std::vector<TokenRef> tail_tokens;
-  // PlanView::cluster_size; the tasks and block_indptr must be laid out so.
-  int cluster_size = 0;
 };
 
 // Sizes a plan's arrays may take. A plan packed at a capacity keeps every

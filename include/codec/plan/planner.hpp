@@ -55,12 +55,6 @@ struct PlannerOptions {
   int wide_blocks() const { return wide_tile_rows > 0 ? num_blocks / wide_span : 0; }
   // Tail tokens a request may bring (PlanCapacity::for_batches).
   int max_tail_tokens() const { return wide_tile_rows > 0 ? wide_tail_tokens : 0; }
-  // Clusters (PlanView::cluster_size): a batch whose rows of a kv head
-  // number at most 4 × cluster_size (a warp each) and whose unsplit plan has
-  // at most a task a block is planned on num_kv_heads × cluster_size blocks,
-  // a task a block at most, its rows merged inside the clusters; any other
-  // batch as without. A plan at a capacity never takes clusters. 0: none.
-  int cluster_size = 0;
   int chunk_align = 16;      // KV chunk boundaries fall on multiples of this many tokens
   // The kernel's KV tile: a task longer than one tile is priced at its length
   // rounded up to whole tiles, since a short task's time steps with each tile

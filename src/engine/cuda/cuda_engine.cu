@@ -115,14 +115,6 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
     CODEC_CHECK(plan.extent().max_wide_rows <= kCudaMaxWideRows, "run_cuda: a wide task has ",
                 plan.extent().max_wide_rows, " query rows, more than the wide kernel's ", kCudaMaxWideRows);
   }
-  if (plan.view().cluster_size > 0) {
-    int device = 0, major = 0;
-    CODEC_CUDA_CHECK(cudaGetDevice(&device));
-    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    CODEC_CHECK(major >= 9, "run_cuda: the plan runs in clusters of ", plan.view().cluster_size,
-                " blocks, which need an sm_90 device or newer (this one is sm_", major,
-                "x): plan with cuda_planner_options");
-  }
   check_workspace(plan, workspace, "run_cuda");  // last: tests rely on it to stop any case that slips through
 }
 
@@ -271,9 +263,8 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   // The merge is needed unless every row was written by its single PAC task
-  // (always, for a plan at a capacity: PlanExtent::needs_merge), or the PAC
-  // kernel's clusters merge the rows themselves (PlanView::cluster_size).
-  const bool merge = plan.extent().needs_merge && stages == CudaStages::all && device.cluster_size == 0;
+  // (always, for a plan at a capacity: PlanExtent::needs_merge).
+  const bool merge = plan.extent().needs_merge && stages == CudaStages::all;
   // Programmatic dependent launch of the merge (kernels/merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;

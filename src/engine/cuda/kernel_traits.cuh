@@ -56,15 +56,12 @@ struct PacTraits {
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
   static constexpr int kKVBytes = kStages * 2 * kTileBytes;
   static constexpr int kSmemBytes = kQBytes + kKVBytes;
-  // Epilogue staging (kernels/pac.cuh, PacStaging): each warp's normalised o
-  // [16][D] and lse [16], fp32, each row's merged lse, and a single-partial
-  // flag per row. Rows are padded by 8 floats so that the 8 rows one float2
-  // store touches start 8 banks apart (a half-warp then covers all 32 banks).
+  // Epilogue staging: each warp's normalised o [16][D] and lse [16], fp32, and a
+  // single-partial flag per row. Rows
+  // are padded by 8 floats so that the 8 rows one float2 store touches start
+  // 8 banks apart (a half-warp then covers all 32 banks).
   static constexpr int kStagingStride = D + 8;
-  static constexpr int kStagingBytes = (kMaxRows * kStagingStride + 2 * kMaxRows) * int(sizeof(float)) + kMaxRows;
-  // A cluster's merge (kernels/pac.cuh) combines a row's warps through a
-  // buffer past the staging, which the cluster's other blocks read.
-  static constexpr int kClusterShareOffset = (kStagingBytes + 15) / 16 * 16;
+  static constexpr int kStagingBytes = (kMaxRows * kStagingStride + kMaxRows) * int(sizeof(float)) + kMaxRows;
   // Packs (kernels/pac.cuh): up to kMaxPack consecutive tasks of a block, each
   // of at most kRowsPerWarp rows and kPackMaxTokens tokens, run side by side,
   // one warp each; warp w streams its task through tokens [16w, 16w + 16) of

@@ -26,7 +26,6 @@
 #include "engine/cuda/kernel_traits.cuh"
 #include "engine/cuda/primitives/ptx.cuh"
 #include "engine/cuda/primitives/warp.cuh"
-#include "engine/cuda/tile/merge_rows.cuh"
 
 namespace codec::cuda {
 
@@ -44,18 +43,66 @@ struct MergeParams {
 
 // ---------------------------------------------------------------- kernel
 
-// The partials in the workspace (tile/merge_rows.cuh's Source): a ref is the slot.
+// A warp's share of a row's merge: the softmax state of its partials (m = the
+// largest lse, l = Σ exp(lse_j − m)) and acc = Σ exp(lse_j − m) · o_j (this
+// lane's kAccesses × kVec floats of the row).
 template <int D>
-struct WorkspacePartials {
-  const float* part_o;
-  const float* part_lse;
-  __device__ int ref(int slot) const { return slot; }
-  __device__ float lse(int slot) const { return part_lse[slot]; }
-  __device__ void o(int slot, int a, float (&v)[MergeTraits<D>::kVec]) const {
-    const float* at = part_o + std::int64_t(slot < 0 ? 0 : slot) * D + (32 * a + threadIdx.x % 32) * MergeTraits<D>::kVec;
-    load_partial<D>(at, slot < 0, v);
-  }
+struct WarpMerge {
+  SoftmaxState state;
+  float acc[MergeTraits<D>::kAccesses][MergeTraits<D>::kVec] = {};
 };
+
+// Folds this warp's partials of the row into w: partials j ≡ part (mod
+// warps_per_row) in rounds of kBatch, lane i < kBatch holding partial i's slot.
+// A round's lse and o loads depend on nothing but the slots, so they are all in
+// flight together: after PAC, a row with up to warps_per_row · kBatch partials
+// costs one round trip to L2; each further round adds two (its slots, then its
+// data).
+template <int D>
+__device__ __forceinline__ void merge_warp_share(const MergeParams& p, int first, int partials, int head, int part,
+                                                 int warps_per_row, WarpMerge<D>& w) {
+  using Tr = MergeTraits<D>;
+  constexpr int B = Tr::kBatch;
+  const PlanView& plan = p.plan;
+  const int lane = threadIdx.x % 32;
+  auto lane_slot = [&](int base) {  // −1: no partial (past the list, or a lane ≥ kBatch)
+    return lane < B && base + lane < partials ? plan.partial_slot(first + base + lane, head) : -1;
+  };
+  const int stride = warps_per_row * B;
+  int slot = lane_slot(part * B);  // before the wait: the plan is not PAC's to write
+  pdl_wait();                      // PAC's partials are complete and visible from here on
+  for (int base = part * B; base < partials; base += stride) {
+    if (base != part * B) slot = lane_slot(base);
+    const float lse = slot >= 0 ? p.part_lse[slot] : kNegInf;
+    float v[B][Tr::kAccesses][Tr::kVec];
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const int s = __shfl_sync(0xffffffffu, slot, i);
+#pragma unroll
+      for (int a = 0; a < Tr::kAccesses; ++a) {
+        const float* at = p.part_o + std::int64_t(s < 0 ? 0 : s) * D + (32 * a + lane) * Tr::kVec;
+        if constexpr (Tr::kVec == 4) {
+          const float4 x = s < 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(at);
+          v[i][a][0] = x.x, v[i][a][1] = x.y, v[i][a][2] = x.z, v[i][a][3] = x.w;
+        } else {
+          const float2 x = s < 0 ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(at);
+          v[i][a][0] = x.x, v[i][a][1] = x.y;
+        }
+      }
+    }
+    const float rescale = w.state.rescale(butterfly<32>(lse, MaxOp{}));  // m covers the round's partials
+    const float e = weight_below(lse, w.state.m);                          // this lane's partial's weight
+    w.state.l += butterfly<32>(e, SumOp{});
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const float wi = __shfl_sync(0xffffffffu, e, i);
+#pragma unroll
+      for (int a = 0; a < Tr::kAccesses; ++a)
+#pragma unroll
+        for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = (i == 0 ? w.acc[a][k] * rescale : w.acc[a][k]) + wi * v[i][a][k];
+    }
+  }
+}
 
 // With one warp per row, a block of 4 warps merges 4 rows and takes no shared
 // memory. With W = warps_per_row > 1 (the host picks W so that the longest
@@ -70,7 +117,7 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   using Tr = MergeTraits<D>;
   extern __shared__ float4 merge_smem[];  // [32] WarpMerge when warps_per_row > 1, else none
   const PlanView& plan = p.plan;
-  const int warp = threadIdx.x / 32, W = p.warps_per_row;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, W = p.warps_per_row;
   const int row = W > 1 ? blockIdx.x : blockIdx.x * Tr::kWarps + warp, part = W > 1 ? warp : 0;  // warp-uniform
   const bool active = row < plan.num_requests * plan.num_qo_heads;
   const int req = active ? row / plan.num_qo_heads : 0, head = active ? row % plan.num_qo_heads : 0;
@@ -79,16 +126,42 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   const bool merged = active && partials != 1;  // a single partial: PAC wrote this row
 
   WarpMerge<D> w;
-  if (merged) {
-    const int slot = merge_slot<D>(plan, first, partials, head, part * Tr::kBatch);  // the plan is not PAC's to write
-    pdl_wait();  // PAC's partials are complete and visible from here on
-    merge_fold<D>(plan, WorkspacePartials<D>{p.part_o, p.part_lse}, first, partials, head, part, W, slot, w);
-  }
+  if (merged) merge_warp_share<D>(p, first, partials, head, part, W, w);
   if (W > 1) {  // uniform over the grid
-    merge_combine<D>(w, part, W, reinterpret_cast<WarpMerge<D>*>(merge_smem));
+    WarpMerge<D>* share = reinterpret_cast<WarpMerge<D>*>(merge_smem);
+    for (int q = 1; q < W; ++q) {  // fold warp q's share into warp 0's
+      if (part == q) share[lane] = w;
+      __syncthreads();
+      if (part == 0) {
+        const WarpMerge<D>& o = share[lane];
+        const SoftmaxState::Factors f = w.state.merge(o.state);
+#pragma unroll
+        for (int a = 0; a < Tr::kAccesses; ++a)
+#pragma unroll
+          for (int k = 0; k < Tr::kVec; ++k) w.acc[a][k] = w.acc[a][k] * f.self + o.acc[a][k] * f.other;
+      }
+      __syncthreads();  // warp 0 has read the buffer: the next share may overwrite it
+    }
     if (part != 0) return;
   }
-  if (merged) merge_write_row<D, T>(p.out, p.out_rows, p.lse, p.lse_rows, p.lse_scale, req, head, w);
+  if (!merged) return;
+
+  // normalise; a row whose partials are all empty is the empty state (o = 0, lse = −inf)
+  const float inv_l = w.state.inv_l(), lse = w.state.lse();
+  // the row in the KV dtype, kVec / 2 packed pairs per lane and access
+  T* out = static_cast<T*>(p.out) + p.out_rows.at(req, head);
+#pragma unroll
+  for (int a = 0; a < Tr::kAccesses; ++a) {
+    std::uint32_t packed[Tr::kVec / 2];
+#pragma unroll
+    for (int k = 0; k < Tr::kVec / 2; ++k) packed[k] = pack2<T>(w.acc[a][2 * k] * inv_l, w.acc[a][2 * k + 1] * inv_l);
+    T* at = out + (32 * a + lane) * Tr::kVec;
+    if constexpr (Tr::kVec == 4)
+      *reinterpret_cast<uint2*>(at) = make_uint2(packed[0], packed[1]);
+    else
+      *reinterpret_cast<std::uint32_t*>(at) = packed[0];
+  }
+  if (lane == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req, head)] = lse * p.lse_scale;
 }
 
 // ---------------------------------------------------------------- host launcher

@@ -31,7 +31,6 @@
 // A plan's wide blocks (tasks of up to 128 rows) run on their own kernel,
 // pac_wide.cuh, launched before this one, which is its programmatic
 // dependent.
-#include <cooperative_groups.h>
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -48,7 +47,6 @@
 #include "engine/cuda/tile/attend_mma.cuh"
 #include "engine/cuda/tile/attend_wgmma.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
-#include "engine/cuda/tile/merge_rows.cuh"
 
 namespace codec::cuda {
 
@@ -69,51 +67,24 @@ struct PacParams {
 
 // ---------------------------------------------------------------- kernel
 
-// The warps a task's tokens are split over (the warp layout at the top of
-// this file): 1 on the wgmma path, else 4 / its row tiles rounded up to a
-// power of two, at most kMaxSplits.
-template <int D, typename T>
-__device__ __forceinline__ int task_splits(int rows) {
-  using Tr = PacTraits<D, T>;
-  const bool wg = CODEC_WGMMA && rows >= Tr::kWgmmaMinRows;
-  const int rtiles = (rows + 15) / 16;
-  const int rtiles_pow2 = wg ? Tr::kWarps : rtiles == 1 ? 1 : rtiles == 2 ? 2 : 4;
-  return min(Tr::kWarps / rtiles_pow2, Tr::kMaxSplits);
-}
-
-// The epilogue's fp32 staging in a block's shared memory (PacTraits::kStagingBytes):
-// each warp's normalised o [kMaxRows][kStagingStride] and lse, row warp · 16 + r;
-// after store_rows, row v of the task's merged state at o(staged_row(v, splits))
-// and merged_lse(v); the single-partial flags.
-template <int D, typename T>
-struct PacStaging {
-  using Tr = PacTraits<D, T>;
-  unsigned char* smem;
-  __device__ float* o(int row) const { return reinterpret_cast<float*>(smem) + row * Tr::kStagingStride; }
-  __device__ float* lse() const { return reinterpret_cast<float*>(smem) + Tr::kMaxRows * Tr::kStagingStride; }
-  __device__ float* merged_lse() const { return lse() + Tr::kMaxRows; }
-  __device__ bool* single() const { return reinterpret_cast<bool*>(merged_lse() + Tr::kMaxRows); }
-  // The staging row of split 0 of task row v: its merged state's, in place.
-  __device__ static int staged_row(int v, int splits) { return (v / 16) * splits * 16 + v % 16; }
-};
-
 // The task's epilogue, once its KV tiles are done and shared memory is free:
 // each warp normalises its states and stages them as fp32, then every row's
 // `splits` warp states are merged (identity when 1) and written, 4 floats per
 // thread, coalesced: rows whose request has a single partial straight to the
-// output, the others to their workspace slot, or, in a cluster, left staged
-// (in place of split 0's state, PacStaging) for the cluster's merge.
+// output, the others to their workspace slot.
 template <int D, typename T>
 __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task, int splits, bool has_rows,
-                                           bool single_row, bool cluster, SoftmaxState (&state)[2],
-                                           const float (&o)[D / 2], unsigned char* smem) {
+                                           bool single_row, SoftmaxState (&state)[2], const float (&o)[D / 2],
+                                           unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = p.plan.group;
   const int rows = task.row_end - task.row_begin;
   const std::int32_t* reqs = p.plan.node_reqs + task.req_begin;
-  const PacStaging<D, T> st{smem};
   // 1: each warp's states, normalised
-  if (tid < rows) st.single()[tid] = single_row;
+  float* so = reinterpret_cast<float*>(smem);             // [kMaxRows][kStagingStride], row = warp · 16 + r
+  float* slse = so + Tr::kMaxRows * Tr::kStagingStride;   // [kMaxRows]
+  bool* ssingle = reinterpret_cast<bool*>(slse + Tr::kMaxRows);  // [kMaxRows]
+  if (tid < rows) ssingle[tid] = single_row;
   if (has_rows) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -122,9 +93,9 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
       const int row = warp * 16 + lane / 4 + 8 * h;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(st.o(row) + 8 * n + 2 * (lane % 4)) =
+        *reinterpret_cast<float2*>(so + row * Tr::kStagingStride + 8 * n + 2 * (lane % 4)) =
             make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
-      if (lane % 4 == 0) st.lse()[row] = state[h].lse();
+      if (lane % 4 == 0) slse[row] = state[h].lse();
     }
   }
   __syncthreads();
@@ -134,24 +105,23 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
   // once, one exponential each under their common max, as the merge kernel
   // does. Folding them one by one chains an exponential, a division and a
   // logarithm per state: a 4-row task's epilogue took 1.8 of its 4.3 µs, a
-  // 64-row task's up to ~7 µs (results/h200/run28). In place is safe: the
-  // thread of (row, d) alone reads or writes those 4 floats of any split.
+  // 64-row task's up to ~7 µs (results/h200/run28).
   constexpr int kQuads = D / 4;
   for (int i = tid; i < rows * kQuads; i += Tr::kThreads) {
     const int r = i / kQuads, d = 4 * (i % kQuads);
-    const int srow0 = PacStaging<D, T>::staged_row(r, splits);  // the row's state of split w is row srow0 + 16 w
-    float4 acc = *reinterpret_cast<const float4*>(st.o(srow0) + d);
-    float lse = st.lse()[srow0];
+    const int srow0 = (r / 16) * splits * 16 + r % 16;  // the row's state of split w is row srow0 + 16 w
+    float4 acc = *reinterpret_cast<const float4*>(so + srow0 * Tr::kStagingStride + d);
+    float lse = slse[srow0];
     if (splits > 1) {  // uniform over the block
       SoftmaxState merged;
-      for (int w = 0; w < splits; ++w) merged.m = fmaxf(merged.m, st.lse()[srow0 + 16 * w]);
+      for (int w = 0; w < splits; ++w) merged.m = fmaxf(merged.m, slse[srow0 + 16 * w]);
       const float e0 = weight_below(lse, merged.m);
       merged.l = e0;
       acc = make_float4(e0 * acc.x, e0 * acc.y, e0 * acc.z, e0 * acc.w);
       for (int w = 1; w < splits; ++w) {
         const int srow = srow0 + 16 * w;
-        const float e = weight_below(st.lse()[srow], merged.m);
-        const float4 x = *reinterpret_cast<const float4*>(st.o(srow) + d);
+        const float e = weight_below(slse[srow], merged.m);
+        const float4 x = *reinterpret_cast<const float4*>(so + srow * Tr::kStagingStride + d);
         acc = make_float4(acc.x + e * x.x, acc.y + e * x.y, acc.z + e * x.z, acc.w + e * x.w);
         merged.l += e;
       }
@@ -160,14 +130,11 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
       lse = merged.lse();
     }
     const int v = task.row_begin + r;
-    if (st.single()[r]) {
+    if (ssingle[r]) {
       const int req = reqs[v / G], head = task.kv_head * G + v % G;
       const uint2 packed = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
       *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + p.out_rows.at(req, head) + d) = packed;
       if (d == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req, head)] = lse * p.lse_scale;
-    } else if (cluster) {
-      *reinterpret_cast<float4*>(st.o(srow0) + d) = acc;
-      if (d == 0) st.merged_lse()[r] = lse;
     } else {
       const std::int64_t slot = task.slot0 + v;
       *reinterpret_cast<float4*>(p.part_o + slot * D + d) = acc;
@@ -176,11 +143,9 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
   }
 }
 
-// `cluster`: the task's block is in a cluster (PlanView::cluster_size), whose
-// merge reads its states from the staging (store_rows).
 template <int D, typename T>
 __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
-                                         unsigned char* smem, bool cluster = false) {
+                                         unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   const PlanView& plan = p.plan;
   const int tid = threadIdx.x, warp = tid / 32, G = plan.group;
@@ -197,7 +162,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // whose results are never written) and every warp sees the whole tile.
   const bool wg = CODEC_WGMMA && rows >= Tr::kWgmmaMinRows;
   const int rtiles = (rows + 15) / 16;
-  const int splits = task_splits<D, T>(rows);
+  const int rtiles_pow2 = wg ? Tr::kWarps : rtiles == 1 ? 1 : rtiles == 2 ? 2 : 4;
+  const int splits = min(Tr::kWarps / rtiles_pow2, Tr::kMaxSplits);
   const int rtile = warp / splits;
   const bool has_rows = wg || rtile < rtiles;
   const int steps = Tr::kTileTokens / Tr::kTokenStep / splits;  // 16-token steps of a warp per tile
@@ -264,7 +230,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   cp_async_wait<0>();
   __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
 
-  store_rows<D, T>(p, task, splits, has_rows, single_row, cluster, state, o, smem);
+  store_rows<D, T>(p, task, splits, has_rows, single_row, state, o, smem);
   __syncthreads();  // the next task's prologue overwrites the staging
 }
 
@@ -394,41 +360,6 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
   __syncthreads();  // the next task's prologue overwrites Q and the stages
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// The partials of a cluster's tasks, staged in its blocks' shared memory
-// (tile/merge_rows.cuh's Source). Lane c < T holds task c's workspace slots
-// [lo, hi) and its rows; a partial's ref is (block, staged row, task row)
-// packed in one int.
-template <int D, typename T>
-struct ClusterPartials {
-  using St = PacStaging<D, T>;
-  int lo, hi, rows, tasks;
-  unsigned char* smem;
-  __device__ int ref(int slot) const {
-    int ref = -1;
-    for (int c = 0; c < tasks; ++c) {
-      const int c_lo = __shfl_sync(0xffffffffu, lo, c), c_hi = __shfl_sync(0xffffffffu, hi, c);
-      const int c_rows = __shfl_sync(0xffffffffu, rows, c);
-      if (slot >= c_lo && slot < c_hi) {
-        const int v = slot - c_lo;
-        ref = (c << 16) | (St::staged_row(v, task_splits<D, T>(c_rows)) << 8) | v;
-      }
-    }
-    return ref;
-  }
-  __device__ float lse(int ref) const {
-    const St st{static_cast<unsigned char*>(cooperative_groups::this_cluster().map_shared_rank(smem, ref >> 16))};
-    return st.merged_lse()[ref & 0xff];
-  }
-  __device__ void o(int ref, int a, float (&v)[MergeTraits<D>::kVec]) const {
-    const int at = ref < 0 ? 0 : ref;
-    const St st{static_cast<unsigned char*>(cooperative_groups::this_cluster().map_shared_rank(smem, at >> 16))};
-    load_partial<D>(st.o((at >> 8) & 0xff) + (32 * a + threadIdx.x % 32) * MergeTraits<D>::kVec, ref < 0, v);
-  }
-};
-
-#endif
-
 // Programmatic dependent launch (sm_90): the merge kernel is launched with
 // programmatic stream serialisation (merge.cuh), so it may start once every PAC
 // block has called launch_dependents (or exited). A block calls it when it
@@ -474,65 +405,6 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
   pdl_wait();
 }
 
-// The PAC kernel of a plan in clusters (PlanView::cluster_size), a kernel of
-// its own so that the merge's registers stay out of pac_kernel's (one
-// kernel took 40 more at head_dim 128 and spilled at 64). Cluster h is kv
-// head h's, its block j runs task h·T + j (if j < T), and then, once every block of
-// the cluster has staged its task's states, the cluster merges the rows of
-// kv head h, (request, h·G + g) as cluster row i = request · G + g: row i
-// on block i mod C, W warps a row (4 when the rows are no more than the
-// blocks, 2 when no more than twice, else 1; the planner keeps them to 4 C).
-// Everything the merge needs from the plan (its slots, the cluster's tasks)
-// is loaded before the task, beside the task's own first loads; the merge
-// then reads the other blocks' shared memory, and no block leaves before
-// every block is done reading.
-template <int D, typename T>
-__global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
-    pac_cluster_kernel(const __grid_constant__ PacParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Tr = PacTraits<D, T>;
-  extern __shared__ __align__(1024) unsigned char smem[];
-  std::uint32_t base;  // as in pac_kernel
-  asm volatile("mov.u32 %0, %1;\n" : "=r"(base) : "r"(smem_u32(smem)));
-  if (base % 1024 != 0) __trap();
-  static_assert(Tr::kClusterShareOffset + 2 * 32 * int(sizeof(WarpMerge<D>)) <= Tr::kSmemBytes,
-                "a cluster's merge buffers must fit past the staging");
-  const PlanView& plan = p.plan;
-  const int C = plan.cluster_size, tasks = plan.num_tasks / plan.num_kv_heads, G = plan.group;
-  const int h = blockIdx.x / C, j = blockIdx.x % C, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool has_task = j < tasks;
-  Task task{};
-  if (has_task) task = plan.tasks[h * tasks + j];
-
-  const int rows = plan.num_requests * G;
-  const int W = rows <= C ? 4 : rows <= 2 * C ? 2 : 1;
-  const int i = (warp / W) * C + j, part = warp % W;
-  const bool active = i < rows;
-  const int req = active ? i / G : 0, head = h * G + i % G;
-  const int first = active ? plan.partial_indptr[req] : 0;
-  const int partials = active ? plan.partial_indptr[req + 1] - first : 0;
-  const bool merged = active && partials != 1;  // a single partial: its task wrote the row
-  const int slot = merged ? merge_slot<D>(plan, first, partials, head, part * MergeTraits<D>::kBatch) : -1;
-  ClusterPartials<D, T> src{0, 0, 0, tasks, smem};
-  if (lane < tasks) {
-    const Task& t = plan.tasks[h * tasks + lane];
-    src.lo = t.slot0 + t.row_begin, src.hi = t.slot0 + t.row_end, src.rows = t.row_end - t.row_begin;
-  }
-
-  if (has_task) pac_task<D, T>(p, task, PageGeometry(plan.page_size), smem, /*cluster=*/true);
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  cluster.sync();  // every task's states are staged and visible to the cluster
-  WarpMerge<D> w;
-  if (merged) merge_fold<D>(plan, src, first, partials, head, part, W, slot, w);
-  merge_combine<D>(w, part, W, reinterpret_cast<WarpMerge<D>*>(smem + Tr::kClusterShareOffset) + (warp / W) * 32);
-  if (merged && part == 0) merge_write_row<D, T>(p.out, p.out_rows, p.lse, p.lse_rows, p.lse_scale, req, head, w);
-  cluster.sync();  // no block's shared memory goes while another may read it
-#else
-  (void)p;
-  __trap();  // the host launches it on sm_90 devices only (run_cuda)
-#endif
-}
-
 // ---------------------------------------------------------------- host launcher
 
 // The dynamic shared-memory limit, and a hint for the largest shared-memory
@@ -559,10 +431,6 @@ template <int D, typename T>
 void set_pac_smem_limit() {
   set_smem_limit<pac_kernel<D, T>>(PacTraits<D, T>::kSmemBytes);
 }
-template <int D, typename T>
-void set_pac_cluster_smem_limit() {
-  set_smem_limit<pac_cluster_kernel<D, T>>(PacTraits<D, T>::kSmemBytes);
-}
 
 // Whether this build holds a kernel image the current device can run.
 template <int D, typename T>
@@ -587,48 +455,24 @@ int pac_blocks_per_sm() {
   return blocks;
 }
 
-// Clusters of more than 8 blocks (PlanView::cluster_size, up to 16) are
-// not portable: the kernel must allow them, once per device (sm_90 only).
-template <int D, typename T>
-void allow_large_clusters() {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<bool> done[kCachedDevices] = {};
-  int device = 0;
-  CODEC_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCachedDevices && done[device].load(std::memory_order_acquire)) return;
-  CODEC_CUDA_CHECK(cudaFuncSetAttribute(pac_cluster_kernel<D, T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
-}
-
-// One block per plan block, in clusters where the plan has them (sm_90).
-// `programmatic`: a dependent launch of the wide kernel just launched on the
-// stream (pac_wide.cuh), sm_90 only; never with clusters.
+// One block per plan block. `programmatic`: a dependent launch of the wide
+// kernel just launched on the stream (pac_wide.cuh), sm_90 only.
 template <int D, typename T>
 void launch_pac(const PacParams& params, bool programmatic, cudaStream_t stream) {
   using Tr = PacTraits<D, T>;
-  const int cluster = params.plan.cluster_size;
-  if (cluster > 0) set_pac_cluster_smem_limit<D, T>();
-  else set_pac_smem_limit<D, T>();
-  if (cluster > 8) allow_large_clusters<D, T>();
+  set_pac_smem_limit<D, T>();
   cudaLaunchAttribute attribute{};
-  if (cluster > 0) {
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = unsigned(cluster);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-  } else {
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-  }
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.plan.num_blocks);
   config.blockDim = dim3(Tr::kThreads);
   config.dynamicSmemBytes = Tr::kSmemBytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = programmatic || cluster > 0 ? 1 : 0;
-  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, cluster > 0 ? pac_cluster_kernel<D, T> : pac_kernel<D, T>, params));
-  CODEC_CUDA_CHECK_LAUNCH(cluster > 0 ? "pac_cluster_kernel" : "pac_kernel", stream);
+  config.numAttrs = programmatic ? 1 : 0;
+  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, pac_kernel<D, T>, params));
+  CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
 }
 
 }  // namespace codec::cuda
