@@ -216,17 +216,9 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   } else {
     s.roofline = RooflineParams::h200();
     // Without a GPU to ask: the H200's 132 SMs × the PAC blocks each holds,
-    // and wide tasks at head_dim 128 (cuda_planner_options on an H200).
-    s.options.num_blocks = h200::kSms * cuda_pac_min_blocks_per_sm(w.heads.head_dim);
-    s.options.max_tile_rows = kCudaMaxTileRows;
-    s.options.price_tile_tokens = cuda_pac_tile_tokens(w.heads.head_dim);
-    if (w.heads.head_dim == 128) {
-      s.options.wide_tile_rows = kCudaMaxWideRows;
-      s.options.wide_span = cuda_pac_min_blocks_per_sm(w.heads.head_dim);
-      s.options.wide_min_rows = kCudaWideMinRows;
-      s.options.wide_min_tokens = kCudaWideMinTokens;
-      s.options.wide_tail_tokens = kCudaWideTailTokens;
-    }
+    // and wide tasks at head_dim 128 (what cuda_device_info says of an H200).
+    const int blocks_per_sm = cuda_pac_min_blocks_per_sm(w.heads.head_dim);
+    s.options = cuda_planner_options(w.heads, h200::kSms, blocks_per_sm, w.heads.head_dim == 128);
     s.device = "NVIDIA H200";
 #if CODEC_HAS_CUDA
     if (target == "cuda") {

@@ -105,17 +105,35 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype);
 // CMAKE_CUDA_ARCHITECTURES names them (e.g. "80-real,90a-real").
 const char* cuda_built_architectures();
 
-// Planner options for the current device: num_blocks = SMs × resident PAC
-// blocks per SM (e.g. 132 × 2 = 264 on an H200 at head_dim 128), so the plan's
-// blocks are the persistent grid; max_tile_rows = kCudaMaxTileRows; where the
-// wide kernel runs (CudaDeviceInfo::wide), wide_tile_rows = kCudaMaxWideRows,
-// wide_span = blocks per SM, wide_min_rows = kCudaWideMinRows,
-// wide_min_tokens = kCudaWideMinTokens and wide_tail_tokens =
-// kCudaWideTailTokens, else no wide tasks; chunk_align
-// = 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
+// Planner options for a GPU of `sm_count` SMs that holds `blocks_per_sm` PAC
+// blocks each, and runs the wide kernel where `wide` (CudaDeviceInfo::wide):
+// num_blocks = SMs × blocks per SM (e.g. 132 × 2 = 264 on an H200 at
+// head_dim 128), so the plan's blocks are the persistent grid; max_tile_rows
+// = kCudaMaxTileRows; price_tile_tokens = the PAC kernel's KV tile; where
+// `wide`, wide_tile_rows = kCudaMaxWideRows, wide_span = blocks per SM,
+// wide_min_rows = kCudaWideMinRows, wide_min_tokens = kCudaWideMinTokens and
+// wide_tail_tokens = kCudaWideTailTokens, else no wide tasks; chunk_align =
+// 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
 // chunk boundaries would leave partly masked mma steps inside a chunk, coarser
 // ones (the 64-token tile) would cap a short shared node's splits (a 200-token
-// node can take 13 chunks at 16, only 4 at 64).
+// node can take 13 chunks at 16, only 4 at 64). Host code: `codec plan
+// --target h200` plans for an H200 with it on a machine without one.
+inline PlannerOptions cuda_planner_options(const HeadConfig& heads, int sm_count, int blocks_per_sm, bool wide) {
+  PlannerOptions options;
+  options.num_blocks = sm_count * blocks_per_sm;
+  options.max_tile_rows = kCudaMaxTileRows;
+  options.price_tile_tokens = cuda_pac_tile_tokens(heads.head_dim);
+  if (wide) {
+    options.wide_tile_rows = kCudaMaxWideRows;
+    options.wide_span = blocks_per_sm;
+    options.wide_min_rows = kCudaWideMinRows;
+    options.wide_min_tokens = kCudaWideMinTokens;
+    options.wide_tail_tokens = kCudaWideTailTokens;
+  }
+  options.chunk_align = 16;
+  return options;
+}
+// The same for the current device (cuda_device_info).
 PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype);
 
 // Device workspace of a plan: the packed plan (Plan::bytes(), padded to 256

@@ -28,7 +28,6 @@ static_assert(sizeof(__half) == sizeof(f16_t) && sizeof(__nv_bfloat16) == sizeof
 namespace {
 
 constexpr std::size_t kPlanAlign = 256;  // the partials after the plan start as cudaMalloc'd memory would
-constexpr int kChunkAlign = 16;          // see cuda_planner_options in the header
 
 // The one place a runtime (head_dim, dtype) becomes template arguments:
 // f(std::integral_constant<int, D>, std::type_identity<T>) for D ∈ {64, 128,
@@ -160,19 +159,7 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
 
 PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype) {
   const CudaDeviceInfo info = cuda_device_info(heads, dtype);
-  PlannerOptions options;
-  options.num_blocks = info.sm_count * info.blocks_per_sm;
-  options.max_tile_rows = kCudaMaxTileRows;
-  options.price_tile_tokens = cuda_pac_tile_tokens(heads.head_dim);
-  if (info.wide) {
-    options.wide_tile_rows = kCudaMaxWideRows;
-    options.wide_span = info.blocks_per_sm;
-    options.wide_min_rows = kCudaWideMinRows;
-    options.wide_min_tokens = kCudaWideMinTokens;
-    options.wide_tail_tokens = kCudaWideTailTokens;
-  }
-  options.chunk_align = kChunkAlign;
-  return options;
+  return cuda_planner_options(heads, info.sm_count, info.blocks_per_sm, info.wide);
 }
 
 std::size_t cuda_workspace_bytes(const Plan& plan) { return plan_region_bytes(plan.bytes().size()) + plan.workspace().bytes; }
