@@ -60,11 +60,9 @@ Tables three_level_tree(int batch) {
 
 const codec::HeadConfig kHeads{32, 8, 128};
 
+// The engine's options on an H200, without wide tasks: the search the planner's speed targets time.
 codec::PlannerOptions h200_options() {
-  codec::PlannerOptions opt;
-  opt.num_blocks = codec::RooflineParams::h200().concurrent_blocks;
-  opt.price_tile_tokens = codec::cuda_pac_tile_tokens(kHeads.head_dim);  // as the engine prices
-  return opt;
+  return codec::cuda_planner_options(kHeads, codec::h200::kSms, codec::h200::kBlocksPerSm, /*wide=*/false);
 }
 
 // The cost model of a benchmark: the roofline, or (measured = true) the H200's
