@@ -99,12 +99,15 @@ struct PacTraits {
 // memory reads 6 KiB per 64 tensor-core cycles (96 B/cycle of the 128 shared
 // memory delivers); 64-token tiles read 4 KiB per 32 cycles, all of it, which
 // held run 13's warp-specialised kernel to 384 TFLOP/s. K and V are
-// separate buffers with barriers of their own, so that K of tile t + 2 loads
-// once Q·Kᵀ of tile t is done, two tiles before it is needed, and V once its
-// P·V is. Q is double-buffered so that the next task's rows load while this
-// one ends. Per SM: 2 × 32 KiB of Q + 2 stages × (32 + 32) KiB of KV = 192
-// KiB, 128 KiB in flight: at 4.2 TB/s / 132 SMs and a loaded latency of 2 µs
-// an SM needs ~64 KiB, so memory-bound wide tasks stream too.
+// separate buffers with barriers of their own: each is refilled as soon as
+// its last reader is done (K after its Q·Kᵀ, V after its P·V). Three stages
+// of each put a tile's K and V in flight about two tiles before they are
+// needed; two stages left the copies about one tile ahead, and the wide tasks
+// waited on them (results/h200/run35: three stages 0.90-0.91× on batch:32,
+// batch:64 and long, 0.96× on the dense shapes). Their 64 KiB take the second
+// Q buffer's place: the next task's rows load once this task's last Q·Kᵀ is
+// done, during its last P·V and its epilogue. Per SM: 32 KiB of Q + 3 stages
+// × (32 + 32) KiB of KV = 224 KiB of the 227 a block may have.
 //
 // Registers: 3 warpgroups of 168 (one block per SM: 64 Ki / 384); the
 // producer gives back to 56, the consumers take 224 each (56 + 2 · 224 = 504
@@ -119,8 +122,8 @@ struct WideTraits {
   static constexpr int kConsumerRows = 64;                 // M of wgmma
   static constexpr int kMaxRows = 2 * kConsumerRows;       // rows one wide task may hold
   static constexpr int kTileTokens = 128;
-  static constexpr int kStages = 2;
-  static constexpr int kQBuffers = 2;
+  static constexpr int kStages = 3;
+  static constexpr int kQBuffers = 1;
   static constexpr int kProducerRegs = 56;
   static constexpr int kConsumerRegs = 224;
   static constexpr int kChunks = D * int(sizeof(T)) / 16;  // 16-byte cp.async chunks per row

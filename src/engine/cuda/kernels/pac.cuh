@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
 // Both are attributes of the kernel on the current device, set once per device:
 // setting them on every launch cost ~1-2 µs of host time per run_cuda call.
 // Not a stream operation, so allowed during graph capture.
-// (The wide kernel, one block of 192 KiB per SM, sets the same.)
+// (The wide kernel, one block of 224 KiB per SM, sets the same.)
 template <auto Kernel>
 void set_smem_limit(int bytes) {
   constexpr int kCachedDevices = 64;

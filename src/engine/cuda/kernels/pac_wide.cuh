@@ -4,8 +4,8 @@
 // docs/DESIGN_NOTES.md), one block per SM, warp-specialised in
 // FlashAttention-3's manner (kernel_traits.cuh, WideTraits, has the sizing).
 // Block b runs the tasks tasks[wide_indptr[b] .. wide_indptr[b + 1]) in order:
-//   - warpgroup 0, the producer, copies each task's query rows into one of two
-//     Q buffers and its KV tiles into a ring of K and V stages with cp.async,
+//   - warpgroup 0, the producer, copies each task's query rows into the Q
+//     buffer and its KV tiles into a ring of K and V stages with cp.async,
 //     and signals each buffer's mbarrier when its copies land; it runs ahead
 //     into the next task while the consumers finish this one;
 //   - warpgroups 1 and 2, the consumers, take rows 0-63 and 64-127: S = Q Kᵀ
