@@ -175,13 +175,14 @@ class CudaPlanStaging {
   std::unique_ptr<Impl> impl_;
 };
 
-// What run_cuda launches: both kernels, or partial attention alone, which
+// What run_cuda launches: every kernel of the plan (wide PAC where it has wide
+// blocks, PAC, the merge), or partial attention alone (wide PAC and PAC), which
 // leaves the rows PAC does not write (those with other than one partial)
 // unwritten: `codec bench` times both to report the merge's share of a run.
 enum class CudaStages { all, partial_attention };
 
-// Attention of every (request, qo head) row of the plan: PAC, then the merge
-// of rows with more than one partial. `plan` must be the one uploaded into
+// Attention of every (request, qo head) row of the plan: wide PAC where the
+// plan has wide blocks, PAC, then the merge of rows with more than one partial. `plan` must be the one uploaded into
 // `workspace` (kernels read the device copy; the host Plan supplies sizes and
 // is validated against kv and io), or for a plan packed at a capacity any plan
 // at the same capacity. kv, q, out and lse are device pointers; kv's dtype

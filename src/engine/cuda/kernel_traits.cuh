@@ -18,14 +18,15 @@ namespace codec::cuda {
 // waits for the next tile, so a block has all kStages tiles in flight while it
 // waits and kStages − 1 while it computes:
 //   D = 64:  64-token tiles of 2 × 8 KiB,  3 stages:  8 + 48 = 56 KiB smem;
-//            48 KiB in flight per block; 127 regs and 57 KiB (with the 1 KiB the
-//            system reserves per block) give 4 blocks per SM → ~190 KiB per SM
+//            48 KiB in flight per block; 128 regs (the cap for 4 blocks) and 57
+//            KiB (with the 1 KiB the system reserves per block) give 4 blocks per
+//            SM → ~190 KiB per SM
 //   D = 128: 64-token tiles of 2 × 16 KiB, 3 stages: 16 + 96 = 112 KiB smem;
 //            96 KiB in flight per block, 2 blocks per SM (2 × 113 = 226 KiB of
-//            228) → ~190 KiB per SM. (It was 2 stages, 80 KiB, refilled only
-//            after the next tile had landed: 1 tile, 32 KiB, in flight per block,
-//            64 KiB per SM, which at the 2.98 TB/s measured on flat:64 implies a
-//            loaded latency of 64 KiB / 22.6 B/ns ≈ 2.9 µs, i.e. latency-bound.)
+//            228) → ~190 KiB per SM. Two stages, 80 KiB, refilled after the
+//            wait, keep one 32 KiB tile in flight per block, 64 KiB per SM: at
+//            the 2.98 TB/s they reached on flat:64 that implies a loaded latency
+//            of 64 KiB / 22.6 B/ns ≈ 2.9 µs, i.e. latency-bound.
 //   D = 256: 32-token tiles of 2 × 16 KiB, 2 stages: 32 + 64 = 96 KiB smem;
 //            64 KiB in flight per block, 2 blocks per SM → 128 KiB per SM. A third
 //            stage would need 128 KiB, one block per SM.
@@ -104,10 +105,11 @@ struct PacTraits {
 // of each put a tile's K and V in flight about two tiles before they are
 // needed; two stages left the copies about one tile ahead, and the wide tasks
 // waited on them (results/h200/run35: three stages 0.90-0.91× on batch:32,
-// batch:64 and long, 0.96× on the dense shapes). Their 64 KiB take the second
-// Q buffer's place: the next task's rows load once this task's last Q·Kᵀ is
-// done, during its last P·V and its epilogue. Per SM: 32 KiB of Q + 3 stages
-// × (32 + 32) KiB of KV = 224 KiB of the 227 a block may have.
+// batch:64 and long, 0.96× on the dense shapes). A second Q buffer does not
+// fit beside them (2 × 32 + 3 × 64 = 256 KiB), so the next task's rows load
+// once this task's last Q·Kᵀ is done, during its last P·V and its epilogue.
+// Per SM: 32 KiB of Q + 3 stages × (32 + 32) KiB of KV = 224 KiB of the 227 a
+// block may have.
 //
 // Registers: 3 warpgroups of 168 (one block per SM: 64 Ki / 384); the
 // producer gives back to 56, the consumers take 224 each (56 + 2 · 224 = 504

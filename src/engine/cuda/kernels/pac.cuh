@@ -200,10 +200,10 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // (two barriers per tile instead of one) keeps all kStages tiles in flight
   // while the block waits, kStages − 1 while it computes. Refilling after the
   // wait, as FlashAttention-2's single-barrier loop does, issues tile
-  // t + kStages − 1 only once tile t has landed: one tile fewer in flight, which
-  // at 2 stages meant 32 KiB per block and a pipeline that emptied at every
-  // tile. The extra barrier costs ~20–40 cycles against a tile period of
-  // ~2,000 (memory-bound: 32 KiB at ~16 B/ns per block) or ~1,000+ (64 rows).
+  // t + kStages − 1 only once tile t has landed: one tile fewer in flight (at 2
+  // stages, 32 KiB per block: a pipeline that empties at every tile). The extra
+  // barrier costs ~20–40 cycles against a tile period of ~2 µs, ~4,000 cycles
+  // (memory-bound: 32 KiB at ~16 B/ns per block), or ~1,000+ cycles (64 rows).
   // (KvLoader counts the cp.async groups.)
   SoftmaxState state[2];
   float o[D / 2] = {};

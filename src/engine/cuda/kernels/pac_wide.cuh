@@ -16,7 +16,7 @@
 // o is rescaled and P repacked once that P·V is done. The two consumers take
 // turns to issue their products (ping-pong, through two named barriers), so
 // that one's softmax runs while the tensor cores work on the other's. Each K
-// buffer is released after its Q·Kᵀ, each V buffer after its P·V, each Q
+// buffer is released after its Q·Kᵀ, each V buffer after its P·V, the Q
 // buffer after the task's last Q·Kᵀ.
 //
 // A task also takes in its share of its rows' tails (PlanView::task_tails):

@@ -2,7 +2,8 @@
 // Hopper warpgroup MMA (wgmma.mma_async) for the PAC kernel's many-row tasks
 // and the wide kernel's. One warpgroup (4 warps) multiplies a 64-row tile: S =
 // Q Kᵀ with both operands read by the tensor cores straight from shared
-// memory (64-token tiles in the PAC kernel, 128 in the wide one), then O += P
+// memory (64-token tiles in the PAC kernel, 32 at D = 256, 128 in the wide
+// one), then O += P
 // V with P in registers (the S accumulators, rounded to 16 bits) and V from
 // shared memory, transposed by the hardware. Compared with mma.sync, whose
 // B fragments every warp loads with ldmatrix, each K and V byte leaves shared
@@ -82,8 +83,9 @@ __device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"
     "+f"(d[(b) + 12]), "+f"(d[(b) + 13]), "+f"(d[(b) + 14]), "+f"(d[(b) + 15])
 
 // Per accumulator count R = N / 2: the register list, the output operands, the
-// rest of the instruction (the scale-d predicate p is set from an input that is
-// always 1: every wgmma accumulates, onto zeros the first time), and setp.
+// rest of the instruction (the scale-d predicate p is set from an input:
+// mma_ss's scale_d, 0 to start a product; 1 for mma_rs, which always
+// accumulates), and setp.
 #define CODEC_WGMMA_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define CODEC_WGMMA_D16_OUT CODEC_WGMMA_OUT16(0)
 #define CODEC_WGMMA_D16_SS "%16, %17, p, 1, 1, 0, 0;\n"  // a-desc, b-desc, scale-d (%18)

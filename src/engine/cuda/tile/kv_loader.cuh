@@ -23,9 +23,9 @@ struct KvPool {
 // Token t of a node lies in page pages[t / page_size] at slot t % page_size.
 // Page sizes are powers of two in practice (16 in every benchmark): a shift and
 // a mask then replace the run-time integer division, about 20 dependent
-// instructions per token, 8 tokens per thread per tile, on the path from the
-// barrier to the copies' issue. Other page sizes (the tests use 3, 5 and 7)
-// keep the division; the branch is uniform across the grid.
+// instructions in each lane's lookup of its token (KvLoader::lookup). Other
+// page sizes (the tests use 3, 5 and 7) keep the division; the branch is
+// uniform across the grid.
 struct PageGeometry {
   int size;
   int shift;  // log2(size), or −1 when size is not a power of two
@@ -44,7 +44,7 @@ struct PageGeometry {
 // at slot t % page_size (PageGeometry). kLanes is a multiple of kChunks, so a
 // thread always copies the same 16-byte chunk c of its tokens: rows lane /
 // kChunks + k · kTokenStride of the tile. The kChunks threads of a token
-// share its address, so each warp looks up its (at most 16) tokens once, one
+// share its address, so each warp looks up its (at most 32) tokens once, one
 // per lane (lookup), and hands the offsets out by shuffle (copy): ~35 integer
 // instructions of page arithmetic per warp and tile instead of per token.
 //
