@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
@@ -88,12 +89,14 @@ TEST(Planner, CoversEveryTokenOfEveryRowExactlyOnce) {
       test::expect_plan_covers_forest(plan, f);
       const PlanStats& s = plan.stats();
       EXPECT_GE(s.makespan_us, s.lower_bound_us * (1 - 1e-9));
-      EXPECT_EQ(s.unique_kv_tokens, f.unique_tokens() * c.heads.num_kv_heads);
+      std::int64_t read = 0;
       for (int t = 0; t < s.num_tasks; ++t) {
         const Task& task = plan.view().tasks[t];
+        read += task.kv_end - task.kv_begin;
         EXPECT_LE(task.row_end - task.row_begin, c.tile_rows);
         EXPECT_TRUE(task.kv_begin % c.align == 0) << "chunk start " << task.kv_begin << " not aligned";
       }
+      EXPECT_EQ(s.kv_tokens_read, read);  // each task reads its chunk once, whatever its rows
     }
   }
 }
@@ -101,25 +104,37 @@ TEST(Planner, CoversEveryTokenOfEveryRowExactlyOnce) {
 TEST(Planner, AdaptiveSplitsRespectTheCap) {
   const HeadConfig heads{32, 8, 128};
   const RooflineCostModel cost = roofline(heads);
-  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
-    const Forest f = random_forest(seed, 16, heads, 10, 20);
+  // The nodes of f split up to their cap, none past it: how many reach it.
+  auto nodes_at_cap = [&](const Forest& f, const std::string& what) {
     PlannerOptions opt;
     opt.num_blocks = 264;
     const Plan plan = make_plan(f, heads, DType::bf16, cost, opt);
     const PlanView p = plan.view();
     const double cost_l = plan.stats().cost_l_us;
+    int at_cap = 0;
     for (int i = 0; i < f.num_nodes(); ++i) {
       const ForestNode& n = f.nodes[i];
+      if (n.num_tokens == 0) continue;
       const int rows = n.num_reqs * heads.group();
       const int tiles = (rows + opt.max_tile_rows - 1) / opt.max_tile_rows;
       const int tokens = (n.num_tokens + opt.chunk_align - 1) / opt.chunk_align * opt.chunk_align;  // class tokens
       const double unsplit = cost.cost_us((rows + tiles - 1) / tiles, tokens);
       // The paper's cap ceil(C / cost_l), widened 8× (see make_plan step 3).
       const int cap = std::max(1, int(std::ceil(8 * unsplit / cost_l)));
-      EXPECT_LE(p.node_splits[i], cap) << "node " << i << " seed " << seed;
-      EXPECT_LE(p.node_splits[i], (n.num_tokens + opt.chunk_align - 1) / opt.chunk_align);
+      EXPECT_LE(p.node_splits[i], cap) << what << " node " << i;
+      EXPECT_LE(p.node_splits[i], (n.num_tokens + opt.chunk_align - 1) / opt.chunk_align) << what << " node " << i;
+      at_cap += p.node_splits[i] == cap;
     }
-  }
+    return at_cap;
+  };
+  for (std::uint64_t seed = 1; seed <= 8; ++seed)
+    nodes_at_cap(random_forest(seed, 16, heads, 10, 20), "seed " + std::to_string(seed));
+  // ratio:0.05's 16 private nodes of ~117,000 tokens would take more chunks
+  // than the cap allows (27 against 15): the cap binds there.
+  const Workload w = builtin_workload("ratio:0.05");
+  ASSERT_EQ(w.heads.num_qo_heads, heads.num_qo_heads);
+  ASSERT_EQ(w.heads.num_kv_heads, heads.num_kv_heads);
+  EXPECT_GT(nodes_at_cap(derive_forest(workload_page_tables(w).view()), "ratio:0.05"), 0);
 }
 
 TEST(Planner, SplitsALongSharedPrefixAcrossBlocks) {
@@ -163,6 +178,19 @@ TEST(Planner, IsDeterministicAndViewsACopy) {
   EXPECT_EQ(0, std::memcmp(v.tasks, w.tasks, sizeof(Task) * w.num_tasks));
   EXPECT_EQ(v.partial_indptr[v.num_requests], w.partial_indptr[w.num_requests]);
   EXPECT_EQ(0, std::memcmp(v.partials, w.partials, sizeof(PartialRef) * w.partial_indptr[w.num_requests]));
+  // every array of the view lies in the copy, where it lies in the plan's own bytes
+  auto offset = [](const void* at, const std::byte* base) {
+    return at == nullptr ? std::ptrdiff_t(-1) : static_cast<const std::byte*>(at) - base;
+  };
+  const std::byte* own = a.bytes().data();
+  const std::pair<const void*, const void*> arrays[] = {
+      {v.tasks, w.tasks},           {v.block_indptr, w.block_indptr},     {v.wide_indptr, w.wide_indptr},
+      {v.node_page_begin, w.node_page_begin}, {v.node_pages, w.node_pages}, {v.node_req_begin, w.node_req_begin},
+      {v.node_reqs, w.node_reqs},   {v.node_splits, w.node_splits},       {v.node_slot_base, w.node_slot_base},
+      {v.partial_indptr, w.partial_indptr},   {v.partials, w.partials},   {v.tail_indptr, w.tail_indptr},
+      {v.tail_tokens, w.tail_tokens}};
+  for (std::size_t i = 0; i < std::size(arrays); ++i)
+    EXPECT_EQ(offset(arrays[i].first, copy.data()), offset(arrays[i].second, own)) << "array " << i;
   EXPECT_EQ(reinterpret_cast<const std::byte*>(v.tasks), copy.data());
 }
 
@@ -666,9 +694,24 @@ TEST(Planner, PricesTasksByWholeTiles) {
   EXPECT_GT(longest(linear), 64);
   EXPECT_NE(longest(linear) % 64, 0);
   EXPECT_EQ(longest(tiled) % 64, 0);
-  // each priced as the planner says: the tiled plan's prediction counts whole tiles
-  EXPECT_GE(tiled.stats().makespan_us, cost.cost_us(w.heads.group(), 64));
-  EXPECT_LT(linear.stats().makespan_us, cost.cost_us(w.heads.group(), 128));
+  // each priced as the planner says: the tiled plan's makespan is its
+  // busiest block's tasks priced at whole tiles, the linear plan's at their lengths
+  auto replay = [&](const Plan& plan, int tile) {
+    const PlanView v = plan.view();
+    double makespan = 0;
+    for (int b = 0; b < v.num_blocks; ++b) {
+      double end = 0;
+      for (int i = v.block_indptr[b]; i < v.block_indptr[b + 1]; ++i) {
+        const Task& t = v.tasks[i];
+        const int len = t.kv_end - t.kv_begin;
+        end += cost.cost_us(t.row_end - t.row_begin, tile > 0 ? (len + tile - 1) / tile * tile : len);
+      }
+      makespan = std::max(makespan, end);
+    }
+    return makespan;
+  };
+  EXPECT_NEAR(tiled.stats().makespan_us, replay(tiled, 64), 1e-6 * tiled.stats().makespan_us);
+  EXPECT_NEAR(linear.stats().makespan_us, replay(linear, 0), 1e-6 * linear.stats().makespan_us);
 }
 
 // The roofline's prices and a merge of `per_partial` µs a partial (as
@@ -834,8 +877,9 @@ TEST(StepPlanner, ReusesSplitsWhileTheForestKeepsItsShape) {
 }
 
 // The bytes a run reads of a plan packed at capacity c, as (offset, length):
-// the block index and the reduction schedule whole, and of the other arrays
-// the entries in use (what the block index and the schedule reach).
+// the block indexes (the wide blocks' too) and the reduction schedule whole,
+// and of the other arrays the entries in use (what the indexes and the
+// schedule reach).
 std::vector<std::pair<std::size_t, std::size_t>> read_ranges(const Plan& p, const PlanCapacity& c) {
   const PlanView v = p.view();
   const auto* base = p.bytes().data();
@@ -860,6 +904,7 @@ std::vector<std::pair<std::size_t, std::size_t>> read_ranges(const Plan& p, cons
           range(v.partial_indptr, std::size_t(c.requests + 1) * i32),
           range(v.partials, std::size_t(v.partial_indptr[c.requests]) * sizeof(PartialRef))};
   ranges.insert(ranges.end(), tails.begin(), tails.end());
+  if (v.num_wide_blocks > 0) ranges.push_back(range(v.wide_indptr, std::size_t(v.num_wide_blocks + 1) * i32));
   return ranges;
 }
 
