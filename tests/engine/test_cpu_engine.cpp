@@ -320,6 +320,11 @@ TEST(CpuEngine, RejectsMismatchedInputs) {
   kv.dtype = DType::f16;  // the plan keeps the dtype it was made for
   expect_error(kv, io, ws.bytes, "kv.dtype fp16 but the plan was made for bf16");
   expect_error(b.kv(), io, {ws.bytes.data(), 8}, "bytes the plan needs");
+  std::vector<std::byte> spare(ws.bytes.size() + 16);
+  std::byte* off = spare.data();  // 8 bytes past a 16-byte boundary
+  while (reinterpret_cast<std::uintptr_t>(off) % 16 != 8) ++off;
+  expect_error(b.kv(), io, {off, ws.bytes.size()}, "workspace must be 16-byte aligned");
+  EXPECT_TRUE(test::throws_with([&] { run_cpu(Plan{}, b.kv(), io, ws.bytes); }, "the plan is empty"));
 
   AttentionIO bad = io;
   bad.q.dtype = DType::f16;
@@ -348,10 +353,22 @@ TEST(CpuEngine, RejectsMismatchedInputs) {
   bad = io;
   bad.q.data = nullptr;
   expect_error(b.kv(), bad, ws.bytes, "q must not be null");
+  bad = io;
+  bad.out.data = nullptr;
+  expect_error(b.kv(), bad, ws.bytes, "out must not be null");
+  bad = io;
+  bad.q.stride_head = -bad.q.stride_head;
+  expect_error(b.kv(), bad, ws.bytes, "q strides (");
+  bad = io;
+  bad.lse.stride_head = 0;  // every head of a row on one float
+  expect_error(b.kv(), bad, ws.bytes, "lse strides (");
 }
 
 // q as transformers passes it (a view of (1, Hq, B, D): heads outermost), out
-// with padded rows in the KV dtype and in fp32, lse strided and in base 2.
+// with padded rows in fp32 and in the KV dtype, lse strided and in base 2. The
+// fp32 output is checked against fp64; a 16-bit output must be that fp32
+// output rounded to nearest, element by element (no tolerance to hide a
+// truncation or a scale).
 TEST(CpuEngine, StridedQueryOutputAndLse) {
   for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
     test::RandomBatchSpec spec = test::engine_spec(71, {32, 8, 128}, dtype, 16, 5, 6, 0.2, 4);
@@ -369,7 +386,8 @@ TEST(CpuEngine, StridedQueryOutputAndLse) {
       for (int h = 0; h < Hq; ++h)
         std::memcpy(&q[(std::size_t(h) * B + r) * D * elem], &b.q[(std::size_t(r) * Hq + h) * D * elem], D * elem);
     const QueryRows q_rows{q.data(), dtype, B, Hq, D, D, std::int64_t(B) * D};
-    for (const DType out_dtype : {dtype, DType::f32}) {
+    std::vector<float> out32;  // the fp32 run's output, dense
+    for (const DType out_dtype : {DType::f32, dtype}) {
       const std::int64_t row_stride = D + 8, batch_stride = Hq * row_stride + 24;  // padding stays untouched
       std::vector<std::byte> out(std::size_t(B) * batch_stride * dtype_size(out_dtype), std::byte{0x7f});
       std::vector<float> lse(std::size_t(B) * Hq * 2, NAN);
@@ -388,9 +406,19 @@ TEST(CpuEngine, StridedQueryOutputAndLse) {
           dense_lse[std::size_t(r) * Hq + h] = lse[std::size_t(h) * B + r] / kLog2E;
           EXPECT_EQ(row[D * dtype_size(out_dtype)], std::byte{0x7f}) << "padding after row " << r << ", " << h;
         }
-      const double tol = out_dtype == DType::f32 ? kCpuTolerance : tolerance(out_dtype);
-      const ErrorStats e = compare(dense.data(), ref.out);
-      EXPECT_TRUE(e.within(tol)) << to_string(dtype) << " out " << to_string(out_dtype) << ": " << e.describe();
+      if (out_dtype == DType::f32) {
+        const ErrorStats e = compare(dense.data(), ref.out);
+        EXPECT_TRUE(e.within(kCpuTolerance)) << to_string(dtype) << " out f32: " << e.describe();
+        out32 = dense;
+      } else {
+        for (std::size_t i = 0; i < dense.size(); ++i) {
+          const float rounded = dispatch_dtype(out_dtype, [&](auto tag) {
+            return to_float(from_float<decltype(tag)>(out32[i]));
+          });
+          ASSERT_EQ(dense[i], rounded) << to_string(dtype) << " out element " << i << " is not the fp32 "
+                                       << out32[i] << " rounded to nearest";
+        }
+      }
       const ErrorStats l = compare(dense_lse.data(), ref.lse);
       EXPECT_TRUE(l.within(kCpuTolerance)) << to_string(dtype) << " lse: " << l.describe();
     }
@@ -519,8 +547,13 @@ TEST(CpuEngine, MergeStatesMatchesFp64) {
   for (const DType dtype : {DType::f16, DType::bf16, DType::f32})
     for (const LseBase base : {LseBase::e, LseBase::two}) {
       const std::size_t elem = dtype_size(dtype);
-      std::vector<std::byte> a(N * H * D * elem), b(N * H * D * elem), out(N * H * D * elem);
-      std::vector<float> la(N * H), lb(N * H), lo(N * H);
+      // out and its lse laid out otherwise than the inputs (padded rows, heads
+      // outermost), poisoned: every element must be written, where it belongs
+      constexpr std::int64_t kRowStride = D + 4, kBatchStride = H * kRowStride + 8;
+      std::vector<std::byte> a(N * H * D * elem), b(N * H * D * elem), out(N * kBatchStride * elem, std::byte{0xff});
+      std::vector<float> la(N * H), lb(N * H), lo(N * H, NAN);
+      const OutputRows out_rows{out.data(), dtype, N, H, D, kBatchStride, kRowStride};
+      const LseRows lo_rows{lo.data(), N, H, 1, N};  // (n, h) at h·N + n
       dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         for (int i = 0; i < N * H * D; ++i) {
@@ -534,27 +567,34 @@ TEST(CpuEngine, MergeStatesMatchesFp64) {
       la[3] = lb[3] = -INFINITY;                // row 3: both empty
       const QueryRows ra = QueryRows::contiguous(a.data(), dtype, N, H, D), rb = QueryRows::contiguous(b.data(), dtype, N, H, D);
       merge_states_cpu(ra, LseRows::contiguous(la.data(), N, H), rb, LseRows::contiguous(lb.data(), N, H),
-                       OutputRows::contiguous(out.data(), dtype, N, H, D), LseRows::contiguous(lo.data(), N, H), base);
+                       out_rows, lo_rows, base);
       const double ln_base = base == LseBase::two ? std::log(2.0) : 1.0;
+      // the fp32 merge rounded once to 16 bits: within the format's unit roundoff
+      const double u = dtype == DType::f32 ? 0 : dtype == DType::f16 ? 0x1p-11 : 0x1p-8;
       for (int i = 0; i < N * H; ++i) {
+        const int n = i / H, h = i % H;
+        const float merged_lse = lo[lo_rows.offset(n, h)];
         const double x = la[i] * ln_base, y = lb[i] * ln_base, m = std::max(x, y);
         const double lse = m == -INFINITY ? -INFINITY : m + std::log(std::exp(x - m) + std::exp(y - m));
         if (m == -INFINITY) {
-          EXPECT_EQ(lo[i], -INFINITY) << "two empty states stay empty";
+          EXPECT_EQ(merged_lse, -INFINITY) << "two empty states stay empty";
         } else {
-          EXPECT_NEAR(lo[i], lse / ln_base, 1e-5 * (1 + std::abs(lse))) << i;
+          EXPECT_NEAR(merged_lse, lse / ln_base, 1e-5 * (1 + std::abs(lse))) << i;
         }
         for (int d = 0; d < D; ++d) {
           const double wa = m == -INFINITY ? 0 : std::exp(x - lse), wb = m == -INFINITY ? 0 : std::exp(y - lse);
-          auto at = [&](const std::vector<std::byte>& t) {
+          auto at = [&](const std::vector<std::byte>& t, std::int64_t offset) {
             return dispatch_dtype(dtype, [&](auto tag) {
-              return double(to_float(reinterpret_cast<const decltype(tag)*>(t.data())[i * D + d]));
+              return double(to_float(reinterpret_cast<const decltype(tag)*>(t.data())[offset + d]));
             });
           };
-          const double expect = wa * at(a) + wb * at(b);
-          EXPECT_NEAR(at(out), expect, dtype == DType::f32 ? 1e-6 : dtype == DType::f16 ? 2e-3 : 1e-2)
+          const double expect = wa * at(a, i * D) + wb * at(b, i * D);
+          EXPECT_NEAR(at(out, out_rows.offset(n, h)), expect, u * std::abs(expect) + 1e-6)
               << to_string(dtype) << " row " << i << " dim " << d;
         }
+        for (std::int64_t byte = (out_rows.offset(n, h) + D) * elem; byte < (out_rows.offset(n, h) + kRowStride) * elem;
+             ++byte)
+          ASSERT_EQ(out[std::size_t(byte)], std::byte{0xff}) << "padding after row " << i;
       }
     }
 }
@@ -576,8 +616,14 @@ TEST(CpuEngine, CopyPagesAppliesCopiesInOrder) {
         EXPECT_EQ(v[at(4)], t < 2 ? v0[at(1)] : v0[at(4)]);
         EXPECT_EQ(k[at(1)], k0[at(1)]);
       }
-  const PageCopy bad[] = {{0, 6, 1}};
-  EXPECT_TRUE(test::throws_with([&] { copy_pages_cpu(kv, bad); }, "copies[0] = {src 0, dst 6, num_tokens 1}"));
+  // every bound, each alone: dst, src, and the token count (the pool has 6 pages of 4)
+  const PageCopy bad_dst[] = {{0, 6, 1}}, bad_src[] = {{0, 1, 1}, {6, 0, 1}}, bad_tokens[] = {{0, 1, 5}};
+  EXPECT_TRUE(test::throws_with([&] { copy_pages_cpu(kv, bad_dst); }, "copies[0] = {src 0, dst 6, num_tokens 1}"));
+  EXPECT_TRUE(test::throws_with([&] { copy_pages_cpu(kv, bad_src); }, "copies[1] = {src 6, dst 0, num_tokens 1}"));
+  EXPECT_TRUE(test::throws_with([&] { copy_pages_cpu(kv, bad_tokens); }, "copies[0] = {src 0, dst 1, num_tokens 5}"));
+  const std::vector<std::uint16_t> k1 = k;
+  EXPECT_TRUE(test::throws_with([&] { copy_pages_cpu(kv, bad_src); }, "outside the pool"));
+  EXPECT_EQ(k, k1) << "a refused list copies nothing, not even its valid first entry";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@ merge_state, the bad inputs, and plan_block_table."""
 
 import itertools
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -31,15 +32,17 @@ def check(out, lse, b, dtype, sm_scale=None):
     assert rel_l2(lse, ref_lse) <= 1e-5
 
 
-# every head dim × dtype × layout × cache form, with heads and page sizes varied alongside
-CASES = [(d, t, lay, form, HEADS[i % 4], (1, 3, 16)[i % 3])
+# every head dim × dtype × layout × cache form, with heads and page sizes varied
+# alongside (each cache form meets every head configuration)
+CASES = [(d, t, lay, form, HEADS[i // len(CACHE_FORMS) % 4], (1, 3, 16)[i % 3])
          for i, (d, t, lay, form) in enumerate(itertools.product(
              (64, 128, 256), ("float16", "bfloat16", "float32"), ("NHD", "HND"), CACHE_FORMS))]
 
 
 @pytest.mark.parametrize("head_dim,dtype,layout,form,heads,page_size", CASES)
 def test_matches_float64_reference(head_dim, dtype, layout, form, heads, page_size):
-    b = random_batch(hash((head_dim, dtype, layout, form)) % 1000, *heads, head_dim, page_size, dtype)
+    b = random_batch(zlib.crc32(repr((head_dim, dtype, layout, form)).encode()) % 1000, *heads, head_dim, page_size,
+                     dtype)  # a seed that is the same in every process (str hashes are not)
     w = planned(b, dtype, layout)
     out, lse = w.run(store(b.q, dtype), cache_of(b, dtype, layout, form), return_lse=True)
     assert out.shape == (b.batch_size, heads[0], head_dim) and out.dtype == store(b.q[:1], dtype).dtype

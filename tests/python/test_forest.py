@@ -109,7 +109,7 @@ def test_managed_pool_gives_each_sequence_its_attention(layout):
 
 def test_bad_operations_raise():
     f = codec.KVForest(num_pages=2, page_size=4)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="page pool exhausted"):
         f.insert(np.arange(100))  # more pages than the pool
     assert f.free_pages == 2  # nothing changed
     with pytest.raises(ValueError, match="copies\\[0\\]"):

@@ -5,9 +5,13 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -66,8 +70,29 @@ TEST(CodecCli, OfflineH200PlansUseTheKernelsBlocksPerSm) {
   }
 }
 
-// forest.json must describe the very page tables the run used: each request's
-// pages are its path's node pages, root first, and its length their tokens.
+// The int32 payload of a 1-D .npy file as bench --dump writes it (format 1.0,
+// '<i4'); a test failure if it is anything else.
+std::vector<std::int32_t> read_npy_i32(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 10 || bytes.compare(0, 8, "\x93NUMPY\x01\x00", 8) != 0) {
+    ADD_FAILURE() << path << ": not a version 1.0 .npy file";
+    return {};
+  }
+  const std::size_t header = std::uint8_t(bytes[8]) | std::size_t(std::uint8_t(bytes[9])) << 8;
+  const std::string dict = bytes.substr(10, header);
+  EXPECT_NE(dict.find("'descr': '<i4'"), std::string::npos) << path << ": " << dict;
+  std::vector<std::int32_t> values((bytes.size() - 10 - header) / 4);
+  std::memcpy(values.data(), bytes.data() + 10 + header, values.size() * 4);
+  const std::string shape = "'shape': (" + std::to_string(values.size()) + ", )";
+  EXPECT_NE(dict.find(shape), std::string::npos) << path << ": " << dict;
+  return values;
+}
+
+// The dump must hold the very page tables the run used, as FlashInfer's
+// arrays (kv_indptr, kv_indices, kv_last_page_len) and as forest.json: each
+// request's pages are its path's node pages, root first, and its length their
+// tokens; meta.json names the shapes.
 TEST(CodecCli, DumpedForestRebuildsEveryRequestsPageList) {
   const auto dir = scratch("dump");
   const Result r = run_codec("bench --backend cpu --workload depth:3 --scale 0.0625 --reps 1 --dump " + dir.string());
@@ -81,6 +106,17 @@ TEST(CodecCli, DumpedForestRebuildsEveryRequestsPageList) {
   const Workload w = resolve_workload("depth:3").scaled(0.0625);
   const WorkloadTables t = workload_page_tables(w);
   const int requests = int(t.tables.indptr.size()) - 1;
+  EXPECT_EQ(read_npy_i32(dir / "kv_indptr.npy"), t.tables.indptr);
+  EXPECT_EQ(read_npy_i32(dir / "kv_indices.npy"), t.tables.indices);
+  EXPECT_EQ(read_npy_i32(dir / "kv_last_page_len.npy"), t.tables.last_page_len);
+  const nlohmann::json meta = read_json(dir / "meta.json");
+  EXPECT_EQ(meta["workload"], "depth:3");
+  EXPECT_EQ(meta["dtype"], "bf16");
+  EXPECT_EQ(meta["page_size"], t.page_size);
+  EXPECT_EQ(meta["num_qo_heads"], w.heads.num_qo_heads);
+  EXPECT_EQ(meta["num_kv_heads"], w.heads.num_kv_heads);
+  EXPECT_EQ(meta["head_dim"], w.heads.head_dim);
+  EXPECT_NEAR(meta["sm_scale"].get<double>(), 1 / std::sqrt(double(w.heads.head_dim)), 1e-7);
   ASSERT_EQ(int(forest["request_node"].size()), requests);
   for (int req = 0; req < requests; ++req) {
     std::vector<int> path;
@@ -116,7 +152,10 @@ TEST(CodecCli, BadArgumentsExitWith2AndNameTheValue) {
                         Case{"bench --workload depth:2 --page-size -5", "must be a number >= 1 and <= 1048576, not '-5'"},
                         Case{"bench --workload depth:2 --scale 0", "--scale: must be a number > 0"},
                         Case{"bench --workload depth:2 --blocks -1e300", "not '-1e300'"},
-                        Case{"bench --workload depth:2 --flush dirty", "dirty"}}) {
+                        Case{"bench --workload depth:2 --flush dirty", "dirty"},
+                        Case{"plan --workload depth:2 --wide bogus", "--wide 'bogus'"},
+                        Case{"plan --workload depth:2 --split fast", "--split 'fast' is not one of"},
+                        Case{"fuzz --count 0", "--count: must be a number >= 1"}}) {
     const Result r = run_codec(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.named), std::string::npos) << c.args << "\n" << r.output;
@@ -148,6 +187,7 @@ TEST(CodecCli, RefusesOversizedWorkloadsAndUnwritableOutputsBeforeWork) {
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.named), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_LT(seconds, 5.0) << c.args << ": refused only after work";
+    EXPECT_EQ(r.output.find("building the batch"), std::string::npos) << c.args << ": refused only after work";
   }
   // --verbose gives developers the source location.
   const Result v = run_codec("--verbose plan --workload nosuch:3");

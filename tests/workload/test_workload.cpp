@@ -437,8 +437,11 @@ void expect_kv_is_synthetic(const Workload& w, const Batch& b) {
   }
 }
 
+// Queries use the range they are drawn from, and every (request, head) row
+// is its own: a generator that repeated a request's or a head's row would let
+// an engine that confuses rows pass the checks against the reference.
 template <typename T>
-void expect_queries_in_range(const Batch& b) {
+void expect_distinct_queries_in_range(const Batch& b) {
   const T* q = reinterpret_cast<const T*>(b.q.data());
   const std::size_t n = b.q.size() / sizeof(T);
   ASSERT_EQ(n, std::size_t(b.num_requests()) * std::size_t(b.heads.num_qo_heads) * std::size_t(b.heads.head_dim));
@@ -448,6 +451,11 @@ void expect_queries_in_range(const Batch& b) {
   EXPECT_LE(hi, 3.f);
   EXPECT_LT(lo, -2.5f);  // the full range is used, not [-1, 1)
   EXPECT_GT(hi, 2.5f);
+  const std::size_t row_bytes = std::size_t(b.heads.head_dim) * sizeof(T), rows = b.q.size() / row_bytes;
+  std::set<std::string> distinct;
+  for (std::size_t r = 0; r < rows; ++r)
+    distinct.emplace(reinterpret_cast<const char*>(b.q.data()) + r * row_bytes, row_bytes);
+  EXPECT_EQ(distinct.size(), rows) << "query rows repeat";
 }
 
 void check_batch(const Workload& w, const Batch& b) {
@@ -466,7 +474,7 @@ void check_batch(const Workload& w, const Batch& b) {
                             dtype_size(w.dtype));
   dispatch_dtype(w.dtype, [&](auto tag) {
     expect_kv_is_synthetic<decltype(tag)>(w, b);
-    expect_queries_in_range<decltype(tag)>(b);
+    expect_distinct_queries_in_range<decltype(tag)>(b);
   });
 }
 
