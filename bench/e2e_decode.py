@@ -436,14 +436,14 @@ class FlashInferDecode(FlashInferGraphs):
 def cascade_step_levels(indptr, indices, last, block_size, rows, nodes=None):
     """FlashInfer cascade's levels of a step's page tables: one per depth of
     its prefix forest (codec.derive_forest; or len(nodes)), shorter paths cut
-    (peers.cascade_levels); where no cut fits, one level of a node per
+    (cascade.cascade_levels); where no cut fits, one level of a node per
     request. Then a graph's rows - n padding requests: one node of one token
     of block 0 at every level. With `nodes` (a count per level, which a
     graph's wrapper fixes) empty nodes, without queries, make up each
     level's count; a step that needs more is refused. Returns (request
     order: every node's requests contiguous, and per level the qo indptr,
     kv indptr, kv indices and last page lengths)."""
-    from peers import cascade_levels, forest_json
+    from cascade import cascade_levels, forest_json
     n = indptr.size - 1
     if rows < n:
         raise ValueError(f"{n} requests in a graph of {rows}")

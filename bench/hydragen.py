@@ -16,18 +16,7 @@ once, outside the timed call, as Hydragen keeps a prefix contiguous."""
 
 import torch
 
-
-def request_paths(forest):
-    """Each request's nodes, root first, in a forest of JSON form (nodes with
-    parent, pages, num_tokens; request_node), as `codec bench --dump` writes it."""
-    paths = []
-    for x in forest["request_node"]:
-        path = []
-        while x >= 0:
-            path.append(x)
-            x = forest["nodes"][x]["parent"]
-        paths.append(path[::-1])
-    return paths
+from cascade import request_paths
 
 
 def _node_requests(forest):

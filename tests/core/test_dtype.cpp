@@ -131,8 +131,10 @@ TEST(F16, Underflow) {
 
 TEST(F16, NaNPreserved) {
   EXPECT_TRUE(is_f16_nan(float_to_f16(std::numeric_limits<float>::quiet_NaN())));
-  // Payload only in the low float bits: truncation alone would give inf.
+  // Payload only in the low float bits: truncation alone would give inf. A
+  // signalling NaN comes out quiet (the mantissa's top bit set).
   EXPECT_TRUE(is_f16_nan(float_to_f16(bits_to_float(0x7f800001u))));
+  EXPECT_EQ(float_to_f16(bits_to_float(0x7f800001u)) & 0x0200u, 0x0200u);
   const std::uint16_t negative = float_to_f16(bits_to_float(0xffc00000u));
   EXPECT_TRUE(is_f16_nan(negative));
   EXPECT_EQ(negative & 0x8000u, 0x8000u);
@@ -169,6 +171,7 @@ TEST(BF16, RoundingOverflowAndNaN) {
   EXPECT_EQ(float_to_bf16(bf16_to_float(0x7f7f)), 0x7f7f);
   EXPECT_EQ(float_to_bf16(-std::numeric_limits<float>::infinity()), 0xff80);
   EXPECT_TRUE(is_bf16_nan(float_to_bf16(bits_to_float(0x7f800001u))));
+  EXPECT_EQ(float_to_bf16(bits_to_float(0x7f800001u)) & 0x0040u, 0x0040u);  // a signalling NaN comes out quiet
   EXPECT_TRUE(is_bf16_nan(float_to_bf16(bits_to_float(0x7fffffffu))));  // no carry into inf
 }
 

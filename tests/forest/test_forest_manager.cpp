@@ -526,6 +526,41 @@ TEST(ForestManager, InsertCopiesFromTheSiblingWithTheLongestMatch) {
   }
 }
 
+// Two equal sibling pages (one request's copy-on-write of a page it shared)
+// lead on to different last pages: one holding exactly the new sequence's
+// last token, one holding more. Both reuse every token; the match that
+// shares the whole last page must win over the one that copies it (longest
+// reuse, then most shared pages), whichever sibling comes first.
+TEST(ForestManager, InsertPrefersSharingALastPageToCopyingIt) {
+  for (const bool exact_first : {true, false}) {
+    SCOPED_TRACE(exact_first ? "exact last page on the first request" : "exact last page on the second");
+    ForestManager m(4, 16);
+    FakeKv kv(m);
+    KvEffects e;
+    const Id a = m.insert(Tokens{1, 2}, &e);
+    kv.apply(a, e);
+    const Id b = m.fork(a);
+    auto append = [&](Id r, const Tokens& tokens) {
+      for (const std::int32_t t : tokens) {
+        m.append(r, t, &e);
+        kv.apply(r, e);
+      }
+    };
+    append(a, {3, 4});  // a copies the page it shares with b, then b writes into it alone
+    append(b, {3, 4});
+    ASSERT_NE(m.pages(a)[0], m.pages(b)[0]) << "two equal pages, not one";
+    const Id exact = exact_first ? a : b, longer = exact_first ? b : a;
+    append(exact, {9});
+    append(longer, {9, 8});
+    const Id c = m.insert(Tokens{1, 2, 3, 4, 9}, &e);
+    kv.apply(c, e);
+    EXPECT_TRUE(e.copies.empty()) << "copied a page it could share";
+    EXPECT_EQ(m.pages(c).back(), m.pages(exact).back());
+    EXPECT_EQ(m.ref_count(m.pages(c).back()), 2);
+    EXPECT_TRUE(kv.holds_all());
+  }
+}
+
 TEST(ForestManager, ForkSharesEveryPageAndAppendCopiesOnWrite) {
   for (const int ps : kPageSizes) {
     SCOPED_TRACE("page_size " + std::to_string(ps));

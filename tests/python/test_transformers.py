@@ -35,8 +35,10 @@ def test_page_tables_from_the_engines_read_slots(block_size):
     free = list(rng.permutation(400))
     shared = [free.pop() for _ in range(3)]  # three full blocks every request shares
     tables, lens = [], []
-    for _ in range(9):
+    for r in range(9):
         n = 3 * block_size + int(rng.integers(1, 3 * block_size))
+        if r == 2:
+            n = 5 * block_size  # a request whose last page is full
         own = [free.pop() for _ in range((n + block_size - 1) // block_size - 3)]
         tables.append(shared + own)
         lens.append(n)
@@ -49,8 +51,13 @@ def test_page_tables_from_the_engines_read_slots(block_size):
         np.testing.assert_array_equal(indices[indptr[i]:indptr[i + 1]], tables[r])
         assert (indptr[i + 1] - indptr[i] - 1) * block_size + last[i] == lens[r]
         assert 1 <= last[i] <= block_size
+    assert last[1] == block_size and indptr[2] - indptr[1] == 5  # request 2, the full last page
     with pytest.raises(ValueError, match="not at the start of a cache block"):
         page_tables_from_slots(starts + 1, np.diff(cu)[requests], block_size)
+    with pytest.raises(ValueError, match=f"{starts.size - 1} page starts for {starts.size} pages"):
+        page_tables_from_slots(starts[:-1], np.diff(cu)[requests], block_size)
+    with pytest.raises(ValueError, match="every request needs a KV token; seq_lens has 0"):
+        page_tables_from_slots(starts, np.diff(cu)[requests] * np.array([1, 1, 0, 1]), block_size)
 
 
 def test_page_tables_from_the_engines_block_table():
