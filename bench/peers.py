@@ -49,7 +49,7 @@ import time
 import numpy as np
 import torch
 
-from cascade import cascade_levels, forest_json
+from cascade import cascade_levels
 
 FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
 WARMUP = 5
