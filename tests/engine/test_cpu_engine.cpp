@@ -599,6 +599,37 @@ TEST(CpuEngine, MergeStatesMatchesFp64) {
     }
 }
 
+// merge_states_cpu refuses inputs that do not match o_a, naming which, before
+// writing anything.
+TEST(CpuEngine, MergeStatesRejectsMismatchedInputs) {
+  constexpr int N = 3, H = 2, D = 16;
+  std::vector<std::uint16_t> a(N * H * D), b(N * H * D), out(N * H * D, 0x7fffu);
+  std::vector<float> la(N * H), lb(N * H), lo(N * H, NAN);
+  const QueryRows ra = QueryRows::contiguous(a.data(), DType::bf16, N, H, D);
+  const QueryRows rb = QueryRows::contiguous(b.data(), DType::bf16, N, H, D);
+  const OutputRows ro = OutputRows::contiguous(out.data(), DType::bf16, N, H, D);
+  const LseRows lra = LseRows::contiguous(la.data(), N, H), lrb = LseRows::contiguous(lb.data(), N, H),
+                lro = LseRows::contiguous(lo.data(), N, H);
+  auto refuses = [&](const QueryRows& qa, const QueryRows& qb, const OutputRows& o, const LseRows& l_out,
+                     const std::string& needle) {
+    EXPECT_TRUE(test::throws_with([&] { merge_states_cpu(qa, lra, qb, lrb, o, l_out, LseBase::e); }, needle)) << needle;
+  };
+  QueryRows bad_b = rb;
+  bad_b.heads = 1;
+  refuses(ra, bad_b, ro, lro, "merge_states: o_b is 3 x 1 x 16, o_a is 3 x 2 x 16");
+  OutputRows bad_out = ro;
+  bad_out.dtype = DType::f16;
+  refuses(ra, rb, bad_out, lro, "merge_states: out.dtype fp16 differs from o_a's bf16");
+  bad_out = ro;
+  bad_out.data = nullptr;
+  refuses(ra, rb, bad_out, lro, "o_a, o_b and out must not be null");
+  LseRows bad_lse = lro;
+  bad_lse.batch = 2;
+  refuses(ra, rb, ro, bad_lse, "merge_states: lse_out is 2 x 2, expected 3 x 2");
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](std::uint16_t x) { return x == 0x7fffu; })) << "out written";
+  EXPECT_TRUE(std::all_of(lo.begin(), lo.end(), [](float x) { return std::isnan(x); })) << "lse_out written";
+}
+
 // copy_pages_cpu applies a forest manager's copies in order, chains included.
 TEST(CpuEngine, CopyPagesAppliesCopiesInOrder) {
   constexpr int P = 6, S = 4, H = 2, D = 64;

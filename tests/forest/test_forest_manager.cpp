@@ -652,7 +652,8 @@ TEST(ForestManager, PoolExhaustionLeavesTheStateUnchanged) {
   const Id w = m.insert(iota_tokens(6, 0));
   EXPECT_EQ(pages_of(m, w), pages_of(m, x));
   s = snapshot(m);
-  expect_error([&] { m.append(x, 1); }, "page pool exhausted: append to request id " + std::to_string(x));  // copy-on-write needs a page
+  // copy-on-write needs a page
+  expect_error([&] { m.append(x, 1); }, "page pool exhausted: append to request id " + std::to_string(x));
   EXPECT_TRUE(snapshot(m) == s);
   expect_error([&] { m.append(z, 1); }, "exhausted");  // z's page is full
   EXPECT_TRUE(snapshot(m) == s);
