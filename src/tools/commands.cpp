@@ -189,6 +189,15 @@ void apply_split(const std::string& split, PlannerOptions& options) {
   }
 }
 
+void check_policies(const WorkloadArgs& args) {
+  for (const std::string& split : comma_list(args.split)) {
+    PlannerOptions check;
+    apply_split(split, check);
+  }
+  for (const std::string& wide : comma_list(args.wide))
+    CODEC_CHECK(wide == "auto" || wide == "off", "--wide '", args.wide, "': each entry must be auto or off");
+}
+
 std::string default_cost_table_path(const std::string& device, const HeadConfig& heads, DType dtype) {
   std::string name = device;
   for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? char(std::tolower(ch)) : '_';
@@ -228,8 +237,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
 #endif
   }
   if (args.blocks > 0) s.options.num_blocks = args.blocks;
-  for (const std::string& wide : comma_list(args.wide))
-    CODEC_CHECK(wide == "auto" || wide == "off", "--wide '", args.wide, "': each entry must be auto or off");
+  check_policies(args);
   // (bench's --wide auto,off plans both from the auto options)
   if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
@@ -261,12 +269,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
   const std::vector<std::string> specs = expand_workloads(args.workload);
   // --split a,b and --wide auto,off: one CoDec row per policy and wide choice against one flat run
   const std::vector<std::string> splits = comma_list(args.split), wides = comma_list(args.wide);
-  for (const std::string& split : splits) {
-    PlannerOptions check;
-    apply_split(split, check);  // reject a bad policy before any work
-  }
-  for (const std::string& wide : wides)  // (planner_setup checks them too, after the batches are built)
-    CODEC_CHECK(wide == "auto" || wide == "off", "--wide '", args.wide, "': each entry must be auto or off");
+  check_policies(args);
   struct Variant {
     std::string split, wide, label;
   };
@@ -416,13 +419,17 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
 
 int run_plan(const WorkloadArgs& args, const std::string& target) {
   const std::vector<std::string> specs = expand_workloads(args.workload);
+  check_policies(args);
+  CODEC_CHECK(comma_list(args.split).size() == 1, "--split '", args.split, "': plan takes one policy (bench takes a list)");
+  // Every workload is resolved and sized before the table begins, as in bench.
+  std::vector<Workload> workloads;
+  for (const std::string& spec : specs) workloads.push_back(load_workload(spec, args, 1.0, /*with_batch=*/false));
   nlohmann::json rows = nlohmann::json::array();
   if (!args.json)
     std::printf("%-14s %5s %6s %6s %7s %6s %6s %6s %6s %11s %11s %8s %8s %9s %8s\n", "workload", "reqs", "nodes",
                 "units", "tasks", "wide", "tails", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio",
                 "merge_us", "derive_ms", "plan_ms");
-  for (const std::string& spec : specs) {
-    const Workload w = load_workload(spec, args, 1.0, /*with_batch=*/false);
+  for (const Workload& w : workloads) {
     const WorkloadTables tables = workload_page_tables(w);
     const auto t0 = std::chrono::steady_clock::now();
     const Forest forest = derive_forest(tables.view());

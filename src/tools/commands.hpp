@@ -44,6 +44,9 @@ std::vector<std::string> expand_workloads(const std::string& spec);
 Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale, bool with_batch);
 // Sets options.split (and fixed_splits) from "adaptive", "none", "fixed:K" or "exhaustive".
 void apply_split(const std::string& split, PlannerOptions& options);
+// Refuses a bad --split or --wide (each a value or a comma-separated list)
+// before any work, naming the argument and the value.
+void check_policies(const WorkloadArgs& args);
 // How `bench` and `plan` plan for a target ("cpu"; "h200", a plan for the H200
 // made without one; "cuda", the GPU at hand): blocks, row tiles and the cost
 // model (the --cost-table file or 'roofline' if given; else the table measured

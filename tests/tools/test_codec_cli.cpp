@@ -155,12 +155,14 @@ TEST(CodecCli, BadArgumentsExitWith2AndNameTheValue) {
                         Case{"bench --workload depth:2 --flush dirty", "dirty"},
                         Case{"plan --workload depth:2 --wide bogus", "--wide 'bogus'"},
                         Case{"plan --workload depth:2 --split fast", "--split 'fast' is not one of"},
+                        Case{"plan --workload depth:2 --split adaptive,none", "plan takes one policy"},
                         Case{"fuzz --count 0", "--count: must be a number >= 1"}}) {
     const Result r = run_codec(c.args);
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.named), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_EQ(r.output.find("179769313486"), std::string::npos) << "DBL_MAX in the message: " << r.output;
     EXPECT_EQ(r.output.find(".cpp:"), std::string::npos) << "a source location in a user's message: " << r.output;
+    EXPECT_EQ(r.output.find("makespan_us"), std::string::npos) << "refused after plan's table began: " << r.output;
   }
 }
 
