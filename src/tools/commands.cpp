@@ -237,7 +237,6 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
 #endif
   }
   if (args.blocks > 0) s.options.num_blocks = args.blocks;
-  check_policies(args);
   // (bench's --wide auto,off plans both from the auto options)
   if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;

@@ -51,7 +51,8 @@ void check_policies(const WorkloadArgs& args);
 // made without one; "cuda", the GPU at hand): blocks, row tiles and the cost
 // model (the --cost-table file or 'roofline' if given; else the table measured
 // on that device if the repo has one and --blocks does not override the
-// block count it was measured with; else the roofline).
+// block count it was measured with; else the roofline). Its callers have
+// refused a bad --split or --wide already (check_policies), once per command.
 struct PlannerSetup {
   PlannerOptions options;
   RooflineParams roofline;
