@@ -27,6 +27,8 @@ void PlannerOptions::validate() const {
   CODEC_CHECK(wide_min_rows >= 0 && wide_min_tokens >= 0, "planner wide_min_rows ", wide_min_rows,
               " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
   CODEC_CHECK(wide_tail_tokens >= 0, "planner wide_tail_tokens ", wide_tail_tokens, " must be >= 0");
+  CODEC_CHECK(beside_wide_price > 0 && beside_wide_price <= 1, "planner beside_wide_price ", beside_wide_price,
+              " must be in (0, 1]");
   CODEC_CHECK(price_tile_tokens >= 0, "planner price_tile_tokens ", price_tile_tokens, " must be >= 0");
   if (capacity) {
     capacity->validate();
@@ -867,6 +869,11 @@ class Planning {
   // groups on its blocks, block j starting at the (j / span)-th earliest end
   // of a wide block: the blocks' kernel is a dependent launch of the wide one,
   // and its blocks take each SM as its wide block leaves, in index order.
+  // Until the last wide block ends (W) a block's tasks take
+  // beside_wide_price (p) of their price: LPT runs on a clock of work,
+  // u(t) = t / p before W and W / p + (t − W) after, on which every task
+  // takes its price; u is increasing, so the least-loaded block is the same
+  // on both clocks.
   template <typename Assign, typename AssignWide>
   double schedule(std::vector<TaskGroup>& groups, Assign&& assign, AssignWide&& assign_wide,
                   double limit = INFINITY) const {
@@ -878,9 +885,13 @@ class Planning {
     if (wide_peak >= limit) return wide_peak;
     ends_.assign(lpt_.loads().begin(), lpt_.loads().end());
     std::sort(ends_.begin(), ends_.end());
+    // After W the clocks differ by a constant, 0 exactly when p = 1.
+    const double p = opt_.beside_wide_price, ahead = wide_peak / p - wide_peak;
+    auto work = [&](double t) { return t < wide_peak ? t / p : t + ahead; };
     start_.resize(slice_blocks_);
-    for (int j = 0; j < slice_blocks_; ++j) start_[j] = ends_[j / opt_.wide_span];
-    return std::max(wide_peak, lpt_(block_groups_, slice_blocks_, assign, limit, &start_));
+    for (int j = 0; j < slice_blocks_; ++j) start_[j] = work(ends_[j / opt_.wide_span]);
+    const double peak = lpt_(block_groups_, slice_blocks_, assign, work(limit), &start_);
+    return std::max(wide_peak, peak < wide_peak / p ? peak * p : peak - ahead);
   }
   // The cost model's price of the merge under split vector s: its rows with
   // more than one partial, and the most partials a row has (0 when the model

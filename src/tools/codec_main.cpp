@@ -60,6 +60,10 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                   "Tokens of the kernel's KV tile: a task past one tile is priced at whole tiles (default: the "
                   "target's, 64 on the H200, 32 at head_dim 256; 0: at its length)")
       ->check(in_range(0, 1 << 20));
+  cmd->add_option("--beside-wide", w.beside_wide,
+                  "Price of PAC tasks while wide tasks run, relative to the cost table's (default: the target's, "
+                  "0.8 on the wide kernel; 1: as with every block busy)")
+      ->check(in_range(0, 1, true));
   cmd->add_option("--max-memory", w.max_memory_gb,
                   "Host memory in GB a workload may take (page tables, and for bench its KV pool); refused beyond")
       ->check(in_range(0, 1e6, true))

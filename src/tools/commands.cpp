@@ -241,6 +241,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
   if (args.price_tile >= 0) s.options.price_tile_tokens = args.price_tile;
+  if (args.beside_wide > 0) s.options.beside_wide_price = args.beside_wide;
   s.roofline.concurrent_blocks = s.options.num_blocks;
   if (args.cost_table == "roofline") {
     s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);

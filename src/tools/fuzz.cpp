@@ -57,6 +57,9 @@ struct Case {
                                         std::to_string(options.wide_span)
                                   : std::string())
        << (options.max_tail_tokens() ? " tails " + std::to_string(options.wide_tail_tokens) : std::string())
+       << (options.wide_tile_rows && options.beside_wide_price < 1
+               ? " beside " + std::to_string(options.beside_wide_price).substr(0, 3)
+               : std::string())
        << " align " << options.chunk_align << " split "
        << (options.split == SplitPolicy::none    ? "none"
            : options.split == SplitPolicy::fixed ? "fixed:" + std::to_string(options.fixed_splits)
@@ -166,6 +169,8 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   c.roofline_cpu = d.chance(0.5);
   // tails the wide parents take in (drawn last: the draws above keep their cases)
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.wide_tail_tokens = d.in(1, 64);
+  // the price of tasks beside wide ones: another schedule, never other results
+  if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.beside_wide_price = 0.1 * d.in(3, 10);
   return c;
 }
 

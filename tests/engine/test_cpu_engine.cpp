@@ -592,9 +592,9 @@ TEST(CpuEngine, MergeStatesMatchesFp64) {
           EXPECT_NEAR(at(out, out_rows.offset(n, h)), expect, u * std::abs(expect) + 1e-6)
               << to_string(dtype) << " row " << i << " dim " << d;
         }
-        for (std::int64_t byte = (out_rows.offset(n, h) + D) * elem; byte < (out_rows.offset(n, h) + kRowStride) * elem;
-             ++byte)
-          ASSERT_EQ(out[std::size_t(byte)], std::byte{0xff}) << "padding after row " << i;
+        const std::size_t row = std::size_t(out_rows.offset(n, h));
+        for (std::size_t byte = (row + D) * elem; byte < (row + kRowStride) * elem; ++byte)
+          ASSERT_EQ(out[byte], std::byte{0xff}) << "padding after row " << i;
       }
     }
 }

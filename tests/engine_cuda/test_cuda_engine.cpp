@@ -551,6 +551,8 @@ TEST(CudaEngine, PlannerOptionsDescribeTheDevice) {
     EXPECT_EQ(opt.wide_span, info.wide ? info.blocks_per_sm : 2);
     EXPECT_EQ(opt.wide_min_rows, info.wide ? kCudaWideMinRows : 0);
     EXPECT_EQ(opt.wide_min_tokens, info.wide ? kCudaWideMinTokens : 0);
+    EXPECT_EQ(opt.wide_tail_tokens, info.wide ? kCudaWideTailTokens : 0);
+    EXPECT_EQ(opt.beside_wide_price, info.wide ? kCudaBesideWidePrice : 1.0);
     std::cout << "[ info     ] " << info.name << ": " << info.sm_count << " SMs, head_dim " << dim << ": "
               << info.blocks_per_sm << " PAC blocks per SM" << (info.wide ? ", wide tasks" : "") << "\n";
   }

@@ -61,6 +61,13 @@ inline constexpr int kCudaWideMinTokens = 2048;
 // token of every row's scores, so tails stay short; a system prompt's
 // requests of 1-16 new tokens (sysprompt:B) fit.
 inline constexpr int kCudaWideTailTokens = 16;
+// The price of PAC tasks beside the wide kernel (PlannerOptions::
+// beside_wide_price). With the wide grid profiled on run 35's kernel, 0.8
+// predicts the plans measured (run 36) within 1% on batch:32 (88 wide tasks,
+// 44 SMs streaming the leaves beside them: 182.5 µs, measured 184) and 3.5%
+// on batch:64 (362 against 350), and picks them, where 1 fills every SM with
+// wide tasks, plans that ran 1.089× and 1.021× slower; 0.9 picks the same.
+inline constexpr double kCudaBesideWidePrice = 0.8;
 
 // KV tokens a PAC task streams per tile (PacTraits::kTileTokens): the
 // planner prices a task by its whole tiles (PlannerOptions::price_tile_tokens).
@@ -112,7 +119,8 @@ const char* cuda_built_architectures();
 // = kCudaMaxTileRows; price_tile_tokens = the PAC kernel's KV tile; where
 // `wide`, wide_tile_rows = kCudaMaxWideRows, wide_span = blocks per SM,
 // wide_min_rows = kCudaWideMinRows, wide_min_tokens = kCudaWideMinTokens and
-// wide_tail_tokens = kCudaWideTailTokens, else no wide tasks; chunk_align =
+// wide_tail_tokens = kCudaWideTailTokens and beside_wide_price =
+// kCudaBesideWidePrice, else no wide tasks; chunk_align =
 // 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
 // chunk boundaries would leave partly masked mma steps inside a chunk, coarser
 // ones (the 64-token tile) would cap a short shared node's splits (a 200-token
@@ -129,6 +137,7 @@ inline PlannerOptions cuda_planner_options(const HeadConfig& heads, int sm_count
     options.wide_min_rows = kCudaWideMinRows;
     options.wide_min_tokens = kCudaWideMinTokens;
     options.wide_tail_tokens = kCudaWideTailTokens;
+    options.beside_wide_price = kCudaBesideWidePrice;
   }
   options.chunk_align = 16;
   return options;

@@ -52,6 +52,12 @@ struct PlannerOptions {
   // rows go away; a wide task computes the tails of all its rows against
   // every row, masked (docs/DESIGN_NOTES.md, Planner 14). 0: none.
   int wide_tail_tokens = 0;
+  // The price of a block's tasks while wide blocks still run, relative to the
+  // cost table's (timed with every block busy), until the last wide block
+  // ends: a compute-bound wide phase leaves DRAM bandwidth to the blocks that
+  // start beside it, on the SMs of wide blocks without a task. In (0, 1]; 1:
+  // priced as with every block busy (docs/DESIGN_NOTES.md, Planner 13).
+  double beside_wide_price = 1;
   int wide_blocks() const { return wide_tile_rows > 0 ? num_blocks / wide_span : 0; }
   // Tail tokens a request may bring (PlanCapacity::for_batches).
   int max_tail_tokens() const { return wide_tile_rows > 0 ? wide_tail_tokens : 0; }
