@@ -1,8 +1,9 @@
 """The transformers backend (codec.integrations.transformers): the page
-tables it derives from the engine's read slots (numpy only, runs on CI), and
-`paged|codec` against the engine's own `paged|sdpa` on a tiny random Qwen3 in
-transformers' continuous batching (where torch and transformers are
-installed: on the CPU engine in fp32, and on the GPU in bf16)."""
+tables it derives from the engine's read slots and the shared prefixes'
+warm-up waves (numpy only, run on CI), and `paged|codec` against the
+engine's own `paged|sdpa` on a tiny random Qwen3 in transformers' continuous
+batching (where torch and transformers are installed: on the CPU engine in
+fp32, and on the GPU in bf16)."""
 
 import importlib.util
 import os
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from codec.integrations.paging import page_starts, page_tables_from_block_table, page_tables_from_slots
+from codec.integrations.warm_up import prefix_waves
 
 
 def engine_slots(block_tables, seq_lens, block_size):
@@ -253,20 +255,16 @@ def test_async_warm_up_waves_never_split_a_prompt(budget, count):
     wave fits one step's token budget (no prompt chunked), extends each
     prefix by whole blocks, and the last covers every prefix whole; without
     it, one wave of the whole prefixes."""
-    ctf = load_backend()
     rng = np.random.default_rng(count)
     prefixes = [[k + 1] * int(rng.integers(1, 3000)) for k in range(count)]  # prefix k holds token k + 1
     block = 16
-
-    def manager(use_async, tokens=budget):
-        cache = SimpleNamespace(block_size=block, max_batch_tokens=tokens)
-        return SimpleNamespace(batch_processor=SimpleNamespace(use_async_batching=use_async, cache=cache))
-
-    assert ctf._prefix_waves(manager(False), prefixes) == [prefixes]
-    assert ctf._prefix_waves(manager(True, block - 1), prefixes) == [prefixes]  # a step of less than a block
-    assert ctf._prefix_waves(manager(True), []) == []
+    assert prefix_waves(prefixes, block, budget, async_batching=False) == [prefixes]
+    assert prefix_waves(prefixes, block, block - 1, async_batching=True) == [prefixes]  # a step under a block
+    assert prefix_waves([], block, budget, async_batching=True) == []
+    waves = prefix_waves(prefixes, block, budget, async_batching=True)
+    assert len(waves) > 1
     done = [0] * count  # tokens of each prefix warmed so far
-    for wave in ctf._prefix_waves(manager(True), prefixes):
+    for wave in waves:
         new = 0
         for p in wave:
             k = p[0] - 1
@@ -276,6 +274,21 @@ def test_async_warm_up_waves_never_split_a_prompt(budget, count):
             done[k] = len(p)
         assert new <= budget, (new, budget)  # one step prefills the whole wave
     assert done == [len(p) for p in prefixes]
+
+
+def test_warm_up_waves_read_the_managers_engine():
+    """The backend's waves take the block size, the step's tokens and the
+    async flag from the manager's batch processor."""
+    ctf = load_backend()
+    prefixes = [[1] * 100, [2] * 40]
+
+    def manager(use_async):
+        cache = SimpleNamespace(block_size=16, max_batch_tokens=64)
+        return SimpleNamespace(batch_processor=SimpleNamespace(use_async_batching=use_async, cache=cache))
+
+    assert ctf._prefix_waves(manager(False), prefixes) == [prefixes]
+    assert ctf._prefix_waves(manager(True), prefixes) == prefix_waves(prefixes, 16, 64, async_batching=True)
+    assert ctf._prefix_waves(manager(True), []) == []
 
 
 def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):

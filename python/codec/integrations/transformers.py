@@ -58,6 +58,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 from ..decode import BatchPrefixDecodeWrapper
 from .paging import page_starts, page_tables_from_block_table, page_tables_from_slots
+from .warm_up import prefix_waves
 
 NAME = "paged|codec"  # keeps "flash" out of the name: the engine turns on flash-only paths for such names
 WORKSPACE_BYTES = 256 << 20
@@ -321,16 +322,8 @@ def _wait(manager: Any, ids: List[str], count: int) -> Dict[str, Any]:
 
 
 def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int]]]:
-    """The warm-up requests of the shared prefixes, in waves that each finish
-    before the next. Without the engine's asynchronous batching: one wave,
-    the prefixes whole. With it, the engine schedules step N+1 before it
-    updates step N, so a prompt prefilled in several chunks finds itself
-    marked decoding when an earlier chunk's update comes, which then marks
-    none of that chunk's blocks complete (transformers 5.17), and requests
-    that share the prefix would prefill most of it again. So each wave
-    extends every prefix by what one step prefills for all of them (in
-    groups, where more prefixes than one step's blocks share it), and no
-    warm-up prompt is split into chunks."""
+    """``warm_up.prefix_waves`` for this manager's engine, once its
+    generation thread has made the batch processor."""
     if not prefixes:
         return []
     while manager.batch_processor is None:  # made by the generation thread as it starts
@@ -338,17 +331,8 @@ def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int
             raise RuntimeError("the generation thread stopped before it made its batch processor (its log says why)")
         time.sleep(0.005)
     processor = manager.batch_processor
-    block, budget = processor.cache.block_size, processor.cache.max_batch_tokens
-    if not getattr(processor, "use_async_batching", False) or budget < block:  # (a step of less than a block
-        return [prefixes]                                                      # chunks any longer prompt)
-    per_group = budget // block  # prefixes one step extends by a block each
-    waves = []
-    for g in range(0, len(prefixes), per_group):
-        group = prefixes[g:g + per_group]
-        chunk = budget // len(group) // block * block  # at least a block
-        ends = range(chunk, max(map(len, group)) + chunk, chunk)
-        waves += [[p[:end] for p in group if len(p) > end - chunk] for end in ends]
-    return waves
+    return prefix_waves(prefixes, processor.cache.block_size, processor.cache.max_batch_tokens,
+                        getattr(processor, "use_async_batching", False))
 
 
 def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any = None,
