@@ -27,8 +27,8 @@ void PlannerOptions::validate() const {
   CODEC_CHECK(wide_min_rows >= 0 && wide_min_tokens >= 0, "planner wide_min_rows ", wide_min_rows,
               " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
   CODEC_CHECK(wide_tail_tokens >= 0, "planner wide_tail_tokens ", wide_tail_tokens, " must be >= 0");
-  CODEC_CHECK(beside_wide_price > 0 && beside_wide_price <= 1, "planner beside_wide_price ", beside_wide_price,
-              " must be in (0, 1]");
+  CODEC_CHECK(beside_wide_price >= kMinBesideWidePrice && beside_wide_price <= 1, "planner beside_wide_price ",
+              beside_wide_price, " must be in [", kMinBesideWidePrice, ", 1]");
   CODEC_CHECK(price_tile_tokens >= 0, "planner price_tile_tokens ", price_tile_tokens, " must be >= 0");
   if (capacity) {
     capacity->validate();

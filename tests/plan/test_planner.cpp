@@ -301,11 +301,10 @@ TEST(Planner, BadOptions) {
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
                                 "price_tile_tokens -64 must be >= 0"));
   opt.price_tile_tokens = 0;
-  for (const double price : {0.0, -0.5, 1.25}) {
+  for (const auto& [price, shown] : {std::pair{0.0, "0"}, {-0.5, "-0.5"}, {0.2, "0.2"}, {1.25, "1.25"}}) {
     opt.beside_wide_price = price;
     EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
-                                  "beside_wide_price " + (testing::Message() << price).GetString() +
-                                      " must be in (0, 1]"));
+                                  std::string("beside_wide_price ") + shown + " must be in [0.25, 1]"));
   }
 }
 

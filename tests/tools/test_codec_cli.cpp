@@ -70,21 +70,25 @@ TEST(CodecCli, OfflineH200PlansUseTheKernelsBlocksPerSm) {
   }
 }
 
-// batch:32 on the committed H200 table (docs/DESIGN_NOTES.md, Planner 13):
-// priced as if every block were busy beside the wide kernel, its root's 128
-// rows a kv head fill every SM with a wide task; at the target's price of PAC
-// tasks beside it (0.8) 44 SMs stream the leaves from the start, the plan
-// that ran 1.089× faster (run 36).
+// The wide workloads on the committed H200 table (docs/DESIGN_NOTES.md,
+// Planner 13). Priced as if every block were busy beside the wide kernel,
+// batch:32's and batch:64's roots fill every SM with a wide task; at the
+// target's price of PAC tasks beside it (0.8) 44 SMs of batch:32 stream the
+// leaves from the start, and batch:64 keeps 176 wide tasks: the plans that
+// ran 1.089× and 1.021× faster (run 36), as long's 112 ran.
 TEST(CodecCli, BesideWidePriceLeavesSmsToTheLeaves) {
-  auto wide_tasks = [](const std::string& extra) {
-    const Result r = run_codec("plan --workload batch:32 --target h200 --json" + extra);
+  auto wide_tasks = [](const std::string& workload, const std::string& extra) {
+    const Result r = run_codec("plan --workload " + workload + " --target h200 --json" + extra);
     EXPECT_EQ(r.code, 0) << r.output;
     return r.code == 0 ? nlohmann::json::parse(r.output)[0]["wide_tasks"].get<int>() : -1;
   };
-  EXPECT_EQ(wide_tasks(""), 88);
-  EXPECT_EQ(wide_tasks(" --beside-wide 0.8"), 88);
-  EXPECT_EQ(wide_tasks(" --beside-wide 1"), 128);
-  for (const char* bad : {"0", "1.5", "-0.5"}) {
+  EXPECT_EQ(wide_tasks("batch:32", ""), 88);
+  EXPECT_EQ(wide_tasks("batch:32", " --beside-wide 0.8"), 88);
+  EXPECT_EQ(wide_tasks("batch:32", " --beside-wide 1"), 128);
+  EXPECT_EQ(wide_tasks("batch:64", ""), 176);
+  EXPECT_EQ(wide_tasks("batch:64", " --beside-wide 1"), 128);
+  EXPECT_EQ(wide_tasks("long", ""), 112);
+  for (const char* bad : {"0", "0.2", "1.5", "-0.5"}) {
     const Result r = run_codec(std::string("plan --workload batch:32 --target h200 --beside-wide ") + bad);
     EXPECT_NE(r.code, 0) << bad;
     EXPECT_NE(r.output.find("--beside-wide"), std::string::npos) << r.output;

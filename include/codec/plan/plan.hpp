@@ -155,12 +155,14 @@ struct PlanStats {
   double makespan_us = 0;     // slowest block's predicted time
   double merge_us = 0;        // the merge's predicted time after it (0: the cost model prices none)
   double lower_bound_us = 0;  // no plan under this cost model, every block busy, can be faster (a plan of fewer
-                              // tasks than blocks under a model that prices contention may come in under it)
+                              // tasks than blocks under a model that prices contention, or one whose tasks
+                              // beside wide ones are priced below the table, may come in under it)
   double cost_l_us = 0;       // the paper's mean-load bound, which sets the split caps
   double plan_ms = 0;         // host time of make_plan
   std::int64_t kv_tokens_read = 0;    // Σ task KV tokens (each kv head counted)
   std::int64_t unique_kv_tokens = 0;  // forest tokens × kv heads
-  // makespan over the bound: below 1 only for a plan of one wave under a model that prices contention
+  // makespan over the bound: below 1 only for a plan of one wave under a model that prices contention, or
+  // with tasks beside wide ones priced below the table (PlannerOptions::beside_wide_price)
   double quality() const { return lower_bound_us > 0 ? makespan_us / lower_bound_us : 1.0; }
 };
 

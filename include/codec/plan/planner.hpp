@@ -28,6 +28,10 @@ enum class SplitPolicy {
   given,
 };
 inline constexpr long kMaxExhaustivePlans = 200000;
+// Least PlannerOptions::beside_wide_price: 4× a task's speed with every
+// block busy, past the 1.65-2.3× a task gained with 1/64 of the blocks busy
+// (run 26); lower prices only distort the schedule.
+inline constexpr double kMinBesideWidePrice = 0.25;
 
 struct PlannerOptions {
   int num_blocks = 0;        // m: blocks that run concurrently (GPU: SMs × blocks per SM; CPU: threads)
@@ -55,8 +59,9 @@ struct PlannerOptions {
   // The price of a block's tasks while wide blocks still run, relative to the
   // cost table's (timed with every block busy), until the last wide block
   // ends: a compute-bound wide phase leaves DRAM bandwidth to the blocks that
-  // start beside it, on the SMs of wide blocks without a task. In (0, 1]; 1:
-  // priced as with every block busy (docs/DESIGN_NOTES.md, Planner 13).
+  // start beside it, on the SMs of wide blocks without a task. In
+  // [kMinBesideWidePrice, 1]; 1: priced as with every block busy
+  // (docs/DESIGN_NOTES.md, Planner 13).
   double beside_wide_price = 1;
   int wide_blocks() const { return wide_tile_rows > 0 ? num_blocks / wide_span : 0; }
   // Tail tokens a request may bring (PlanCapacity::for_batches).
