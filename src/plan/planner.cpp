@@ -871,7 +871,7 @@ class Planning {
   // and its blocks take each SM as its wide block leaves, in index order.
   // Until the last wide block ends (W) a block's tasks take
   // beside_wide_price (p) of their price: LPT runs on a clock of work,
-  // u(t) = t / p before W and W / p + (t − W) after, on which every task
+  // u(t) = t / p before W and t + (W / p − W) after, on which every task
   // takes its price; u is increasing, so the least-loaded block is the same
   // on both clocks.
   template <typename Assign, typename AssignWide>
@@ -891,7 +891,7 @@ class Planning {
     start_.resize(slice_blocks_);
     for (int j = 0; j < slice_blocks_; ++j) start_[j] = work(ends_[j / opt_.wide_span]);
     const double peak = lpt_(block_groups_, slice_blocks_, assign, work(limit), &start_);
-    return std::max(wide_peak, peak < wide_peak / p ? peak * p : peak - ahead);
+    return std::max(wide_peak, peak - ahead);  // a peak before W (under W on both clocks) leaves W
   }
   // The cost model's price of the merge under split vector s: its rows with
   // more than one partial, and the most partials a row has (0 when the model
