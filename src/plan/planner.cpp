@@ -121,27 +121,35 @@ struct NodeClass {
   mutable std::vector<Prices> prices_by_splits, busy_prices_by_splits;
 };
 
+// Fills p, the prices of split count `splits`, at `busy` (prices below).
+[[gnu::noinline]] void fill_prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy,
+                                   NodeClass::Prices& p) {
+  const Chunking k = chunking(c.tokens, splits, align);
+  auto price = [&](int rows, int len) {
+    if (c.wide) return cost.wide_cost_us(rows, len);
+    return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
+  };
+  const int tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
+  const int hi = c.tiling.rows_hi;
+  p.full_hi = price(hi, k.len + tail);
+  p.last_hi = price(hi, k.last + tail);
+  if (c.tiling.lo) p.full_lo = price(hi - 1, k.len + tail), p.last_lo = price(hi - 1, k.last + tail);
+  p.busy = busy;
+  p.chunks = k.count;
+}
+
 // busy: the blocks a plan keeps busy, if fewer than all and the model prices
 // contention (CostModel::cost_busy_us); else 0. A chunk is priced with its
-// share of the class's tails.
-const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy = 0) {
+// share of the class's tails. The search asks for the same prices thousands of
+// times a plan: the memo's lookup is inlined, the pricing is not.
+[[gnu::always_inline]] inline const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel& cost,
+                                                              int align, int busy = 0) {
   std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
-  if (splits >= int(memo.size())) memo.resize(std::max<std::size_t>(splits + 1, 2 * memo.size()));
+  if (splits >= int(memo.size())) [[unlikely]]
+    memo.resize(std::max<std::size_t>(splits + 1, 2 * memo.size()));
   NodeClass::Prices& p = memo[splits];
-  if (std::isnan(p.full_hi) || p.busy != busy) {
-    const Chunking k = chunking(c.tokens, splits, align);
-    auto price = [&](int rows, int len) {
-      if (c.wide) return cost.wide_cost_us(rows, len);
-      return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
-    };
-    const int tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
-    const int hi = c.tiling.rows_hi;
-    p.full_hi = price(hi, k.len + tail);
-    p.last_hi = price(hi, k.last + tail);
-    if (c.tiling.lo) p.full_lo = price(hi - 1, k.len + tail), p.last_lo = price(hi - 1, k.last + tail);
-    p.busy = busy;
-    p.chunks = k.count;
-  }
+  if (std::isnan(p.full_hi) || p.busy != busy) [[unlikely]]
+    fill_prices(c, splits, cost, align, busy, p);
   return p;
 }
 
