@@ -276,7 +276,6 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     using T = typename decltype(type)::type;
     static_assert(cuda::PacTraits<D, T>::kMaxRows == kCudaMaxTileRows);
     const cuda::PacParams params{.plan = device,
-                                 .plan_bytes = std::int64_t(plan.bytes().size()),
                                  .kv = {kv.k, kv.v, kv.stride_page, kv.stride_token, kv.stride_head},
                                  .q = io.q.data,
                                  .q_rows = io.q.strides(),

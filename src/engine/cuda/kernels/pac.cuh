@@ -34,7 +34,6 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
-#include <cstddef>
 #include <cstdint>
 
 #include "codec/core/state.hpp"
@@ -53,7 +52,6 @@ namespace codec::cuda {
 
 struct PacParams {
   PlanView plan;               // views the plan copy at the head of the workspace
-  std::int64_t plan_bytes;     //   of plan_bytes bytes from plan.tasks (the first array)
   KvPool kv;
   const void* q;               // row (request, qo head) at q_rows.at(request, head), D elements, KV dtype
   RowStrides q_rows;           //   (each row start 16-byte aligned)
@@ -371,10 +369,6 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
 // PAC blocks that still have several tasks to run. The trigger carries no
 // memory visibility; the merge's griddepcontrol.wait waits for this whole grid
 // to complete and flush.
-// 128-byte lines of the plan each PAC block prefetches (4 KiB: a grid of 264
-// blocks covers plans of up to ~1 MiB).
-constexpr int kPlanPrefetchLines = 32;
-
 template <int D, typename T>
 __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
     pac_kernel(const __grid_constant__ PacParams p) {
@@ -392,15 +386,6 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
   const PlanView& plan = p.plan;
   const PageGeometry geo(plan.page_size);
   const int b = blockIdx.x;
-  // Block b asks L2 for its slice of the plan: on a cold start (the weights'
-  // GEMMs before attention leave none of it in L2) the loads a task makes
-  // after its descriptor (page ids, request ids, partial counts) then find
-  // the plan in L2, not each a DRAM round trip. The descriptor itself, issued
-  // beside the prefetch, cannot.
-  if (threadIdx.x < kPlanPrefetchLines) {
-    const std::int64_t at = (std::int64_t(b) * kPlanPrefetchLines + threadIdx.x) * 128;
-    if (at < p.plan_bytes) prefetch_l2(reinterpret_cast<const std::byte*>(plan.tasks) + at);
-  }
   const int begin = plan.single_task_blocks ? min(b, plan.num_tasks) : plan.block_indptr[b];
   const int end = plan.single_task_blocks ? min(b + 1, plan.num_tasks) : plan.block_indptr[b + 1];
   for (int i = begin; i < end;) {

@@ -66,9 +66,6 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
-// Asks L2 for the 128-byte line at p; nothing waits for it.
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-
 // Programmatic dependent launch (PTX griddepcontrol, sm_90+; no-ops below, where
 // the host never sets the launch attribute either: cuda_engine.cu). wait blocks
 // until the grids this one depends on have completed and their writes are
