@@ -323,8 +323,10 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
       if (t == num_tiles - 1) wide_release(sm.q_empty(qb.slot));
       mask(t);
       wide_softmax<kSteps>(s, p.sm_scale, state, factor);
-      // the softmax runs beside P·V: the wait comes after every exponential (l sums them)
-      wgmma::wait_after<0>(state[0].l + state[1].l);
+      // the softmax is done before the wait, not moved after it by the compiler: it runs beside P·V
+      fence_fragments(s);
+      fence_fragments(factor);
+      wgmma::wait<0>();
       fence_fragments(o);
       fence_fragments(a);
       wide_release(sm.v_empty(vp.slot));

@@ -69,24 +69,6 @@ template <int N>
 __device__ __forceinline__ void wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// wait<N>, not before `after` is computed. ptxas moves a wait among register
-// arithmetic as it likes (empty asm fences vanish before it sees the code), and
-// hoisted the wide kernel's P·V wait above most of the softmax meant to run
-// beside that P·V. Here the wait is guarded by a predicate read from `after`,
-// true for every value a sum of exponentials takes (any but −inf, NaN
-// included), so the code that computes `after` comes first.
-template <int N>
-__device__ __forceinline__ void wait_after(float after) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.gtu.f32 p, %0, 0fFF800000;\n"
-      "@p wgmma.wait_group.sync.aligned %1;\n"
-      "}\n" ::"f"(after),
-      "n"(N)
-      : "memory");
-  wait<N>();
-}
 // Shared-memory writes of the generic proxy (cp.async included) become visible
 // to the async proxy that wgmma reads through; each writer fences, then a barrier.
 __device__ __forceinline__ void proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
