@@ -346,7 +346,7 @@ TEST(CudaEngine, SmallTasksRunPacked) {
 // narrow tails, or with the tails taken in; on the device's blocks, on 2-6
 // blocks (a wide block walks many tasks: the K, V and Q rings wrap across
 // tasks), and split in chunks that end inside tiles and pages (each taking
-// a share of the tails).
+// a share of the tails); in every layout.
 TEST(CudaEngine, WideTasksMatchTheReference) {
   SKIP_WITHOUT_GPU();
   struct WideCase {
@@ -362,6 +362,8 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       {{40, 8, 128}, DType::bf16, 3, Layout::interleaved, 1, 70},  // GQA 5: 350 rows, tiles of 117
       {{16, 2, 128}, DType::f16, 64, Layout::nhd, 3, 17},          // GQA 8: 136 rows, tiles of 68
       {{8, 8, 128}, DType::bf16, 7, Layout::nhd, 1, 65},           // MHA: 65 rows, one row past the second warpgroup's
+      {{32, 8, 128}, DType::bf16, 32, Layout::hnd, 1, 24},
+      {{16, 4, 128}, DType::f16, 16, Layout::interleaved, 2, 31},
   };
   for (const WideCase& c : cases) {
     if (!cuda_device_info(c.heads, c.dtype).wide) GTEST_SKIP() << "this device or build runs no wide tasks";
