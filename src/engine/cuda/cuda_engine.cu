@@ -3,8 +3,6 @@
 // dtype) to one of the 6 kernel configurations.
 #include "codec/engine/cuda_engine.hpp"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -75,66 +73,6 @@ bool wide_runs_here() {
   const bool yes = built_for_sm90a() && major == 9 && minor == 0;
   if (device < kCachedDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
   return yes;
-}
-
-// The driver's tensor-map encoder, found through the runtime so that the
-// library links no libcuda; null where the driver has none.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();  // clear it: the wide kernel then copies by cp.async
-      return PFN_cuTensorMapEncodeTiled_v12000{};
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
-}
-
-// The K and V pools as the wide kernel's TMA boxes read them
-// (primitives/tma.cuh): head_dim innermost, then slot, head and page in the
-// order of their strides; boxes of 64 elements by 16 slots. Not enabled
-// where a box could cross a page (page_size not a multiple of 16) or the
-// driver refuses the map (a stride it cannot express): the kernel then
-// copies everything by cp.async, as it does at any page size.
-cuda::WideKv wide_kv(const PagedKV& kv) {
-  cuda::WideKv w{};
-  w.enabled = false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (kv.page_size % cuda::kTmaBoxTokens != 0 || encode == nullptr) return w;
-  struct Dim {
-    std::int64_t size, stride;
-    std::uint32_t box;
-    int* position;
-  };
-  Dim dims[3] = {{kv.page_size, kv.stride_token, cuda::kTmaBoxTokens, &w.slot_dim},
-                 {kv.num_kv_heads, kv.stride_head, 1, &w.head_dim_pos},
-                 {kv.num_pages, kv.stride_page, 1, &w.page_dim}};
-  std::stable_sort(std::begin(dims), std::end(dims), [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
-  const std::int64_t elem = std::int64_t(dtype_size(kv.dtype));
-  cuuint64_t size[4] = {cuuint64_t(kv.head_dim)};
-  cuuint64_t strides[3];
-  cuuint32_t box[4] = {cuda::kTmaBoxElems};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  for (int i = 0; i < 3; ++i) {
-    size[i + 1] = cuuint64_t(dims[i].size);
-    strides[i] = cuuint64_t(dims[i].stride * elem);
-    box[i + 1] = dims[i].box;
-    *dims[i].position = i + 1;
-  }
-  const CUtensorMapDataType type =
-      kv.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  for (const auto& [map, base] : {std::pair{&w.k, kv.k}, std::pair{&w.v, kv.v}}) {
-    if (encode(map, type, 4, const_cast<void*>(base), size, strides, box, element_strides,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-      return w;
-  }
-  w.enabled = true;
-  return w;
 }
 
 void check_workspace(const Plan& plan, std::span<std::byte> workspace, const char* who) {
@@ -350,7 +288,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .part_lse = part_lse,
                                  .sm_scale = plan.heads().scale()};
     if constexpr (D == 128) {
-      if (wide) cuda::launch_pac_wide<D, T>(params, wide_kv(kv), stream);
+      if (wide) cuda::launch_pac_wide<D, T>(params, stream);
     }
     if (pac) cuda::launch_pac<D, T>(params, wide, stream);
     if (merge)

@@ -31,7 +31,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "codec/core/state.hpp"
 #include "codec/engine/cuda_check.hpp"
@@ -40,7 +39,6 @@
 #include "engine/cuda/kernels/pac.cuh"
 #include "engine/cuda/primitives/pipeline.cuh"
 #include "engine/cuda/primitives/ptx.cuh"
-#include "engine/cuda/primitives/tma.cuh"
 #include "engine/cuda/primitives/warp.cuh"
 #include "engine/cuda/primitives/wgmma.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
@@ -105,8 +103,8 @@ __device__ __forceinline__ int tail_tiles(const PlanView::TailRange& tails) {
 
 // Producer (warpgroup 0): the query rows, then every KV tile of each task.
 template <int D, typename T>
-__device__ __forceinline__ void wide_produce(const PacParams& p, const WideKv& wk, int begin, int end,
-                                             const PageGeometry geo, const WideSmem<D, T>& sm) {
+__device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int end, const PageGeometry geo,
+                                             const WideSmem<D, T>& sm) {
   using Tr = WideTraits<D, T>;
   using Loader = KvLoader<D, T, 128, Tr::kTileTokens, Tr::kTileTokens>;
   const PlanView& plan = p.plan;
@@ -114,8 +112,6 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, const WideKv& w
   // rows of a tile (tid / 16 + 8k) share their swizzle (row % 8), and keep
   // one address for them instead of spilling sixteen
   const int tid = threadIdx.x % 128, G = plan.group;
-  constexpr int kBoxedTileBytes = Tr::kTileBytes;  // K (or V) of a whole tile: 8 groups of 2 boxes
-  static_assert(Tr::kTileTokens == 8 * kTmaBoxTokens && D == 2 * kTmaBoxElems, "lanes 4g of warp 0 issue the boxes");
   int tile_use = 0;  // KV tiles copied so far, over all tasks: the ring's position
   for (int i = begin; i < end; ++i) {
     const Task task = plan.tasks[i];
@@ -138,44 +134,19 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, const WideKv& w
     }
     mbarrier_arrive_on_copies(sm.q_full(qb.slot));
 
-    // K (or V) of a tile into a stage, by TMA where `boxed` (a whole tile,
-    // 16-token groups each in one page: a box per group and column block,
-    // issued by the lane of warp 0 that looked up the group's first token,
-    // lane 4g holding token 16g in KvLoader's order) and by cp.async
-    // otherwise (zeros past the chunk). The stage's full barrier completes
-    // once every producer thread has arrived, after its copies, and the
-    // boxes' bytes are in.
-    auto load = [&](auto is_k, const typename Loader::LaneToken& token, bool boxed, T* dst, std::uint64_t* full) {
-      constexpr bool kK = decltype(is_k)::value;
-      if (!boxed) {
-        kv.template copy_rows<kK, !kK>(token, dst, dst);
-      } else if (tid < 32) {
-        if (tid == 0) mbarrier_expect_tx(full, kBoxedTileBytes);
-        __syncwarp();
-        if (tid % 4 == 0) {
-#pragma unroll
-          for (int c = 0; c < D / kTmaBoxElems; ++c)
-            tma_load_box(dst + c * Tr::kTileTokens * 64 + tid / 4 * kTmaBoxTokens * 64, kK ? &wk.k : &wk.v, wk,
-                         c * kTmaBoxElems, token.slot, task.kv_head, token.page, full);
-        }
-      }
-      mbarrier_arrive_on_copies(full);
-    };
-    auto copy = [&](const typename Loader::LaneToken& token, bool boxed) {  // a tile into the ring's next stage
+    auto copy = [&](const typename Loader::LaneToken& token) {  // a tile into the ring's next stage
       const RingUse st(tile_use++, Tr::kStages);
       mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
-      load(std::true_type{}, token, boxed, sm.k(st.slot), sm.k_full(st.slot));
+      kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
+      mbarrier_arrive_on_copies(sm.k_full(st.slot));
       mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
-      load(std::false_type{}, token, boxed, sm.v(st.slot), sm.v_full(st.slot));
+      kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
+      mbarrier_arrive_on_copies(sm.v_full(st.slot));
     };
-    // TMA where the pages allow (WideKv) and the chunk starts on a group;
-    // its last tile, if partial, by cp.async (which writes its zeros)
-    const int kv_len = task.kv_end - task.kv_begin;
-    const bool boxed = wk.enabled && task.kv_begin % kTmaBoxTokens == 0;
     for (int t = 0; t < node_tiles; ++t) {
       const typename Loader::LaneToken token = next;
       if (t + 1 < node_tiles) next = kv.lookup(t + 1);
-      copy(token, boxed && (t + 1) * Tr::kTileTokens <= kv_len);
+      copy(token);
     }
     // the tails', in a loop of their own as the consumers' are
     const PlanView::TailRange tails = plan.task_tails(task);
@@ -184,7 +155,7 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, const WideKv& w
     for (int t = 0; t < num_tails; ++t) {
       const typename Loader::LaneToken token = next;
       if (t + 1 < num_tails) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, t + 1);
-      copy(token, false);
+      copy(token);
     }
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the thread that issued it
@@ -409,8 +380,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 #endif  // CODEC_WGMMA
 
 template <int D, typename T>
-__global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1)
-    pac_wide_kernel(const __grid_constant__ PacParams p, const __grid_constant__ WideKv wk) {
+__global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel(const __grid_constant__ PacParams p) {
 #if CODEC_WGMMA
   using Tr = WideTraits<D, T>;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -426,14 +396,13 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1)
   const int begin = plan.wide_indptr[blockIdx.x], end = plan.wide_indptr[blockIdx.x + 1];
   if (threadIdx.x < 128) {
     setmaxnreg_dec<Tr::kProducerRegs>();
-    wide_produce<D, T>(p, wk, begin, end, PageGeometry(plan.page_size), sm);
+    wide_produce<D, T>(p, begin, end, PageGeometry(plan.page_size), sm);
   } else {
     setmaxnreg_inc<Tr::kConsumerRegs>();
     wide_consume<D, T>(p, begin, end, sm);
   }
 #else
   (void)p;
-  (void)wk;
   __trap();  // the host launches it only where the build has sm_90a code (cuda_engine.cu)
 #endif
 }
@@ -442,10 +411,10 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1)
 
 // One block per wide block of the plan (one per SM).
 template <int D, typename T>
-void launch_pac_wide(const PacParams& params, const WideKv& kv, cudaStream_t stream) {
+void launch_pac_wide(const PacParams& params, cudaStream_t stream) {
   using Tr = WideTraits<D, T>;
   set_smem_limit<pac_wide_kernel<D, T>>(Tr::kSmemBytes);
-  pac_wide_kernel<D, T><<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params, kv);
+  pac_wide_kernel<D, T><<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
   CODEC_CUDA_CHECK_LAUNCH("pac_wide_kernel", stream);
 }
 
