@@ -323,7 +323,8 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
       if (t == num_tiles - 1) wide_release(sm.q_empty(qb.slot));
       mask(t);
       wide_softmax<kSteps>(s, p.sm_scale, state, factor);
-      // the softmax is done before the wait, not moved after it by the compiler: it runs beside P·V
+      // the softmax before the wait in the code ptxas gets; ptxas still moves the wait above most
+      // of it (docs/DESIGN_NOTES.md, compiler facts), and the other consumer's turn fills the gap
       fence_fragments(s);
       fence_fragments(factor);
       wgmma::wait<0>();
