@@ -119,7 +119,8 @@ struct PacTraits {
 // copies' addresses). 72 / 216 ran 2–5% faster than 56 / 224 on the wide
 // workloads (results/h200/run38: the dense shapes 0.955–0.958×, long
 // 0.961×, sysprompt:512 0.95–0.96×, batch:64 0.976×; batch:32 1.026×) with
-// the same instructions a tile in both warpgroups, within 1%.
+// the same instructions a tile in both warpgroups, within 1%; at 224 ptxas
+// re-read threadIdx.x (S2R) in every consumer step.
 template <int D, typename T>
 struct WideTraits {
   static constexpr int kHeadDim = D;
