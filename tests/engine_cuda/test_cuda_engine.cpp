@@ -73,8 +73,12 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-enum class Layout { nhd, hnd, interleaved };
-const char* to_string(Layout l) { return l == Layout::nhd ? "NHD" : l == Layout::hnd ? "HND" : "interleaved"; }
+// padded: NHD with 16 bytes between pages, so that the page stride in bytes
+// is an odd multiple of 16, the least the kernels take
+enum class Layout { nhd, hnd, interleaved, padded };
+const char* to_string(Layout l) {
+  return l == Layout::nhd ? "NHD" : l == Layout::hnd ? "HND" : l == Layout::interleaved ? "interleaved" : "padded NHD";
+}
 
 // A batch's K/V pool re-laid out on the device, and its queries.
 struct DeviceBatch {
@@ -87,11 +91,13 @@ DeviceBatch upload(const test::RandomBatch& b, Layout layout) {
   const int P = int(b.num_pages), S = s.page_size, H = s.heads.num_kv_heads, D = s.heads.head_dim;
   const PagedKV src = b.kv();
   // Host copies in the target layout (interleaved: K and V in one buffer).
-  const std::size_t elems = b.k.size() / 2;
+  constexpr int kPad = 8;  // elements between pages of the padded layout
+  const std::size_t elems = layout == Layout::padded ? std::size_t(P) * (S * H * D + kPad) : b.k.size() / 2;
   std::vector<std::uint16_t> hk(layout == Layout::interleaved ? 2 * elems : elems), hv(elems);
-  PagedKV dst = layout == Layout::nhd   ? PagedKV::nhd(hk.data(), hv.data(), s.dtype, P, S, H, D)
-                : layout == Layout::hnd ? PagedKV::hnd(hk.data(), hv.data(), s.dtype, P, S, H, D)
-                                        : PagedKV::interleaved_nhd(hk.data(), s.dtype, P, S, H, D);
+  PagedKV dst = layout == Layout::hnd           ? PagedKV::hnd(hk.data(), hv.data(), s.dtype, P, S, H, D)
+                : layout == Layout::interleaved ? PagedKV::interleaved_nhd(hk.data(), s.dtype, P, S, H, D)
+                                                : PagedKV::nhd(hk.data(), hv.data(), s.dtype, P, S, H, D);
+  if (layout == Layout::padded) dst.stride_page += kPad;
   auto* dk = const_cast<std::uint16_t*>(static_cast<const std::uint16_t*>(dst.k));
   auto* dv = const_cast<std::uint16_t*>(static_cast<const std::uint16_t*>(dst.v));
   const auto* k = reinterpret_cast<const std::uint16_t*>(b.k.data());
@@ -250,6 +256,7 @@ TEST(CudaEngine, LayoutsGiveBitIdenticalResults) {
     const Outputs nhd = run_gpu(plan, upload(b, Layout::nhd));
     EXPECT_EQ(run_gpu(plan, upload(b, Layout::hnd)).bits, nhd.bits) << spec.describe();
     EXPECT_EQ(run_gpu(plan, upload(b, Layout::interleaved)).bits, nhd.bits) << spec.describe();
+    EXPECT_EQ(run_gpu(plan, upload(b, Layout::padded)).bits, nhd.bits) << spec.describe();
     const ReferenceResult ref = reference_attention(b.table(), b.kv(), spec.heads, b.q.data());
     expect_matches(nhd, ref, spec.dtype, spec.describe());
   }
@@ -364,6 +371,7 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       {{8, 8, 128}, DType::bf16, 7, Layout::nhd, 1, 65},           // MHA: 65 rows, one row past the second warpgroup's
       {{32, 8, 128}, DType::bf16, 32, Layout::hnd, 1, 24},
       {{16, 4, 128}, DType::f16, 16, Layout::interleaved, 2, 31},
+      {{32, 8, 128}, DType::bf16, 16, Layout::padded, 1, 36},
   };
   for (const WideCase& c : cases) {
     if (!cuda_device_info(c.heads, c.dtype).wide) GTEST_SKIP() << "this device or build runs no wide tasks";
