@@ -134,16 +134,13 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
     }
     mbarrier_arrive_on_copies(sm.q_full(qb.slot));
 
-    // A tile into the ring's next stage, K and V in one pass once both are
-    // free: one shuffle of each token's offset serves both copies (9
-    // instructions a row against 12 with K copied before V's wait), and K,
-    // needed two tiles later, lands with V.
-    auto copy = [&](const typename Loader::LaneToken& token) {
+    auto copy = [&](const typename Loader::LaneToken& token) {  // a tile into the ring's next stage
       const RingUse st(tile_use++, Tr::kStages);
       mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
-      mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
-      kv.template copy_rows<true, true>(token, sm.k(st.slot), sm.v(st.slot));
+      kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
       mbarrier_arrive_on_copies(sm.k_full(st.slot));
+      mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
+      kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
       mbarrier_arrive_on_copies(sm.v_full(st.slot));
     };
     for (int t = 0; t < node_tiles; ++t) {
