@@ -23,7 +23,7 @@ flags=(-O3 -DNDEBUG -DCODEC_HAS_CUDA=1 -std=c++20 -cubin -DCODEC_CUDA_ARCHITECTU
 # drop addresses, encodings and the per-path hash of anonymous namespaces
 norm() {
   grep -vE '^\s*$|nvdisasm warning' |
-    sed -E 's#/\*[0-9a-f]{4}\*/##; s#/\* 0x[0-9a-f]+ \*/##; s/_GLOBAL__N__[0-9a-f]+_/_GLOBAL__N__/g; s/[[:space:]]+$//'
+    sed -E 's#/\*[0-9a-f]{4,}\*/##; s#/\* 0x[0-9a-f]+ \*/##; s/_GLOBAL__N__[0-9a-f]+_/_GLOBAL__N__/g; s/[[:space:]]+$//'
 }
 status=0
 for arch in "${archs[@]}"; do
