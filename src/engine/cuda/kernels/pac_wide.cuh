@@ -115,6 +115,14 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
   int tile_use = 0;  // KV tiles copied so far, over all tasks: the ring's position
   for (int i = begin; i < end; ++i) {
     const Task task = plan.tasks[i];
+    // How copy moves a tile. A node of more rows than a task holds has other
+    // tasks reading the same KV, mostly from L2, and its blocks are bound by
+    // issue slots: K and V go in one pass once both buffers are free, one
+    // shuffle of each token's offset serving both (9 instructions a row
+    // against 12). Otherwise the KV comes from HBM, and K goes as soon as its
+    // buffer frees, a tile ahead of V, to keep more of it in flight. Loaded
+    // first, so that its latency does not hold up the task's first copy.
+    const bool one_pass = plan.node_rows(task.node) > Tr::kMaxRows;
     const int rows = task.row_end - task.row_begin;
     const int node_tiles = (task.kv_end - task.kv_begin + Tr::kTileTokens - 1) / Tr::kTileTokens;
     const std::int32_t* reqs = plan.node_reqs + task.req_begin;
@@ -137,10 +145,17 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
     auto copy = [&](const typename Loader::LaneToken& token) {  // a tile into the ring's next stage
       const RingUse st(tile_use++, Tr::kStages);
       mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
-      kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
-      mbarrier_arrive_on_copies(sm.k_full(st.slot));
+      if (!one_pass) {
+        kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
+        mbarrier_arrive_on_copies(sm.k_full(st.slot));
+      }
       mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
-      kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
+      if (one_pass) {
+        kv.template copy_rows<true, true>(token, sm.k(st.slot), sm.v(st.slot));
+        mbarrier_arrive_on_copies(sm.k_full(st.slot));
+      } else {
+        kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
+      }
       mbarrier_arrive_on_copies(sm.v_full(st.slot));
     };
     for (int t = 0; t < node_tiles; ++t) {
