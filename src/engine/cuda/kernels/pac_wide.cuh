@@ -31,7 +31,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "codec/core/state.hpp"
 #include "codec/engine/cuda_check.hpp"
@@ -116,7 +115,7 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
   int tile_use = 0;  // KV tiles copied so far, over all tasks: the ring's position
   for (int i = begin; i < end; ++i) {
     const Task task = plan.tasks[i];
-    // How stream copies a tile. A node of more rows than a task holds has other
+    // How copy moves a tile. A node of more rows than a task holds has other
     // tasks reading the same KV, mostly from L2, and its blocks are bound by
     // issue slots: K and V go in one pass once both buffers are free, one
     // shuffle of each token's offset serving both (9 instructions a row
@@ -143,44 +142,35 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
     }
     mbarrier_arrive_on_copies(sm.q_full(qb.slot));
 
-    // The task's tiles, the node's then the tails' (in a loop of their own
-    // as the consumers' are), each loop compiled once for each way of copying
-    auto stream = [&](auto one_pass_tag) {
-      constexpr bool kOnePass = decltype(one_pass_tag)::value;
-      auto copy = [&](const typename Loader::LaneToken& token) {  // a tile into the ring's next stage
-        const RingUse st(tile_use++, Tr::kStages);
-        mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
-        if constexpr (!kOnePass) {
-          kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
-          mbarrier_arrive_on_copies(sm.k_full(st.slot));
-        }
-        mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
-        if constexpr (kOnePass) {
-          kv.template copy_rows<true, true>(token, sm.k(st.slot), sm.v(st.slot));
-          mbarrier_arrive_on_copies(sm.k_full(st.slot));
-        } else {
-          kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
-        }
-        mbarrier_arrive_on_copies(sm.v_full(st.slot));
-      };
-      for (int t = 0; t < node_tiles; ++t) {
-        const typename Loader::LaneToken token = next;
-        if (t + 1 < node_tiles) next = kv.lookup(t + 1);
-        copy(token);
+    auto copy = [&](const typename Loader::LaneToken& token) {  // a tile into the ring's next stage
+      const RingUse st(tile_use++, Tr::kStages);
+      mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
+      if (!one_pass) {
+        kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
+        mbarrier_arrive_on_copies(sm.k_full(st.slot));
       }
-      const PlanView::TailRange tails = plan.task_tails(task);
-      const int num_tails = tail_tiles<Tr::kTileTokens>(tails);
-      if (num_tails > 0) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, 0);
-      for (int t = 0; t < num_tails; ++t) {
-        const typename Loader::LaneToken token = next;
-        if (t + 1 < num_tails) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, t + 1);
-        copy(token);
+      mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
+      if (one_pass) {
+        kv.template copy_rows<true, true>(token, sm.k(st.slot), sm.v(st.slot));
+        mbarrier_arrive_on_copies(sm.k_full(st.slot));
+      } else {
+        kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
       }
+      mbarrier_arrive_on_copies(sm.v_full(st.slot));
     };
-    if (one_pass) {
-      stream(std::true_type{});
-    } else {
-      stream(std::false_type{});
+    for (int t = 0; t < node_tiles; ++t) {
+      const typename Loader::LaneToken token = next;
+      if (t + 1 < node_tiles) next = kv.lookup(t + 1);
+      copy(token);
+    }
+    // the tails', in a loop of their own as the consumers' are
+    const PlanView::TailRange tails = plan.task_tails(task);
+    const int num_tails = tail_tiles<Tr::kTileTokens>(tails);
+    if (num_tails > 0) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, 0);
+    for (int t = 0; t < num_tails; ++t) {
+      const typename Loader::LaneToken token = next;
+      if (t + 1 < num_tails) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, t + 1);
+      copy(token);
     }
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the thread that issued it
