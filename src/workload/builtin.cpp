@@ -18,7 +18,8 @@ constexpr std::int64_t kMaxTokens = std::int64_t(1) << 26;
 constexpr std::int64_t kMaxRequests = std::int64_t(1) << 16;
 
 constexpr const char* kKnown =
-    "seq[:L], batch[:B], depth[:d], ratio[:r], shape[:k|DT], long, loogle[:n], fewshot, flat[:B], sysprompt[:B]";
+    "seq[:L], batch[:B], depth[:d], ratio[:r], shape[:k|DT], long, loogle[:n], fewshot, flat[:B], sysprompt[:B], "
+    "dense[:D]";
 
 std::int32_t add_node(Workload& w, std::string id, std::int32_t parent, std::int64_t tokens) {
   w.nodes.push_back({std::move(id), parent, tokens});
@@ -114,6 +115,21 @@ void add_sysprompt(Workload& w, std::int64_t requests) {
   }
 }
 
+// D documents of 32,768 / D tokens, each the whole context of 512 / D
+// requests, with no tokens of their own: every node is read by hundreds to
+// thousands of query rows a kv head, a prefill-shaped and compute-bound
+// decode step (the wide kernel's tile-loop target, docs/BENCHMARKS.md).
+void add_dense(Workload& w, std::int64_t documents) {
+  CODEC_CHECK(512 % documents == 0, "workload 'dense': parameter '", documents,
+              "' does not divide 512 (the requests, shared equally by the documents)");
+  for (std::int64_t d = 0; d < documents; ++d) {
+    std::string id = "doc";  // appended piecewise, as in add_forest
+    id += std::to_string(d);
+    const std::int32_t doc = add_node(w, std::move(id), -1, 32768 / documents);
+    w.requests.insert(w.requests.end(), std::size_t(512 / documents), doc);
+  }
+}
+
 struct Sweep {
   const char* name;
   const char* default_param;  // nullptr: the scenario takes no parameter
@@ -133,6 +149,7 @@ const std::vector<Sweep>& sweeps() {
       {"fewshot", nullptr, {}},
       {"flat", "8", {"8", "64"}},
       {"sysprompt", "512", {"64", "256", "512"}},
+      {"dense", "2", {"2", "4"}},
   };
   return table;
 }
@@ -200,8 +217,10 @@ Workload builtin_workload(const std::string& spec) {
     add_forest(w, 64, 16, {2048, 128});
   } else if (name == "flat") {  // roots only, no page shared by two requests
     add_forest(w, parse_int(name, param, 1, kMaxRequests), 1, {4096});
-  } else {
+  } else if (name == "sysprompt") {
     add_sysprompt(w, parse_int(name, param, 1, kMaxRequests));
+  } else {
+    add_dense(w, parse_int(name, param, 1, 512));
   }
   w.validate();
   return w;

@@ -44,11 +44,11 @@ void expect_uniform_requests(const Workload& w, std::size_t requests, std::int64
 
 TEST(Builtin, EveryNameParsesAndValidates) {
   const std::vector<std::string> names = builtin_workload_names();
-  ASSERT_EQ(names.size(), 35u);
+  ASSERT_EQ(names.size(), 37u);
   EXPECT_EQ(names.front(), "seq:128");
-  EXPECT_EQ(names.back(), "sysprompt:512");
-  const std::vector<std::string> heads = {"seq:128", "batch:4", "depth:2", "ratio:0.05", "shape:2", "long",
-                                          "loogle:4", "fewshot", "flat:8", "sysprompt:64"};
+  EXPECT_EQ(names.back(), "dense:4");
+  const std::vector<std::string> heads = {"seq:128", "batch:4", "depth:2", "ratio:0.05", "shape:2",     "long",
+                                          "loogle:4", "fewshot", "flat:8",  "sysprompt:64", "dense:2"};
   std::size_t next = 0;
   for (const std::string& name : names) {
     if (next < heads.size() && name == heads[next]) ++next;
@@ -192,12 +192,30 @@ TEST(Builtin, SyspromptSharesOnePromptWithShortTails) {
   EXPECT_NE(builtin_workload("sysprompt:64").unique_tokens(), 4096 + 64 * 16);
 }
 
+TEST(Builtin, DenseDocumentsShareTheirWholeContext) {
+  for (std::int64_t d : {1, 2, 4, 512}) {
+    const Workload w = builtin_workload("dense:" + std::to_string(d));
+    ASSERT_EQ(w.nodes.size(), std::size_t(d));
+    ASSERT_EQ(w.requests.size(), 512u);
+    EXPECT_EQ(num_roots(w), d);
+    EXPECT_EQ(w.unique_tokens(), 32768);
+    std::map<std::int32_t, std::int64_t> requests_of;  // document → its requests
+    for (const std::int32_t node : w.requests) ++requests_of[node];
+    ASSERT_EQ(requests_of.size(), std::size_t(d));
+    for (const auto& [node, count] : requests_of) {
+      EXPECT_EQ(count, 512 / d) << "document " << node;
+      EXPECT_EQ(w.nodes[std::size_t(node)].tokens, 32768 / d);
+    }
+  }
+}
+
 TEST(Builtin, BareNamesTakeTheDefaultPoint) {
   const std::map<std::string, std::string> defaults = {{"seq", "seq:512"},     {"batch", "batch:64"},
                                                        {"depth", "depth:4"},   {"ratio", "ratio:0.2"},
                                                        {"shape", "shape:2"},   {"loogle", "loogle:8"},
                                                        {"flat", "flat:8"},     {"long", "long"},
-                                                       {"fewshot", "fewshot"}, {"sysprompt", "sysprompt:512"}};
+                                                       {"fewshot", "fewshot"}, {"sysprompt", "sysprompt:512"},
+                                                       {"dense", "dense:2"}};
   for (const auto& [bare, full] : defaults) {
     const Workload a = builtin_workload(bare), b = builtin_workload(full);
     EXPECT_EQ(a.name, full);
@@ -213,6 +231,8 @@ TEST(Builtin, BadSpecs) {
   EXPECT_TRUE(throws_with([] { builtin_workload("batch:"); }, "parameter '' is not an integer"));
   EXPECT_TRUE(throws_with([] { builtin_workload("seq:12x"); }, "parameter '12x'"));
   EXPECT_TRUE(throws_with([] { builtin_workload("ratio:1.5"); }, "parameter '1.5' is not a number in [0, 1]"));
+  EXPECT_TRUE(throws_with([] { builtin_workload("dense:3"); }, "workload 'dense': parameter '3' does not divide 512"));
+  EXPECT_TRUE(throws_with([] { builtin_workload("dense:1024"); }, "parameter '1024' is not an integer in [1, 512]"));
   EXPECT_TRUE(throws_with([] { builtin_workload("depth:40"); }, "workload 'depth': parameter '40'"));
   EXPECT_TRUE(throws_with([] { builtin_workload("shape:DT2"); }, "parameter 'DT2' is not an integer in [1, 64] or DT"));
   EXPECT_TRUE(throws_with([] { builtin_workload("long:3"); }, "workload 'long' takes no parameter, got '3'"));
