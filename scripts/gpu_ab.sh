@@ -20,9 +20,13 @@
 # CODEC_AB_ALSO adds configurations of the new build, LABEL=OPTIONS separated
 # by ';', timed in the same rotation, e.g. the change switched off by an option:
 #   CODEC_AB_ALSO="notail=--tail-tokens 0" bash scripts/gpu_ab.sh "$OUT" -- ...
+# CODEC_AB_PATCHES adds builds, LABEL=PATCH separated by ';': each a copy of
+# the working tree with PATCH (a diff against it, e.g. `git diff > abtmp/x.patch`
+# of a variant, then `git checkout` back) applied, timed in the same rotation:
+#   CODEC_AB_PATCHES="nok=abtmp/nok.patch" bash scripts/gpu_ab.sh "$OUT" FILE -- ...
 # The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
 #   ### LABEL rROUND ARGS | the bench row (workload, times in ms, ...)
-# (LABEL old, new, or one of CODEC_AB_ALSO's), which scripts/ab_summary.py
+# (LABEL old, new, or one of CODEC_AB_ALSO's or CODEC_AB_PATCHES'), which scripts/ab_summary.py
 # sums up (each label / old per ARGS, geometric means).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +47,17 @@ for f in "${files[@]}"; do
   [ -f "$f" ] || { echo "!! $f: no such file in the working tree" >&2; exit 1; }
   [ -f "abtmp/$(basename "$f")" ] || { echo "!! abtmp/$(basename "$f") missing: old and new would be one build" >&2; exit 1; }
 done
+declare -A patch_of=()  # CODEC_AB_PATCHES: label → patch
+patched=()             # their labels, in order
+IFS=';' read -r -a entries <<< "${CODEC_AB_PATCHES:-}"
+for e in "${entries[@]}"; do
+  label=${e%%=*} file=${e#*=}
+  [ -f "$file" ] || { echo "!! $file: no such patch (CODEC_AB_PATCHES entry '$e')" >&2; exit 1; }
+  case $label in old | new | *[!A-Za-z0-9_]* | '') echo "!! CODEC_AB_PATCHES label '$label': a word other than old and new" >&2; exit 1 ;; esac
+  [[ $file = /* ]] || file=$PWD/$file
+  patch_of[$label]=$file
+  patched+=("$label")
+done
 rounds=${CODEC_AB_ROUNDS:-1}
 old=/tmp/codec_ab_old
 mkdir -p "$out"
@@ -58,6 +73,13 @@ mkdir -p "$out"
   fi
   [ $same_build = 1 ] || (cd "$old" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
      cmake --build build -j 8 --target codec_tool > "$out/build_old.log" 2>&1 || echo "!! old build failed") &
+  for label in "${patched[@]}"; do
+    d=/tmp/codec_ab_$label
+    rm -rf "$d" && mkdir -p "$d" && tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$d"
+    (cd "$d" && git apply "${patch_of[$label]}" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
+       -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
+       cmake --build build -j 8 --target codec_tool > "$out/build_$label.log" 2>&1 || echo "!! $label build failed") &
+  done
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
     cmake --build build-gpu -j 8 --target codec_tool test_engine_cuda > "$out/build_new.log" 2>&1 || echo "!! new build failed"
   wait
@@ -68,10 +90,12 @@ mkdir -p "$out"
   IFS=';' read -r -a also <<< "${CODEC_AB_ALSO:-}"
   for r in $(seq 1 "$rounds"); do
     for args in "$@"; do
-      for config in old new "${also[@]}"; do
+      for config in old new "${also[@]}" "${patched[@]}"; do
         b=${config%%=*} bin=./build-gpu/codec extra=${CODEC_AB_NEW_ARGS:-}
         if [ $b = old ]; then
           if [ $same_build = 1 ]; then extra=${CODEC_AB_OLD_ARGS}; else bin=$old/build/codec; fi
+        elif [ -n "${patch_of[$config]:-}" ]; then
+          bin=/tmp/codec_ab_$b/build/codec
         elif [ $b != new ]; then
           extra=${config#*=}
         fi
