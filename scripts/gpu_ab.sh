@@ -21,8 +21,9 @@
 # by ';', timed in the same rotation, e.g. the change switched off by an option:
 #   CODEC_AB_ALSO="notail=--tail-tokens 0" bash scripts/gpu_ab.sh "$OUT" -- ...
 # CODEC_AB_PATCHES adds builds, LABEL=PATCH separated by ';': each a copy of
-# the working tree with PATCH (a diff against it, e.g. `git diff > abtmp/x.patch`
-# of a variant, then `git checkout` back) applied, timed in the same rotation:
+# the working tree with PATCH applied (a diff against it, e.g. a variant's
+# `git diff > abtmp/x.patch`, then `git checkout -- FILE` back; a relative
+# PATCH or OUT names a path from the repository root), timed in the same rotation:
 #   CODEC_AB_PATCHES="nok=abtmp/nok.patch" bash scripts/gpu_ab.sh "$OUT" FILE -- ...
 # The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
 #   ### LABEL rROUND ARGS | the bench row (workload, times in ms, ...)
@@ -33,6 +34,7 @@ cd "$(dirname "$0")/.."
 usage() { echo "usage: [CODEC_AB_ROUNDS=N] bash scripts/gpu_ab.sh OUT FILE... -- 'BENCH ARGS'..." >&2; exit 2; }
 [ $# -ge 1 ] || usage
 out=$1; shift
+[[ $out = /* ]] || out=$PWD/$out  # the builds below write their logs from other folders
 files=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do files+=("$1"); shift; done
 [ $# -gt 0 ] && shift
@@ -51,9 +53,11 @@ declare -A patch_of=()  # CODEC_AB_PATCHES: label → patch
 patched=()             # their labels, in order
 IFS=';' read -r -a entries <<< "${CODEC_AB_PATCHES:-}"
 for e in "${entries[@]}"; do
+  [ -n "$e" ] || continue  # "a=x;" as "a=x"
   label=${e%%=*} file=${e#*=}
   [ -f "$file" ] || { echo "!! $file: no such patch (CODEC_AB_PATCHES entry '$e')" >&2; exit 1; }
   case $label in old | new | *[!A-Za-z0-9_]* | '') echo "!! CODEC_AB_PATCHES label '$label': a word other than old and new" >&2; exit 1 ;; esac
+  [ -z "${patch_of[$label]:-}" ] || { echo "!! CODEC_AB_PATCHES label '$label' given twice" >&2; exit 1; }
   [[ $file = /* ]] || file=$PWD/$file
   patch_of[$label]=$file
   patched+=("$label")

@@ -116,9 +116,9 @@ void add_sysprompt(Workload& w, std::int64_t requests) {
 }
 
 // D documents of 32,768 / D tokens, each the whole context of 512 / D
-// requests, with no tokens of their own: every node is read by hundreds to
-// thousands of query rows a kv head, a prefill-shaped and compute-bound
-// decode step (the wide kernel's tile-loop target, docs/BENCHMARKS.md).
+// requests, with no tokens of their own. At D = 2 and 4 every node is read by
+// 1,024 or 512 query rows a kv head: a prefill-shaped, compute-bound decode
+// step (the wide kernel's tile-loop target, docs/BENCHMARKS.md).
 void add_dense(Workload& w, std::int64_t documents) {
   CODEC_CHECK(512 % documents == 0, "workload 'dense': parameter '", documents,
               "' does not divide 512 (the requests, shared equally by the documents)");

@@ -155,6 +155,8 @@ struct WideTraits {
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kTileTokens * 128 % 1024 == 0,
                 "every operand and column block must start on a 1024-byte boundary (wgmma's 128-byte swizzle)");
   static_assert(kSmemBytes <= 227 * 1024, "a block may have at most 227 KiB of shared memory on sm_90");
+  static_assert(kStages >= 2, "a one-pass copy of tile t waits for V of tile t - kStages, released in the step "
+                              "of tile t - kStages + 1, which with one stage is tile t's own");
 };
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a [Rows][D] tile,

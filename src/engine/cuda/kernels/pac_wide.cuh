@@ -116,12 +116,12 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
   for (int i = begin; i < end; ++i) {
     const Task task = plan.tasks[i];
     // How copy moves a tile. A node of more rows than a task holds has other
-    // tasks reading the same KV, mostly from L2, and its blocks are bound by
-    // issue slots: K and V go in one pass once both buffers are free, one
-    // shuffle of each token's offset serving both (9 instructions a row
+    // tasks reading the same KV, mostly from L2, where the producer's issue
+    // slots tend to bind: K and V go in one pass once both buffers are free,
+    // one shuffle of each token's offset serving both (9 instructions a row
     // against 12). Otherwise the KV comes from HBM, and K goes as soon as its
-    // buffer frees, a tile ahead of V, to keep more of it in flight. Loaded
-    // first, so that its latency does not hold up the task's first copy.
+    // buffer frees, a tile ahead of V, to keep more of it in flight
+    // (results/h200/run40: where each way wins).
     const bool one_pass = plan.node_rows(task.node) > Tr::kMaxRows;
     const int rows = task.row_end - task.row_begin;
     const int node_tiles = (task.kv_end - task.kv_begin + Tr::kTileTokens - 1) / Tr::kTileTokens;
