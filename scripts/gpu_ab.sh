@@ -65,24 +65,26 @@ done
 rounds=${CODEC_AB_ROUNDS:-1}
 old=/tmp/codec_ab_old
 mkdir -p "$out"
+copy_tree() { rm -rf "$1" && mkdir -p "$1" && tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$1"; }
+# the CLI of the tree in folder $1, its log build_$2.log
+build_tool() {
+  (cd "$1" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
+     cmake --build build -j 8 --target codec_tool > "$out/build_$2.log" 2>&1) || echo "!! $2 build failed"
+}
 {
-  rm -rf "$old" && mkdir -p "$old"
-  if [ $same_build = 1 ]; then
-    :
-  elif [ -n "${CODEC_AB_OLD_TREE:-}" ]; then
-    tar -xf "$CODEC_AB_OLD_TREE" -C "$old"
-  else
-    tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$old"
-    for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
+  if [ $same_build = 0 ]; then
+    if [ -n "${CODEC_AB_OLD_TREE:-}" ]; then
+      rm -rf "$old" && mkdir -p "$old" && tar -xf "$CODEC_AB_OLD_TREE" -C "$old"
+    else
+      copy_tree "$old"
+      for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
+    fi
+    build_tool "$old" old &
   fi
-  [ $same_build = 1 ] || (cd "$old" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
-     cmake --build build -j 8 --target codec_tool > "$out/build_old.log" 2>&1 || echo "!! old build failed") &
   for label in "${patched[@]}"; do
     d=/tmp/codec_ab_$label
-    rm -rf "$d" && mkdir -p "$d" && tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$d"
-    (cd "$d" && git apply "${patch_of[$label]}" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release \
-       -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
-       cmake --build build -j 8 --target codec_tool > "$out/build_$label.log" 2>&1 || echo "!! $label build failed") &
+    { copy_tree "$d" && (cd "$d" && git apply "${patch_of[$label]}") && build_tool "$d" "$label"; } ||
+      echo "!! $label build failed" &
   done
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
     cmake --build build-gpu -j 8 --target codec_tool test_engine_cuda > "$out/build_new.log" 2>&1 || echo "!! new build failed"
