@@ -25,7 +25,8 @@
 # `git diff > abtmp/x.patch`, then `git checkout -- FILE` back; a relative
 # PATCH or OUT names a path from the repository root), timed in the same rotation:
 #   CODEC_AB_PATCHES="nok=abtmp/nok.patch" bash scripts/gpu_ab.sh "$OUT" FILE -- ...
-# The GPU tests run on the new build first. $OUT/ab.log gets one line per run:
+# The other builds' trees go under $TMPDIR (default /tmp). The GPU tests run
+# on the new build first. $OUT/ab.log gets one line per run:
 #   ### LABEL rROUND ARGS | the bench row (workload, times in ms, ...)
 # (LABEL old, new, or one of CODEC_AB_ALSO's or CODEC_AB_PATCHES'), which scripts/ab_summary.py
 # sums up (each label / old per ARGS, geometric means).
@@ -63,9 +64,14 @@ for e in "${entries[@]}"; do
   patched+=("$label")
 done
 rounds=${CODEC_AB_ROUNDS:-1}
-old=/tmp/codec_ab_old
+scratch=${TMPDIR:-/tmp}  # where the other builds' trees go
+old=$scratch/codec_ab_old
 mkdir -p "$out"
-copy_tree() { rm -rf "$1" && mkdir -p "$1" && tar --exclude="./build*" --exclude=./.git -cf - . | tar -xf - -C "$1"; }
+# a copy of the working tree, without its builds and, where it lies inside, OUT (written meanwhile)
+copy_tree() {
+  rm -rf "$1" && mkdir -p "$1" &&
+    tar --exclude="./build*" --exclude=./.git --exclude="./${out#"$PWD"/}" -cf - . | tar -xf - -C "$1"
+}
 # the CLI of the tree in folder $1, its log build_$2.log
 build_tool() {
   (cd "$1" && cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
@@ -82,7 +88,7 @@ build_tool() {
     build_tool "$old" old &
   fi
   for label in "${patched[@]}"; do
-    d=/tmp/codec_ab_$label
+    d=$scratch/codec_ab_$label
     { copy_tree "$d" && (cd "$d" && git apply "${patch_of[$label]}") && build_tool "$d" "$label"; } ||
       echo "!! $label build failed" &
   done
@@ -101,7 +107,7 @@ build_tool() {
         if [ $b = old ]; then
           if [ $same_build = 1 ]; then extra=${CODEC_AB_OLD_ARGS}; else bin=$old/build/codec; fi
         elif [ -n "${patch_of[$config]:-}" ]; then
-          bin=/tmp/codec_ab_$b/build/codec
+          bin=$scratch/codec_ab_$b/build/codec
         elif [ $b != new ]; then
           extra=${config#*=}
         fi

@@ -1,7 +1,8 @@
-"""scripts/gpu_ab.sh refuses a bad CODEC_AB_PATCHES entry before it copies or
-builds anything: a missing patch, a label given twice, or a label that is not
-a word or would shadow old or new (whose rows ab_summary.py reads as the
-baseline and the change)."""
+"""scripts/gpu_ab.sh times each build it makes under its own label (old, new,
+a patched one; cmake stubbed), and refuses a bad CODEC_AB_PATCHES entry before
+it copies or builds anything: a missing patch, a label given twice, or a label
+that is not a word or would shadow old or new (whose rows ab_summary.py reads
+as the baseline and the change)."""
 
 import os
 import pathlib
@@ -18,7 +19,7 @@ def run_ab(tmp_path, patches):
     stub.mkdir()
     (stub / "cmake").write_text("#!/bin/sh\nexit 3\n")
     (stub / "cmake").chmod(0o755)
-    env = dict(os.environ, CODEC_AB_OLD_ARGS="--split none", CODEC_AB_PATCHES=patches,
+    env = dict(os.environ, CODEC_AB_OLD_ARGS="--split none", CODEC_AB_PATCHES=patches, TMPDIR=str(tmp_path),
                PATH=f"{stub}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "out"
     result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_ab.sh"), str(out), "--", "--workload depth:2"],
@@ -53,3 +54,38 @@ def test_a_label_must_be_a_new_word(tmp_path, label):
     assert result.returncode == 1
     assert f"CODEC_AB_PATCHES label '{label}': a word other than old and new" in result.stderr
     assert not out.exists()
+
+
+def test_the_rotation_times_each_build(tmp_path):
+    """old, new and a patched build, each its own CLI: a tree whose stub
+    cmake builds a `codec` that prints the tree's VARIANT as its time."""
+    tree = tmp_path / "tree"
+    (tree / "scripts").mkdir(parents=True)
+    (tree / "abtmp").mkdir()
+    for name in ("gpu_ab.sh", "ab_summary.py"):
+        (tree / "scripts" / name).write_bytes((ROOT / "scripts" / name).read_bytes())
+    (tree / "VARIANT").write_text("0.0200\n")  # new
+    (tree / "abtmp" / "VARIANT").write_text("0.0300\n")  # old
+    (tree / "abtmp" / "fast.patch").write_text(
+        "--- a/VARIANT\n+++ b/VARIANT\n@@ -1 +1 @@\n-0.0200\n+0.0100\n")
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "cmake").write_text("""#!/bin/bash
+[ "$1" = --build ] || exit 0
+mkdir -p "$2/tests"
+printf '#!/bin/sh\\necho "depth:2  1.0000  8  5120  %s  0.0350  1.99  ok"\\n' "$(cat "$2/../VARIANT")" > "$2/codec"
+printf '#!/bin/sh\\necho "[  PASSED  ] stub"\\n' > "$2/tests/test_engine_cuda"
+chmod +x "$2/codec" "$2/tests/test_engine_cuda"
+""")
+    (stub / "cmake").chmod(0o755)
+    env = dict(os.environ, CODEC_AB_ROUNDS="2", CODEC_AB_PATCHES="fast=abtmp/fast.patch", TMPDIR=str(tmp_path),
+               PATH=f"{stub}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(["bash", "scripts/gpu_ab.sh", "out", "VARIANT", "--", "--workload depth:2"], cwd=tree,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "!!" not in result.stdout, result.stdout
+    rows = [line for line in (tree / "out" / "ab.log").read_text().splitlines() if line.startswith("###")]
+    assert [row.split(" | ")[0] for row in rows] == [f"### {label} r{r} --workload depth:2"
+                                                    for r in (1, 2) for label in ("old", "new", "fast")]
+    assert [row.split()[-4] for row in rows] == ["0.0300", "0.0200", "0.0100"] * 2
+    assert (tmp_path / "codec_ab_fast" / "build" / "codec").exists()  # the builds' trees go under TMPDIR
