@@ -373,6 +373,7 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       {{16, 4, 128}, DType::f16, 16, Layout::interleaved, 2, 31},
       {{32, 8, 128}, DType::bf16, 16, Layout::padded, 1, 36},
   };
+  int wide_only_merged = 0;  // plans of wide tasks alone that merge: the merge waits on the wide kernel
   for (const WideCase& c : cases) {
     if (!cuda_device_info(c.heads, c.dtype).wide) GTEST_SKIP() << "this device or build runs no wide tasks";
     test::RandomBatchSpec spec;
@@ -401,6 +402,7 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       if (o.wide_tail_tokens >= spec.max_tail) {
         ASSERT_GT(plan.stats().num_tails, 0) << what << " " << how << ": no tail taken in";
       }
+      wide_only_merged += plan.stats().num_wide_tasks == plan.stats().num_tasks && plan.extent().needs_merge;
       expect_matches(run_gpu(plan, d), ref, c.dtype, what + " " + how);
     };
     // tails (PlannerOptions::wide_tail_tokens): none, the device's, and every
@@ -420,6 +422,7 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
     opt.split = SplitPolicy::none;
     check(opt, "split none");
   }
+  EXPECT_GT(wide_only_merged, 0) << "no plan ran the merge straight after the wide kernel";
 }
 
 TEST(CudaEngine, ScoresRisingAcrossTiles) {

@@ -266,10 +266,13 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   // With wide blocks the wide kernel goes first and the PAC kernel is its
   // programmatic dependent (kernels/pac_wide.cuh); validate_run made sure
   // that this is an sm_90 device, a build for sm_90a and head_dim 128. A plan
-  // whose wide tasks write every row (sysprompt:B, its tails taken in) needs
-  // no PAC kernel: its blocks would have nothing to do but wait.
+  // of wide tasks alone (sysprompt:B, its tails taken in) launches no PAC
+  // kernel: its blocks would only wait for the wide grid, and the merge, if
+  // any, waits for it directly, its launch hidden under the wide tasks (the
+  // wide kernel lets dependents launch at its start). A plan at a capacity
+  // keeps it: a plan uploaded later in its place may have narrow tasks.
   const bool wide = device.num_wide_blocks > 0;
-  const bool pac = !wide || merge || plan.extent().max_task_rows > 0;
+  const bool pac = !wide || plan.extent().max_task_rows > 0 || plan.has_capacity();
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;

@@ -9,8 +9,9 @@
 // −inf), never NaN.
 //
 // On sm_90 the merge is launched with programmatic stream serialisation: it
-// starts while PAC runs its last tasks (pac.cuh), reads its slots from the
-// plan (which PAC does not write), and only then waits in pdl_wait for PAC's
+// starts while PAC runs its last tasks (pac.cuh), or while the wide kernel
+// runs where a plan has no PAC kernel (cuda_engine.cu), reads its slots from
+// the plan (which neither writes), and only then waits in pdl_wait for the
 // partials. A block that cannot start before PAC's blocks leave still finds
 // its slots two dependent loads after its request (the schedule is a flat
 // list per request, not a path to walk).
@@ -175,7 +176,7 @@ int merge_warps_per_row(int max_partials) {
 }
 
 // `programmatic`: launch as a programmatic dependent of the previous kernel on
-// the stream (PAC), sm_90+ only; stream capture records it as a programmatic
+// the stream (PAC, or the wide kernel), sm_90+ only; stream capture records it as a programmatic
 // graph edge.
 template <int D, typename T>
 void launch_merge(const MergeParams& params, bool programmatic, cudaStream_t stream) {

@@ -27,7 +27,8 @@
 // The narrow kernel (pac.cuh) runs the plan's other tasks after this one, as
 // a programmatic dependent launch: its blocks take each SM as its wide block
 // leaves, and wait for this grid before they exit, so that the merge, which
-// waits for theirs, sees every wide task's partials.
+// waits for theirs, sees every wide task's partials. A plan without other
+// tasks launches no narrow kernel; its merge waits for this grid itself.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -403,7 +404,8 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
   std::uint32_t base;  // as in pac_kernel: the check must survive the compiler's trust in __align__
   asm volatile("mov.u32 %0, %1;\n" : "=r"(base) : "r"(smem_u32(smem)));
   if (base % 1024 != 0) __trap();
-  // The narrow kernel may be launched now: its blocks take the SMs this grid leaves.
+  // The next kernel (PAC, or the merge where there is none) may be launched
+  // now: its blocks take the SMs this grid leaves, or wait there in pdl_wait.
   pdl_launch_dependents();
   const WideSmem<D, T> sm(smem);
   if (threadIdx.x == 0) sm.init();
