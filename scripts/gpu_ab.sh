@@ -78,20 +78,28 @@ build_tool() {
      cmake --build build -j 8 --target codec_tool > "$out/build_$2.log" 2>&1) || echo "!! $2 build failed"
 }
 {
+  # Every copy is made before any build starts: a build writing into the
+  # working tree while tar reads it fails the copy ("file changed as we read it").
   if [ $same_build = 0 ]; then
     if [ -n "${CODEC_AB_OLD_TREE:-}" ]; then
       rm -rf "$old" && mkdir -p "$old" && tar -xf "$CODEC_AB_OLD_TREE" -C "$old"
     else
-      copy_tree "$old"
+      copy_tree "$old" || echo "!! copy of the working tree for old failed"
       for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
     fi
-    build_tool "$old" old &
   fi
+  ready=()  # the patched trees to build
   for label in "${patched[@]}"; do
     d=$scratch/codec_ab_$label
-    { copy_tree "$d" && (cd "$d" && git apply "${patch_of[$label]}") && build_tool "$d" "$label"; } ||
-      echo "!! $label build failed" &
+    if copy_tree "$d" && (cd "$d" && git apply "${patch_of[$label]}"); then
+      ready+=("$label")
+    else  # removed, so that its runs find no CLI rather than an unpatched one
+      echo "!! $label: copy or patch failed"
+      rm -rf "$d"
+    fi
   done
+  [ $same_build = 1 ] || build_tool "$old" old &
+  for label in "${ready[@]}"; do build_tool "$scratch/codec_ab_$label" "$label" & done
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
     cmake --build build-gpu -j 8 --target codec_tool test_engine_cuda > "$out/build_new.log" 2>&1 || echo "!! new build failed"
   wait

@@ -56,36 +56,56 @@ def test_a_label_must_be_a_new_word(tmp_path, label):
     assert not out.exists()
 
 
-def test_the_rotation_times_each_build(tmp_path):
-    """old, new and a patched build, each its own CLI: a tree whose stub
-    cmake builds a `codec` that prints the tree's VARIANT as its time."""
+def rotation(tmp_path, patches):
+    """A tree whose stub cmake builds a `codec` that prints the tree's VARIANT
+    as its time (new 0.0200, old 0.0300), run through two rounds with
+    CODEC_AB_PATCHES `patches` (name → text, each as abtmp/NAME.patch). The
+    new build writes into the working tree for a second meanwhile, as a real
+    build does: copies made then would fail ("file changed as we read it")."""
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
     (tree / "abtmp").mkdir()
     for name in ("gpu_ab.sh", "ab_summary.py"):
         (tree / "scripts" / name).write_bytes((ROOT / "scripts" / name).read_bytes())
-    (tree / "VARIANT").write_text("0.0200\n")  # new
-    (tree / "abtmp" / "VARIANT").write_text("0.0300\n")  # old
-    (tree / "abtmp" / "fast.patch").write_text(
-        "--- a/VARIANT\n+++ b/VARIANT\n@@ -1 +1 @@\n-0.0200\n+0.0100\n")
+    (tree / "VARIANT").write_text("0.0200\n")
+    (tree / "abtmp" / "VARIANT").write_text("0.0300\n")
+    for name, text in patches.items():
+        (tree / "abtmp" / f"{name}.patch").write_text(text)
     stub = tmp_path / "bin"
     stub.mkdir()
     (stub / "cmake").write_text("""#!/bin/bash
 [ "$1" = --build ] || exit 0
+if [ "$2" = build-gpu ]; then for i in $(seq 20); do date > "build-gpu-$i.log"; sleep 0.05; done; fi
 mkdir -p "$2/tests"
 printf '#!/bin/sh\\necho "depth:2  1.0000  8  5120  %s  0.0350  1.99  ok"\\n' "$(cat "$2/../VARIANT")" > "$2/codec"
 printf '#!/bin/sh\\necho "[  PASSED  ] stub"\\n' > "$2/tests/test_engine_cuda"
 chmod +x "$2/codec" "$2/tests/test_engine_cuda"
 """)
     (stub / "cmake").chmod(0o755)
-    env = dict(os.environ, CODEC_AB_ROUNDS="2", CODEC_AB_PATCHES="fast=abtmp/fast.patch", TMPDIR=str(tmp_path),
-               PATH=f"{stub}{os.pathsep}{os.environ['PATH']}")
+    env = dict(os.environ, CODEC_AB_ROUNDS="2", TMPDIR=str(tmp_path), PATH=f"{stub}{os.pathsep}{os.environ['PATH']}",
+               CODEC_AB_PATCHES=";".join(f"{name}=abtmp/{name}.patch" for name in patches))
     result = subprocess.run(["bash", "scripts/gpu_ab.sh", "out", "VARIANT", "--", "--workload depth:2"], cwd=tree,
                             env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "!!" not in result.stdout, result.stdout
-    rows = [line for line in (tree / "out" / "ab.log").read_text().splitlines() if line.startswith("###")]
+    log = (tree / "out" / "ab.log").read_text()
+    rows = [line for line in log.splitlines() if line.startswith("###")]
     assert [row.split(" | ")[0] for row in rows] == [f"### {label} r{r} --workload depth:2"
-                                                    for r in (1, 2) for label in ("old", "new", "fast")]
+                                                    for r in (1, 2) for label in ("old", "new", *patches)]
+    return result.stdout, log, rows
+
+
+def test_the_rotation_times_each_build(tmp_path):
+    """old, new and a patched build, each its own CLI, timed under its label."""
+    stdout, log, rows = rotation(tmp_path, {"fast": "--- a/VARIANT\n+++ b/VARIANT\n@@ -1 +1 @@\n-0.0200\n+0.0100\n"})
+    assert "!!" not in stdout, log
     assert [row.split()[-4] for row in rows] == ["0.0300", "0.0200", "0.0100"] * 2
     assert (tmp_path / "codec_ab_fast" / "build" / "codec").exists()  # the builds' trees go under TMPDIR
+
+
+def test_a_patch_that_does_not_apply_builds_nothing(tmp_path):
+    """A stale patch is named, and its rows stay empty: its tree is not built
+    unpatched, which would time the new build under the patch's label."""
+    stdout, log, rows = rotation(tmp_path, {"stale": "--- a/VARIANT\n+++ b/VARIANT\n@@ -1 +1 @@\n-0.0999\n+0.0100\n"})
+    assert "!! stale: copy or patch failed" in stdout, log
+    assert [row.split(" | ")[1] for row in rows if row.startswith("### stale")] == ["", ""]
+    assert not (tmp_path / "codec_ab_stale").exists()
