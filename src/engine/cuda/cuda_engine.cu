@@ -272,11 +272,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   // wide kernel lets dependents launch at its start). A plan at a capacity
   // keeps it: a plan uploaded later in its place may have narrow tasks.
   const bool wide = device.num_wide_blocks > 0;
-  const bool pac = !wide || plan.extent().busy_blocks > 0 || plan.has_capacity();
-  // The PAC grid ends at the last block with a task (PlanExtent::busy_blocks),
-  // at one block if none has. A plan at a capacity launches every block: a
-  // plan uploaded later in its place may use them.
-  if (!plan.has_capacity()) device.num_blocks = std::max(plan.extent().busy_blocks, 1);
+  const bool pac = !wide || plan.extent().max_task_rows > 0 || plan.has_capacity();
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
