@@ -373,7 +373,7 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       {{16, 4, 128}, DType::f16, 16, Layout::interleaved, 2, 31},
       {{32, 8, 128}, DType::bf16, 16, Layout::padded, 1, 36},
   };
-  int wide_only_merged = 0;  // plans of wide tasks alone that merge: the merge waits on the wide kernel
+  int wide_only_merged = 0;  // plans of wide tasks alone that merge: no PAC kernel (LaunchesFollowThePlan)
   for (const WideCase& c : cases) {
     if (!cuda_device_info(c.heads, c.dtype).wide) GTEST_SKIP() << "this device or build runs no wide tasks";
     test::RandomBatchSpec spec;
@@ -402,7 +402,8 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       if (o.wide_tail_tokens >= spec.max_tail) {
         ASSERT_GT(plan.stats().num_tails, 0) << what << " " << how << ": no tail taken in";
       }
-      wide_only_merged += plan.stats().num_wide_tasks == plan.stats().num_tasks && plan.extent().needs_merge;
+      const CudaLaunches launches = cuda_launches(plan);
+      wide_only_merged += launches.merge && !launches.pac;
       expect_matches(run_gpu(plan, d), ref, c.dtype, what + " " + how);
     };
     // tails (PlannerOptions::wide_tail_tokens): none, the device's, and every
@@ -423,6 +424,59 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
     check(opt, "split none");
   }
   EXPECT_GT(wide_only_merged, 0) << "no plan ran the merge straight after the wide kernel";
+}
+
+// Which kernels run_cuda launches, decided on the host (no GPU needed): a
+// plan of wide tasks alone runs the merge straight after the wide kernel,
+// with no PAC kernel between them; tails as tasks of their own, no wide
+// tasks, or a capacity bring the PAC kernel back.
+TEST(CudaEngine, LaunchesFollowThePlan) {
+  const HeadConfig heads{32, 8, 128};
+  test::RandomBatchSpec spec;
+  spec.seed = 7;
+  spec.heads = heads;
+  spec.page_size = 16;
+  spec.num_nodes = 1;
+  spec.num_requests = 40;  // 160 rows a kv head: wide
+  spec.fork_prob = 0;
+  spec.max_node_pages = 44;
+  spec.max_tail = 90;
+  const test::RandomBatch b = test::make_random_batch(spec);
+  const Forest forest = derive_forest(b.table());
+  const RooflineCostModel roofline = h200_cost(heads, DType::bf16);
+  const test::WidePriced cost(roofline, 0.5);
+  PlannerOptions opt = cuda_planner_options(heads, 132, 2, /*wide=*/true);
+  opt.wide_min_rows = 0;
+  opt.wide_min_tokens = 0;
+  opt.wide_tail_tokens = spec.max_tail;  // every tail taken in
+  opt.split = SplitPolicy::fixed;
+  opt.fixed_splits = 3;  // rows merge 3 partials
+  auto launches = [&](const PlannerOptions& o, CudaStages stages = CudaStages::all) {
+    const Plan plan = make_plan(forest, heads, DType::bf16, cost, o);
+    const CudaLaunches l = cuda_launches(plan, stages);
+    return std::vector<bool>{l.wide, l.pac, l.merge};
+  };
+  const Plan wide_only = make_plan(forest, heads, DType::bf16, cost, opt);
+  ASSERT_EQ(wide_only.stats().num_wide_tasks, wide_only.stats().num_tasks);
+  ASSERT_TRUE(wide_only.extent().needs_merge);
+  EXPECT_EQ(launches(opt), (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(launches(opt, CudaStages::partial_attention), (std::vector<bool>{true, false, false}));
+  PlannerOptions tails = opt;
+  tails.wide_tail_tokens = 0;  // each tail a PAC task
+  EXPECT_EQ(launches(tails), (std::vector<bool>{true, true, true}));
+  PlannerOptions narrow = opt;
+  narrow.wide_tile_rows = 0;
+  EXPECT_EQ(launches(narrow), (std::vector<bool>{false, true, true}));
+  PlannerOptions unsplit = narrow;
+  unsplit.split = SplitPolicy::none;
+  unsplit.wide_tail_tokens = 0;
+  EXPECT_EQ(launches(unsplit, CudaStages::partial_attention), (std::vector<bool>{false, true, false}));
+  // at a capacity every kernel runs, for whatever plan a graph replays later
+  const PlanCapacity capacity = PlanCapacity::for_batches(64, 4096, heads, opt.max_tile_rows, opt.num_blocks,
+                                                          std::int64_t(1) << 16, opt.num_blocks / opt.wide_span,
+                                                          opt.wide_tail_tokens);
+  const CudaLaunches empty = cuda_launches(Plan::empty(heads, DType::bf16, 16, capacity));
+  EXPECT_TRUE(empty.wide && empty.pac && empty.merge);
 }
 
 TEST(CudaEngine, ScoresRisingAcrossTiles) {

@@ -190,8 +190,21 @@ class CudaPlanStaging {
 // unwritten: `codec bench` times both to report the merge's share of a run.
 enum class CudaStages { all, partial_attention };
 
-// Attention of every (request, qo head) row of the plan: wide PAC where the
-// plan has wide blocks, PAC, then the merge of rows with more than one partial. `plan` must be the one uploaded into
+// The kernels run_cuda launches for `plan`, in this order. The wide kernel
+// where the plan has wide blocks. The PAC kernel where it has other tasks, or
+// no wide blocks, or a capacity (a plan uploaded later in its place may have
+// other tasks); without it the merge waits on the wide kernel. The merge
+// where some row has other than one partial (always at a capacity) and
+// `stages` is all.
+struct CudaLaunches {
+  bool wide = false;
+  bool pac = false;
+  bool merge = false;
+};
+CudaLaunches cuda_launches(const Plan& plan, CudaStages stages = CudaStages::all);
+
+// Attention of every (request, qo head) row of the plan: the kernels of
+// cuda_launches (wide PAC, PAC, the merge of rows with more than one partial). `plan` must be the one uploaded into
 // `workspace` (kernels read the device copy; the host Plan supplies sizes and
 // is validated against kv and io), or for a plan packed at a capacity any plan
 // at the same capacity. kv, q, out and lse are device pointers; kv's dtype

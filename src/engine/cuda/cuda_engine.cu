@@ -240,6 +240,21 @@ void CudaPlanStaging::upload(const Plan& plan, std::span<std::byte> workspace, C
   CODEC_CUDA_CHECK(cudaEventRecord(b.copied, stream));
 }
 
+// With wide blocks the wide kernel goes first and the PAC kernel is its
+// programmatic dependent (kernels/pac_wide.cuh). A plan of wide tasks alone
+// (sysprompt:B, its tails taken in) launches no PAC kernel: its blocks would
+// only wait for the wide grid, and the merge, launched once they had all
+// exited, would start late. The merge waits for the wide grid itself instead,
+// launched at the wide kernel's start and waiting on the SMs no wide block
+// holds (sysprompt:64-256 0.85-0.90×: results/h200/run41).
+CudaLaunches cuda_launches(const Plan& plan, CudaStages stages) {
+  CudaLaunches l;
+  l.wide = plan.view().num_wide_blocks > 0;
+  l.pac = !l.wide || plan.extent().max_task_rows > 0 || plan.has_capacity();
+  l.merge = plan.extent().needs_merge && stages == CudaStages::all;
+  return l;
+}
+
 void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
               CudaStream stream, CudaStages stages) {
   validate_run(plan, kv, io, workspace);
@@ -249,13 +264,11 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   std::byte* partials = workspace.data() + plan_region_bytes(plan.bytes().size());
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
-  // The merge is needed unless every row was written by its single PAC task
-  // (always, for a plan at a capacity: PlanExtent::needs_merge).
-  const bool merge = plan.extent().needs_merge && stages == CudaStages::all;
+  const CudaLaunches launches = cuda_launches(plan, stages);
   // Programmatic dependent launch of the merge (kernels/merge.cuh) needs sm_90. Querying
   // the device is not a stream operation, so it is allowed during graph capture.
   bool programmatic = false;
-  if (merge) {
+  if (launches.merge) {
     int dev = 0, major = 0;
     CODEC_CUDA_CHECK(cudaGetDevice(&dev));
     CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -263,16 +276,8 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   }
   const float lse_scale = codec::lse_scale(io.lse_base);
 
-  // With wide blocks the wide kernel goes first and the PAC kernel is its
-  // programmatic dependent (kernels/pac_wide.cuh); validate_run made sure
-  // that this is an sm_90 device, a build for sm_90a and head_dim 128. A plan
-  // of wide tasks alone (sysprompt:B, its tails taken in) launches no PAC
-  // kernel: its blocks would only wait for the wide grid, and the merge, if
-  // any, waits for it directly, its launch hidden under the wide tasks (the
-  // wide kernel lets dependents launch at its start). A plan at a capacity
-  // keeps it: a plan uploaded later in its place may have narrow tasks.
-  const bool wide = device.num_wide_blocks > 0;
-  const bool pac = !wide || plan.extent().max_task_rows > 0 || plan.has_capacity();
+  // With wide blocks, validate_run made sure that this is an sm_90 device, a
+  // build for sm_90a and head_dim 128.
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
@@ -291,10 +296,10 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .part_lse = part_lse,
                                  .sm_scale = plan.heads().scale()};
     if constexpr (D == 128) {
-      if (wide) cuda::launch_pac_wide<D, T>(params, stream);
+      if (launches.wide) cuda::launch_pac_wide<D, T>(params, stream);
     }
-    if (pac) cuda::launch_pac<D, T>(params, wide, stream);
-    if (merge)
+    if (launches.pac) cuda::launch_pac<D, T>(params, launches.wide, stream);
+    if (launches.merge)
       cuda::launch_merge<D, T>({.plan = device,
                                 .part_o = part_o,
                                 .part_lse = part_lse,

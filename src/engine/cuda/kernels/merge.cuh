@@ -9,10 +9,10 @@
 // −inf), never NaN.
 //
 // On sm_90 the merge is launched with programmatic stream serialisation: it
-// starts while PAC runs its last tasks (pac.cuh), or while the wide kernel
-// runs where a plan has no PAC kernel (cuda_engine.cu), reads its slots from
-// the plan (which neither writes), and only then waits in pdl_wait for the
-// partials. A block that cannot start before PAC's blocks leave still finds
+// starts while PAC runs its last tasks (pac.cuh), or, where a plan has no PAC
+// kernel (cuda_launches), on the SMs that no wide block holds while the wide
+// kernel runs; it reads its slots from the plan (which neither writes), and
+// only then waits in pdl_wait for the partials. A block that cannot start before PAC's blocks leave still finds
 // its slots two dependent loads after its request (the schedule is a flat
 // list per request, not a path to walk).
 #include <cuda_runtime_api.h>
@@ -112,7 +112,8 @@ __device__ __forceinline__ void merge_warp_share(const MergeParams& p, int first
 // one at a time through a single 32-lane buffer (768 bytes at D = 128). Either
 // way a merge block fits beside two PAC blocks, which leave 2 KiB of an SM's
 // shared memory (1 KiB of it the block's reservation), so it starts during
-// PAC's last tasks (PDL) and has its slots loaded when PAC ends.
+// PAC's last tasks (PDL) and has its slots loaded when PAC ends. (Beside a
+// wide block, which leaves no registers, none fits.)
 template <int D, typename T>
 __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const __grid_constant__ MergeParams p) {
   using Tr = MergeTraits<D>;
