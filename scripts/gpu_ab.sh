@@ -67,10 +67,12 @@ rounds=${CODEC_AB_ROUNDS:-1}
 scratch=${TMPDIR:-/tmp}  # where the other builds' trees go
 old=$scratch/codec_ab_old
 mkdir -p "$out"
-# a copy of the working tree, without its builds and, where it lies inside, OUT (written meanwhile)
+# a copy of the working tree, without its builds and, where they lie inside,
+# OUT (written meanwhile) and the scratch folder (holding the copies)
 copy_tree() {
   rm -rf "$1" && mkdir -p "$1" &&
-    tar --exclude="./build*" --exclude=./.git --exclude="./${out#"$PWD"/}" -cf - . | tar -xf - -C "$1"
+    tar --exclude="./build*" --exclude=./.git --exclude="./${out#"$PWD"/}" --exclude="./${scratch#"$PWD"/}" \
+      -cf - . | tar -xf - -C "$1"
 }
 # the CLI of the tree in folder $1, its log build_$2.log
 build_tool() {
@@ -80,25 +82,29 @@ build_tool() {
 {
   # Every copy is made before any build starts: a build writing into the
   # working tree while tar reads it fails the copy ("file changed as we read it").
+  # A tree that could not be made whole is removed, not built: its runs find
+  # no CLI, rather than time the working tree's code under another label.
+  old_ready=0
   if [ $same_build = 0 ]; then
     if [ -n "${CODEC_AB_OLD_TREE:-}" ]; then
-      rm -rf "$old" && mkdir -p "$old" && tar -xf "$CODEC_AB_OLD_TREE" -C "$old"
+      rm -rf "$old" && mkdir -p "$old" && tar -xf "$CODEC_AB_OLD_TREE" -C "$old" && old_ready=1
     else
-      copy_tree "$old" || echo "!! copy of the working tree for old failed"
-      for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f"; done
+      copy_tree "$old" && old_ready=1
+      for f in "${files[@]}"; do cp "abtmp/$(basename "$f")" "$old/$f" || old_ready=0; done
     fi
+    [ $old_ready = 1 ] || { echo "!! old: copy failed"; rm -rf "$old"; }
   fi
   ready=()  # the patched trees to build
   for label in "${patched[@]}"; do
     d=$scratch/codec_ab_$label
     if copy_tree "$d" && (cd "$d" && git apply "${patch_of[$label]}"); then
       ready+=("$label")
-    else  # removed, so that its runs find no CLI rather than an unpatched one
+    else
       echo "!! $label: copy or patch failed"
       rm -rf "$d"
     fi
   done
-  [ $same_build = 1 ] || build_tool "$old" old &
+  [ $old_ready = 0 ] || build_tool "$old" old &
   for label in "${ready[@]}"; do build_tool "$scratch/codec_ab_$label" "$label" & done
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real > /dev/null &&
     cmake --build build-gpu -j 8 --target codec_tool test_engine_cuda > "$out/build_new.log" 2>&1 || echo "!! new build failed"

@@ -6,6 +6,7 @@ as the baseline and the change)."""
 
 import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -59,9 +60,10 @@ def test_a_label_must_be_a_new_word(tmp_path, label):
 def rotation(tmp_path, patches):
     """A tree whose stub cmake builds a `codec` that prints the tree's VARIANT
     as its time (new 0.0200, old 0.0300), run through two rounds with
-    CODEC_AB_PATCHES `patches` (name → text, each as abtmp/NAME.patch). The
-    new build writes into the working tree for a second meanwhile, as a real
-    build does: copies made then would fail ("file changed as we read it")."""
+    CODEC_AB_PATCHES `patches` (name → text, each as abtmp/NAME.patch). A
+    real build writes into the working tree, and a copy made meanwhile fails
+    ("file changed as we read it"): here every tar that copies after a build
+    has begun fails so."""
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)
     (tree / "abtmp").mkdir()
@@ -73,9 +75,16 @@ def rotation(tmp_path, patches):
         (tree / "abtmp" / f"{name}.patch").write_text(text)
     stub = tmp_path / "bin"
     stub.mkdir()
-    (stub / "cmake").write_text("""#!/bin/bash
-[ "$1" = --build ] || exit 0
-if [ "$2" = build-gpu ]; then for i in $(seq 20); do date > "build-gpu-$i.log"; sleep 0.05; done; fi
+    building = tmp_path / "building"  # made by the first cmake call
+    (stub / "tar").write_text(f"""#!/bin/bash
+sleep 0.2  # long enough for a build started beside this copy to begin
+if [ -e {building} ] && [ "$1" != -xf ]; then echo "tar: .: file changed as we read it" >&2; exit 1; fi
+exec {shutil.which("tar")} "$@"
+""")
+    (stub / "tar").chmod(0o755)
+    (stub / "cmake").write_text(f"""#!/bin/bash
+touch {building}
+""" + """[ "$1" = --build ] || exit 0
 mkdir -p "$2/tests"
 printf '#!/bin/sh\\necho "depth:2  1.0000  8  5120  %s  0.0350  1.99  ok"\\n' "$(cat "$2/../VARIANT")" > "$2/codec"
 printf '#!/bin/sh\\necho "[  PASSED  ] stub"\\n' > "$2/tests/test_engine_cuda"
