@@ -1,6 +1,7 @@
 # Run 41, call 3 (call 2's "new" tree): every C++ test (sm_90a, and the GPU
 # tests on a generic sm_90 build), every built-in workload, then memcheck and
-# racecheck of the wide test, which runs wide-only plans that merge.
+# racecheck (shared memory) of the wide test, whose plans of wide tasks alone
+# that merge check the new launch order against the fp64 reference.
 set -uo pipefail
 V=$OUT/v; mkdir -p $V
 ts() { echo "## $(date +%T) ${SECONDS}s $*"; }
