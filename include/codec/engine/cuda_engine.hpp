@@ -200,7 +200,6 @@ struct CudaLaunches {
   bool wide = false;
   bool pac = false;
   bool merge = false;
-  int pac_blocks = 0;  // the PAC grid: through the last block with a task (at least 1), every block at a capacity
 };
 CudaLaunches cuda_launches(const Plan& plan, CudaStages stages = CudaStages::all);
 
