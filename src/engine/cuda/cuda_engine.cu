@@ -276,9 +276,6 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   }
   const float lse_scale = codec::lse_scale(io.lse_base);
 
-  // With wide blocks, validate_run made sure that this is an sm_90 device, a
-  // build for sm_90a and head_dim 128.
-
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
     using T = typename decltype(type)::type;
@@ -295,7 +292,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .part_o = part_o,
                                  .part_lse = part_lse,
                                  .sm_scale = plan.heads().scale()};
-    if constexpr (D == 128) {
+    if constexpr (D == 128) {  // with wide blocks validate_run made sure of sm_90 and a build for sm_90a
       if (launches.wide) cuda::launch_pac_wide<D, T>(params, stream);
     }
     if (launches.pac) cuda::launch_pac<D, T>(params, launches.wide, stream);

@@ -12,9 +12,10 @@
 // starts while PAC runs its last tasks (pac.cuh), or, where a plan has no PAC
 // kernel (cuda_launches), on the SMs that no wide block holds while the wide
 // kernel runs; it reads its slots from the plan (which neither writes), and
-// only then waits in pdl_wait for the partials. A block that cannot start before PAC's blocks leave still finds
-// its slots two dependent loads after its request (the schedule is a flat
-// list per request, not a path to walk).
+// only then waits in pdl_wait for the partials. A block that cannot start
+// before the blocks ahead of it leave still finds its slots two dependent
+// loads after its request (the schedule is a flat list per request, not a
+// path to walk).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -177,8 +178,8 @@ int merge_warps_per_row(int max_partials) {
 }
 
 // `programmatic`: launch as a programmatic dependent of the previous kernel on
-// the stream (PAC, or the wide kernel), sm_90+ only; stream capture records it as a programmatic
-// graph edge.
+// the stream (PAC, or the wide kernel), sm_90+ only; stream capture records
+// it as a programmatic graph edge.
 template <int D, typename T>
 void launch_merge(const MergeParams& params, bool programmatic, cudaStream_t stream) {
   using Tr = MergeTraits<D>;
