@@ -193,8 +193,6 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
     counts_.single_task_blocks = a.block_indptr[std::size_t(b)] == std::min(b, counts_.num_tasks);
 
   const std::size_t narrow = a.block_indptr.empty() ? 0 : std::size_t(a.block_indptr.back());
-  for (int b = counts_.num_blocks; b > 0 && extent_.busy_blocks == 0; --b)
-    if (a.block_indptr[std::size_t(b)] != a.block_indptr[std::size_t(b) - 1]) extent_.busy_blocks = b;
   for (std::size_t i = 0; i < a.tasks.size(); ++i) {
     int& most = i < narrow ? extent_.max_task_rows : extent_.max_wide_rows;
     most = std::max(most, a.tasks[i].row_end - a.tasks[i].row_begin);

@@ -209,10 +209,6 @@ TEST(Planner, ExtentSummarisesTheArrays) {
     for (int t = 0; t < v.num_tasks; ++t) rows = std::max(rows, v.tasks[t].row_end - v.tasks[t].row_begin);
     for (int r = 0; r < v.num_requests; ++r) lo = std::min(lo, v.num_partials(r)), hi = std::max(hi, v.num_partials(r));
     const auto [plo, phi] = std::minmax_element(v.node_pages, v.node_pages + v.node_page_begin[v.num_nodes]);
-    int busy = 0;  // through the last block with a task
-    for (int b = 0; b < v.num_blocks; ++b)
-      if (v.block_indptr[b + 1] > v.block_indptr[b]) busy = b + 1;
-    EXPECT_EQ(e.busy_blocks, busy);
     EXPECT_EQ(e.max_task_rows, rows);
     EXPECT_LE(e.max_task_rows, opt.max_tile_rows);
     EXPECT_EQ(e.min_partials, lo);
@@ -237,7 +233,6 @@ TEST(Planner, ExtentSummarisesTheArrays) {
   opt.num_blocks = 8;
   opt.split = SplitPolicy::none;
   const PlanExtent e = make_plan(single, heads, DType::bf16, roofline(heads), opt).extent();
-  EXPECT_EQ(e.busy_blocks, 6);  // 3 requests × 2 kv heads, a task a block: blocks 6 and 7 idle
   EXPECT_EQ(e.min_partials, 1);
   EXPECT_EQ(e.max_partials, 1);
   EXPECT_FALSE(e.needs_merge);
@@ -246,7 +241,6 @@ TEST(Planner, ExtentSummarisesTheArrays) {
   const PlanExtent none = Plan().extent();  // no tasks, pages or requests
   EXPECT_LT(none.max_page, none.min_page);
   EXPECT_EQ(none.max_task_rows, 0);
-  EXPECT_EQ(none.busy_blocks, 0);
   EXPECT_FALSE(none.needs_merge);
 }
 

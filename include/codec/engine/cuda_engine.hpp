@@ -200,9 +200,6 @@ struct CudaLaunches {
   bool wide = false;
   bool pac = false;
   bool merge = false;
-  // the PAC grid: every block beside wide blocks or at a capacity, else
-  // through the last block with a task (at least 1)
-  int pac_blocks = 0;
 };
 CudaLaunches cuda_launches(const Plan& plan, CudaStages stages = CudaStages::all);
 

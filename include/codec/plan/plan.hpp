@@ -224,9 +224,6 @@ struct PlanCapacity {
 // task and page lists per layer.
 struct PlanExtent {
   int max_task_rows = 0;      // most query rows of any task of a block
-  // Blocks through the last that has a task: the PAC kernel's grid in a
-  // plan without wide blocks, whose few tasks leave the last blocks empty.
-  int busy_blocks = 0;
   int max_wide_rows = 0;      // most query rows of any task of a wide block
   int min_partials = 0;       // fewest and most partials a request merges (0 and 0 without requests)
   int max_partials = 0;

@@ -246,17 +246,11 @@ void CudaPlanStaging::upload(const Plan& plan, std::span<std::byte> workspace, C
 // only wait for the wide grid, and the merge, launched once they had all
 // exited, would start late. The merge waits for the wide grid itself instead,
 // launched at the wide kernel's start and waiting on the SMs no wide block
-// holds (sysprompt:64-256 0.85-0.90×: results/h200/run41). Without wide
-// blocks the PAC grid ends at the last block with a task
-// (PlanExtent::busy_blocks): the blocks after it would cost only their
-// dispatch. Beside a wide grid every block is launched: trimmed there, long
-// and batch:32 ran 1.01-1.02× slower (results/h200/run42).
+// holds (sysprompt:64-256 0.85-0.90×: results/h200/run41).
 CudaLaunches cuda_launches(const Plan& plan, CudaStages stages) {
-  const PlanView v = plan.view();
   CudaLaunches l;
-  l.wide = v.num_wide_blocks > 0;
-  l.pac = !l.wide || plan.extent().busy_blocks > 0 || plan.has_capacity();
-  l.pac_blocks = plan.has_capacity() || l.wide ? v.num_blocks : std::max(plan.extent().busy_blocks, 1);
+  l.wide = plan.view().num_wide_blocks > 0;
+  l.pac = !l.wide || plan.extent().max_task_rows > 0 || plan.has_capacity();
   l.merge = plan.extent().needs_merge && stages == CudaStages::all;
   return l;
 }
@@ -281,8 +275,6 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     programmatic = major >= 9;
   }
   const float lse_scale = codec::lse_scale(io.lse_base);
-
-  device.num_blocks = launches.pac_blocks;
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
