@@ -17,7 +17,8 @@
 # which installs the package; keep one device call under 10 minutes).
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
 #           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there), or
-#           those CODEC_PYTESTS names (test files or node ids)
+#           those CODEC_PYTESTS names (test files or node ids); without them, --tp's gloo rehearsal too, with
+#           no GPU visible (it needs accelerate, in .whl/)
 #   arch:   a build for sm_80 only must refuse this GPU with a clear error, not fail a launch
 #   fuzz:   codec fuzz --backend cuda, 1,000 random cases against the fp64 reference
 set -uo pipefail
@@ -71,6 +72,10 @@ if step python; then
   run pip_install python3 -m pip install --no-build-isolation --no-deps --upgrade --target build-gpu/pysite \
     -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=build-gpu/python .
   run pytest python3 -m pytest -rs -q -p no:cacheprovider ${CODEC_PYTESTS:-tests/python}
+  # --tp's two gloo ranks on the CPU engine, which the run above skips where a
+  # GPU is visible; CI has no torch, so this machine's CPUs are where it runs
+  [ -n "${CODEC_PYTESTS:-}" ] || run pytest_gloo env CUDA_VISIBLE_DEVICES= python3 -m pytest -rs -q -p no:cacheprovider \
+    tests/python/test_bench_e2e.py -k test_two_tensor_parallel_ranks_decode_as_one_process
 fi
 if step arch; then
   run configure_sm80 cmake -S . -B build-sm80 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=80-real \
