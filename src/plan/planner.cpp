@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <map>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -805,37 +803,6 @@ class Planning {
     num_wide_tasks_ = int(placed_wide.size());
     const int wide_blocks = opt_.capacity ? opt_.capacity->wide_blocks : wide_ ? opt_.wide_blocks() : 0;
     if (wide_blocks > 0) sort_into(a.wide_indptr, wide_blocks, placed_wide);
-    if (const char* e = std::getenv("CODEC_WIDE_RATIO"); e && wide_blocks > 0) {  // experiment only
-      const double r = std::atof(e);
-      std::map<std::pair<int, int>, std::vector<double>> weight;
-      for (int b = 0; b < wide_blocks; ++b)
-        for (int i = a.wide_indptr[b]; i < a.wide_indptr[b + 1]; ++i) {
-          const Task& t = a.tasks[i];
-          auto& w = weight[{t.node, t.kv_head}];
-          if (int(w.size()) <= t.chunk) w.resize(t.chunk + 1, r);
-          if (a.wide_indptr[b + 1] - a.wide_indptr[b] > 1) w[t.chunk] = 1;
-        }
-      std::map<std::pair<int, int>, std::vector<int>> bounds;
-      for (auto& [key, w] : weight) {
-        const int n = forest_.nodes[key.first].num_tokens;
-        double total = 0;
-        for (double x : w) total += x;
-        std::vector<int> bd(w.size() + 1, 0);
-        double acc = 0;
-        for (std::size_t c = 0; c < w.size(); ++c) {
-          acc += w[c];
-          bd[c + 1] = c + 1 == w.size() ? n : std::min(n, int(std::lround(acc / total * n / 128.0)) * 128);
-        }
-        bounds[key] = bd;
-      }
-      for (int b = 0; b < wide_blocks; ++b)
-        for (int i = a.wide_indptr[b]; i < a.wide_indptr[b + 1]; ++i) {
-          Task& t = a.tasks[i];
-          const auto& bd = bounds[{t.node, t.kv_head}];
-          t.kv_begin = bd[t.chunk];
-          t.kv_end = bd[t.chunk + 1];
-        }
-    }
   }
 
   // 6. Reduction schedule: each request's partials, every chunk of every node
@@ -922,12 +889,9 @@ class Planning {
     wide_groups_.clear();
     block_groups_.clear();
     for (const TaskGroup& g : groups) (g.wide ? wide_groups_ : block_groups_).push_back(g);
-    static const int env_used = [] { const char* e = std::getenv("CODEC_WIDE_USED"); return e ? std::atoi(e) : 0; }();
-    const int used = env_used > 0 ? std::clamp(env_used / slices_, 1, slice_wide()) : slice_wide();
-    const double wide_peak = lpt_(wide_groups_, used, assign_wide, limit);
+    const double wide_peak = lpt_(wide_groups_, slice_wide(), assign_wide, limit);
     if (wide_peak >= limit) return wide_peak;
     ends_.assign(lpt_.loads().begin(), lpt_.loads().end());
-    ends_.resize(slice_wide(), 0.0);
     std::sort(ends_.begin(), ends_.end());
     // After W the clocks differ by a constant, 0 exactly when p = 1.
     const double p = opt_.beside_wide_price, ahead = wide_peak / p - wide_peak;
@@ -963,10 +927,6 @@ class Planning {
   // less planning at 64 and 1,024 requests, the same plans); the margin
   // covers the sums' different rounding, as the adaptive search's bar does.
   double objective(const std::vector<int>& s, double limit = INFINITY) const {
-    static const int env_k = [] { const char* e = std::getenv("CODEC_WIDE_K"); return e ? std::atoi(e) : 0; }();
-    if (env_k > 0)
-      for (std::size_t ci = 0; ci < classes_.size(); ++ci)
-        if (classes_[ci].wide && s[ci] != env_k) return INFINITY;
     const double merge = merge_of(s);
     if (merge >= limit) return INFINITY;
     const int busy = busy_of(s);
