@@ -210,7 +210,6 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   for (int t = 0; t < num_tiles; ++t) {
     __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
     kv.refill(t, pro.ahead);
-    kv.prefetch_far(t, pro.far);
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
 #if CODEC_WGMMA
     if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads

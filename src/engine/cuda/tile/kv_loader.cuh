@@ -7,10 +7,6 @@
 #include "engine/cuda/kernel_traits.cuh"
 #include "engine/cuda/primitives/ptx.cuh"
 
-#ifndef CODEC_KV_PREFETCH
-#define CODEC_KV_PREFETCH 4  // experiment: tiles beyond the ring prefetched into L2 (0: none)
-#endif
-
 namespace codec::cuda {
 
 // The paged pool: element (page, slot, kv head, d) of K (or V) is at
@@ -98,7 +94,6 @@ class KvLoader {
   struct Prologue {
     LaneToken first[Tr::kStages - 1];
     LaneToken ahead;  // the first refill's
-    LaneToken far;    // the first refill's L2 prefetch (CODEC_KV_PREFETCH tiles past `ahead`)
   };
 
   // Prologue, first half: the page ids of tiles 0 .. kStages − 1. On a cold
@@ -108,21 +103,6 @@ class KvLoader {
 #pragma unroll
     for (int t = 0; t < Tr::kStages - 1; ++t) pro.first[t] = lookup(t);
     pro.ahead = lookup(Tr::kStages - 1);
-    if constexpr (CODEC_KV_PREFETCH > 0) pro.far = lookup(Tr::kStages - 1 + CODEC_KV_PREFETCH);
-  }
-  // Experiment: the L2 prefetch of tile t + kStages − 1 + CODEC_KV_PREFETCH
-  // (its tokens in `far`), beside refill(t); `far` becomes the next one's.
-  __device__ __forceinline__ void prefetch_far(int t, LaneToken& far) const {
-    if constexpr (CODEC_KV_PREFETCH > 0) {
-      if (far.valid) {
-        const std::int64_t offset = (std::int64_t(far.page) * pool_.stride_page +
-                                     std::int64_t(far.slot) * pool_.stride_token) * std::int64_t(sizeof(T)) -
-                                    16 * (lane_ % Tr::kChunks);
-        prefetch_l2(k_base_ + offset, D * sizeof(T));
-        prefetch_l2(v_base_ + offset, D * sizeof(T));
-      }
-      far = lookup(t + Tr::kStages + CODEC_KV_PREFETCH);
-    }
   }
   // Prologue, second half: tiles 0 .. kStages − 2 in flight.
   __device__ __forceinline__ void start(const Prologue& pro) const {
