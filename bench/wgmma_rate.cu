@@ -130,7 +130,11 @@ void measure(int sms, int warpgroups, long long* cycles, float* sink) {
 }  // namespace
 
 int main() {
-  int device = 0, major = 0, minor = 0, sms = 0;
+  int devices = 0, device = 0, major = 0, minor = 0, sms = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("bench_wgmma_rate: no CUDA device here (it needs an sm_90 device and a build for sm_90a)\n");
+    return 1;
+  }
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
