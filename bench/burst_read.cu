@@ -20,19 +20,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "codec/engine/cuda_check.hpp"
 #include "cuda_flush.hpp"  // the L2 flush of `codec bench`
-
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    const cudaError_t e = (call);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace {
 
@@ -110,34 +101,34 @@ __global__ void __launch_bounds__(kThreads) burst(const Burst p) {
 
 }  // namespace
 
-int main() {
+static int run() {
   int sms = 0, major = 0;
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
   constexpr std::size_t kFlushBytes = std::size_t(256) << 20, kPoolBytes = std::size_t(512) << 20;
   char *pool = nullptr, *flush = nullptr;
   unsigned* sink = nullptr;
-  CHECK(cudaMalloc(&pool, kPoolBytes));
-  CHECK(cudaMalloc(&flush, kFlushBytes));
-  CHECK(cudaMalloc(&sink, sizeof(unsigned)));
-  CHECK(cudaMemset(pool, 0, kPoolBytes));
-  CHECK(cudaMemset(flush, 0, kFlushBytes));
+  CODEC_CUDA_CHECK(cudaMalloc(&pool, kPoolBytes));
+  CODEC_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
+  CODEC_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+  CODEC_CUDA_CHECK(cudaMemset(pool, 0, kPoolBytes));
+  CODEC_CUDA_CHECK(cudaMemset(flush, 0, kFlushBytes));
   for (auto* k : {burst<kCpAsync>, burst<kBulk>, burst<kLdg>})
-    CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 113 * 1024));
+    CODEC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 113 * 1024));
   cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
+  CODEC_CUDA_CHECK(cudaEventCreate(&start));
+  CODEC_CUDA_CHECK(cudaEventCreate(&stop));
   auto time_us = [&](auto launch) {
     std::vector<float> t;
     for (int i = 0; i < 25; ++i) {
       codec::tools::flush_l2_by_reading(flush, kFlushBytes, sink, sms, nullptr);
-      CHECK(cudaEventRecord(start));
+      CODEC_CUDA_CHECK(cudaEventRecord(start));
       launch();
-      CHECK(cudaEventRecord(stop));
-      CHECK(cudaEventSynchronize(stop));
-      CHECK(cudaGetLastError());
+      CODEC_CUDA_CHECK(cudaEventRecord(stop));
+      CODEC_CUDA_CHECK(cudaEventSynchronize(stop));
+      CODEC_CUDA_CHECK(cudaGetLastError());
       float ms = 0;
-      CHECK(cudaEventElapsedTime(&ms, start, stop));
+      CODEC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
       if (i >= 5) t.push_back(1e3f * ms);
     }
     std::sort(t.begin(), t.end());
@@ -168,4 +159,13 @@ int main() {
                     bytes / us / 1e6);
       }
   return 0;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const codec::Error& e) {
+    std::fprintf(stderr, "bench_burst_read: %s\n", e.what());
+    return 1;
+  }
 }

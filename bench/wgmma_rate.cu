@@ -12,21 +12,13 @@
 //   cmake --build build-gpu --target bench_wgmma_rate && ./build-gpu/bench/bench_wgmma_rate
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "codec/engine/cuda_check.hpp"
 #include "engine/cuda/primitives/wgmma.cuh"
-
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    const cudaError_t e = (call);                                                                \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 namespace {
 
@@ -101,54 +93,55 @@ template <int N, int kTransA>
 void measure(int sms, int warpgroups, long long* cycles, float* sink) {
   constexpr int kGroups = 4096;
   auto kernel = rate<N, kTransA>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kOperandBytes));
+  CODEC_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 2 * kOperandBytes));
   kernel<<<sms, 128 * warpgroups, 2 * kOperandBytes>>>(kGroups, cycles, sink);  // warm-up
-  CHECK(cudaGetLastError());
+  CODEC_CUDA_CHECK_LAUNCH("rate", nullptr);
   cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  CHECK(cudaEventRecord(start));
+  CODEC_CUDA_CHECK(cudaEventCreate(&start));
+  CODEC_CUDA_CHECK(cudaEventCreate(&stop));
+  CODEC_CUDA_CHECK(cudaEventRecord(start));
   kernel<<<sms, 128 * warpgroups, 2 * kOperandBytes>>>(kGroups, cycles, sink);
-  CHECK(cudaEventRecord(stop));
-  CHECK(cudaEventSynchronize(stop));
+  CODEC_CUDA_CHECK_LAUNCH("rate", nullptr);
+  CODEC_CUDA_CHECK(cudaEventRecord(stop));
+  CODEC_CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CODEC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   std::vector<long long> host(sms);
-  CHECK(cudaMemcpy(host.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
-  long long most = 0;
-  for (const long long c : host) most = c > most ? c : most;
+  CODEC_CUDA_CHECK(cudaMemcpy(host.data(), cycles, sms * sizeof(long long), cudaMemcpyDeviceToHost));
+  const long long most = *std::max_element(host.begin(), host.end());
   const double wgmmas = double(kGroups) * kSteps * warpgroups;  // a block's
   const double per = double(most) / wgmmas, ghz = double(most) / (ms * 1e6);
   const double tflops = 2.0 * 64 * N * 16 * wgmmas * sms / (ms * 1e9);
   std::printf("m64n%-3d A %s  %d warpgroup%s  %7.2f cycles a wgmma  %6.0f FLOP/cycle/SM  %6.1f TFLOP/s  (%.2f GHz)\n", N,
               kTransA ? "M-major" : "K-major", warpgroups, warpgroups > 1 ? "s" : " ", per, 2.0 * 64 * N * 16 / per,
               tflops, ghz);
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
+  CODEC_CUDA_CHECK(cudaEventDestroy(start));
+  CODEC_CUDA_CHECK(cudaEventDestroy(stop));
 }
 
 }  // namespace
 
-int main() {
+static int run() {
   int devices = 0, device = 0, major = 0, minor = 0, sms = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::printf("bench_wgmma_rate: no CUDA device here (it needs an sm_90 device and a build for sm_90a)\n");
     return 1;
   }
-  CHECK(cudaGetDevice(&device));
-  CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CODEC_CUDA_CHECK(cudaGetDevice(&device));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   long long* cycles = nullptr;
   float* sink = nullptr;
   int* built = nullptr;
-  CHECK(cudaMalloc(&cycles, sms * sizeof(long long)));
-  CHECK(cudaMalloc(&sink, sizeof(float)));
-  CHECK(cudaMallocManaged(&built, sizeof(int)));
+  CODEC_CUDA_CHECK(cudaMalloc(&cycles, sms * sizeof(long long)));
+  CODEC_CUDA_CHECK(cudaMalloc(&sink, sizeof(float)));
+  CODEC_CUDA_CHECK(cudaMallocManaged(&built, sizeof(int)));
   *built = 0;
   if (major == 9 && minor == 0) {
     wgmma_built<<<1, 1>>>(built);
-    CHECK(cudaDeviceSynchronize());
+    CODEC_CUDA_CHECK_LAUNCH("wgmma_built", nullptr);
+    CODEC_CUDA_CHECK(cudaDeviceSynchronize());
   }
   if (*built == 0) {
     std::printf("bench_wgmma_rate: needs an sm_90 device and a build for sm_90a\n");
@@ -163,8 +156,17 @@ int main() {
     measure<64, 0>(sms, wg, cycles, sink);
     measure<128, 0>(sms, wg, cycles, sink);
   }
-  CHECK(cudaFree(cycles));
-  CHECK(cudaFree(sink));
-  CHECK(cudaFree(built));
+  CODEC_CUDA_CHECK(cudaFree(cycles));
+  CODEC_CUDA_CHECK(cudaFree(sink));
+  CODEC_CUDA_CHECK(cudaFree(built));
   return 0;
+}
+
+int main() {
+  try {
+    return run();
+  } catch (const codec::Error& e) {
+    std::fprintf(stderr, "bench_wgmma_rate: %s\n", e.what());
+    return 1;
+  }
 }
