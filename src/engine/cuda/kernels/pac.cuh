@@ -225,7 +225,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     }
 #endif
     if (has_rows && token0 < tile_tokens)
-      attend_tile_mma<D, T>(sq, sk, sv, rtile, token0, steps, tile_tokens, p.sm_scale, state, o);
+      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, p.sm_scale, state, o);
   }
   cp_async_wait<0>();
   __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
@@ -351,8 +351,8 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       cp_async_wait<Tr::kStages - 1>();
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
       const T* sk = kv.stage(t);
-      attend_tile_mma<D, T>(sq, sk, sk + Tr::kTileTokens * D, warp, row0, 1,
-                            row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, state, o);
+      attend_tile_mma<D, T, 1>(sq, sk, sk + Tr::kTileTokens * D, warp, row0,
+                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, state, o);
     }
     cp_async_wait<0>();
     store_fragment_rows<D, T>(p, task, fr, state, o);
