@@ -63,11 +63,16 @@ inline constexpr int kCudaWideMinTokens = 2048;
 inline constexpr int kCudaWideTailTokens = 16;
 // The price of PAC tasks beside the wide kernel (PlannerOptions::
 // beside_wide_price). With the wide grid profiled on run 35's kernel, 0.8
-// predicts the plans measured (run 36) within 1% on batch:32 (88 wide tasks,
+// predicted the plans measured (run 36) within 1% on batch:32 (88 wide tasks,
 // 44 SMs streaming the leaves beside them: 182.5 µs, measured 184) and 3.5%
-// on batch:64 (362 against 350), and picks them, where 1 fills every SM with
-// wide tasks, plans that ran 1.089× and 1.021× slower; 0.9 picks the same.
-inline constexpr double kCudaBesideWidePrice = 0.8;
+// on batch:64 (362 against 350), and picked them, where 1 fills every SM
+// with wide tasks, plans that ran 1.089× and 1.021× slower. Since run 44's
+// mma.sync tile step a small task's block streams faster where few blocks
+// stream (tile/attend_mma.cuh), and 0.6 moves batch:64 to 96 wide tasks with
+// the leaves on the other 36 SMs from the start: 0.929× (fp16 0.939×) of
+// 0.8's plan, which the faster leaves had made 1.026× slower; long's plan
+// moves too, 1.007× (fp16 0.993-0.999×) (results/h200/run44).
+inline constexpr double kCudaBesideWidePrice = 0.6;
 
 // KV tokens a PAC task streams per tile (PacTraits::kTileTokens): the
 // planner prices a task by its whole tiles (PlannerOptions::price_tile_tokens).
