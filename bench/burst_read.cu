@@ -17,13 +17,11 @@
 //   cmake --build build-gpu --target bench_burst_read && ./build-gpu/bench/bench_burst_read
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 #include "codec/engine/cuda_check.hpp"
-#include "cuda_flush.hpp"  // the L2 flush of `codec bench`
+#include "flushed_timer.hpp"
 
 namespace {
 
@@ -102,38 +100,18 @@ __global__ void __launch_bounds__(kThreads) burst(const Burst p) {
 }  // namespace
 
 static int run() {
-  int sms = 0, major = 0;
-  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  codec::bench::FlushedTimer timer;
+  const int sms = timer.sms();
+  int major = 0;
   CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  constexpr std::size_t kFlushBytes = std::size_t(256) << 20, kPoolBytes = std::size_t(512) << 20;
-  char *pool = nullptr, *flush = nullptr;
-  unsigned* sink = nullptr;
+  constexpr std::size_t kPoolBytes = std::size_t(512) << 20;
+  char* pool = nullptr;
+  unsigned* sink = timer.sink();
   CODEC_CUDA_CHECK(cudaMalloc(&pool, kPoolBytes));
-  CODEC_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
-  CODEC_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
   CODEC_CUDA_CHECK(cudaMemset(pool, 0, kPoolBytes));
-  CODEC_CUDA_CHECK(cudaMemset(flush, 0, kFlushBytes));
   for (auto* k : {burst<kCpAsync>, burst<kBulk>, burst<kLdg>})
     CODEC_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 113 * 1024));
-  cudaEvent_t start, stop;
-  CODEC_CUDA_CHECK(cudaEventCreate(&start));
-  CODEC_CUDA_CHECK(cudaEventCreate(&stop));
-  auto time_us = [&](auto launch) {
-    std::vector<float> t;
-    for (int i = 0; i < 25; ++i) {
-      codec::tools::flush_l2_by_reading(flush, kFlushBytes, sink, sms, nullptr);
-      CODEC_CUDA_CHECK(cudaEventRecord(start));
-      launch();
-      CODEC_CUDA_CHECK(cudaEventRecord(stop));
-      CODEC_CUDA_CHECK(cudaEventSynchronize(stop));
-      CODEC_CUDA_CHECK(cudaGetLastError());
-      float ms = 0;
-      CODEC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (i >= 5) t.push_back(1e3f * ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  };
+  auto time_us = [&](auto launch) { return timer.median_us(launch, 20, 5); };
   std::printf("empty launch: %.1f us\n", time_us([&] { burst<kLdg><<<sms, kThreads>>>(Burst{pool, 0, false, sink}); }));
   std::printf("%-8s %-10s %7s %9s %10s %9s %8s\n", "method", "pattern", "blocks", "KiB/blk", "total MB", "time us",
               "TB/s");

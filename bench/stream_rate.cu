@@ -19,10 +19,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 
 #include "codec/engine/cuda_check.hpp"
-#include "cuda_flush.hpp"  // the L2 flush of `codec bench`
+#include "flushed_timer.hpp"
 
 namespace {
 
@@ -75,18 +74,13 @@ __global__ void __launch_bounds__(kThreads) stream(const Stream p) {
 }  // namespace
 
 static int run() {
-  int sms = 0;
-  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  codec::bench::FlushedTimer timer;
+  const int sms = timer.sms();
   const int max_blocks = 2 * sms;
   const std::size_t pool_bytes = std::size_t((max_blocks + kHeads - 1) / kHeads) * kBlockRows * kHeads * kRowBytes;
-  constexpr std::size_t kFlushBytes = std::size_t(256) << 20;
-  char *pool = nullptr, *flush = nullptr;
-  unsigned* sink = nullptr;
+  char* pool = nullptr;
   CODEC_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
-  CODEC_CUDA_CHECK(cudaMalloc(&flush, kFlushBytes));
-  CODEC_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
   CODEC_CUDA_CHECK(cudaMemset(pool, 0, pool_bytes));
-  CODEC_CUDA_CHECK(cudaMemset(flush, 0, kFlushBytes));
   // Shared memory a block asks for: its ring, and past half an SM where one block an SM is meant.
   constexpr int kOneBlockSmem = 120 * 1024;
   auto kernel_of = [](int stages) {
@@ -102,25 +96,7 @@ static int run() {
   for (int stages = 2; stages <= 7; ++stages)
     CODEC_CUDA_CHECK(cudaFuncSetAttribute(kernel_of(stages), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           std::max(kOneBlockSmem, stages * kStageBytes)));
-  cudaEvent_t start, stop;
-  CODEC_CUDA_CHECK(cudaEventCreate(&start));
-  CODEC_CUDA_CHECK(cudaEventCreate(&stop));
-  auto time_us = [&](auto launch) {
-    std::vector<float> t;
-    for (int i = 0; i < 9; ++i) {
-      codec::tools::flush_l2_by_reading(flush, kFlushBytes, sink, sms, nullptr);
-      CODEC_CUDA_CHECK(cudaEventRecord(start));
-      launch();
-      CODEC_CUDA_CHECK(cudaEventRecord(stop));
-      CODEC_CUDA_CHECK(cudaEventSynchronize(stop));
-      CODEC_CUDA_CHECK(cudaGetLastError());
-      float ms = 0;
-      CODEC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (i >= 2) t.push_back(1e3f * ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  };
+  auto time_us = [&](auto launch) { return timer.median_us(launch, 7, 2); };
   std::printf("%-4s %-6s %-7s %-12s %9s %9s %12s\n", "SMs", "blk/SM", "stages", "KiB/SM ring", "time us", "TB/s",
               "GB/s per SM");
   const int sm_counts[] = {8, 16, 33, 66, 99, sms};
@@ -134,7 +110,7 @@ static int run() {
       if (c.per_sm == 2 && n != sms) continue;
       const int blocks = n * c.per_sm;
       const int smem = c.per_sm == 1 ? std::max(kOneBlockSmem, c.stages * kStageBytes) : c.stages * kStageBytes;
-      const Stream p{pool, sink};
+      const Stream p{pool, timer.sink()};
       const float us = time_us([&] {
         kernel_of(c.stages)<<<blocks, kThreads, smem>>>(p);
         CODEC_CUDA_CHECK_LAUNCH("stream", nullptr);
