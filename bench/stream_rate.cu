@@ -1,8 +1,7 @@
 // How fast an SM streams KV into shared memory through a ring of cp.async
 // stages, by the bytes it keeps in flight and the number of SMs streaming at
-// once (docs/DESIGN_NOTES.md, "What bounds batch:64": a PAC block streams
-// ~20-26 GB/s, and the leaves of a plan can only overlap its compute-bound
-// root as fast as the SMs that stream them).
+// once: the rate a PAC block's copies allow it (docs/DESIGN_NOTES.md, "A
+// small task's tile", "What bounds batch:64").
 //
 // Each block streams its own 4 MiB: 256-byte rows 2 KiB apart (head b % 8 of
 // an NHD pool of 8 KV heads), 128 rows a stage (a 64-token K and V tile of
@@ -21,6 +20,7 @@
 #include <cstdio>
 
 #include "codec/engine/cuda_check.hpp"
+#include "engine/cuda/primitives/ptx.cuh"  // PAC's cp.async wrappers
 #include "flushed_timer.hpp"
 
 namespace {
@@ -39,8 +39,6 @@ struct Stream {
   unsigned* sink;  // written only on an impossible value, so no copy can be dropped
 };
 
-__device__ std::uint32_t smem_u32(const void* p) { return static_cast<std::uint32_t>(__cvta_generic_to_shared(p)); }
-
 // Tile t of this block into stage s: thread i copies chunk i % 16 of rows i / 16 + 8k.
 __device__ __forceinline__ void copy_tile(const Stream& p, unsigned char* smem, int t, int s) {
   const std::size_t token0 = std::size_t(blockIdx.x / kHeads) * kBlockRows + std::size_t(t) * kStageRows;
@@ -48,8 +46,9 @@ __device__ __forceinline__ void copy_tile(const Stream& p, unsigned char* smem, 
   unsigned char* dst = smem + s * kStageBytes + 16 * threadIdx.x;
 #pragma unroll
   for (int k = 0; k < kStageRows * kChunks / kThreads; ++k)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst + k * kThreads * 16)),
-                 "l"(src + std::size_t(threadIdx.x / kChunks + k * (kThreads / kChunks)) * kHeads * kRowBytes));
+    codec::cuda::cp_async_16(dst + k * kThreads * 16,
+                             src + std::size_t(threadIdx.x / kChunks + k * (kThreads / kChunks)) * kHeads * kRowBytes,
+                             true);
 }
 
 template <int kStages>
@@ -59,12 +58,13 @@ __global__ void __launch_bounds__(kThreads) stream(const Stream p) {
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
     copy_tile(p, smem, t, t);
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    codec::cuda::cp_async_commit();
   }
   for (int t = 0; t < kTiles; ++t) {
     __syncthreads();  // every thread is done with tile t - 1: its stage may be refilled
     if (t + kStages - 1 < kTiles) copy_tile(p, smem, t + kStages - 1, (t + kStages - 1) % kStages);
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group %0;\n" ::"n"(kStages - 1) : "memory");
+    codec::cuda::cp_async_commit();
+    codec::cuda::cp_async_wait<kStages - 1>();
     __syncthreads();  // tile t has landed for every thread
     acc += smem[(t % kStages) * kStageBytes + threadIdx.x];
   }
