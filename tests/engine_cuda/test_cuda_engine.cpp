@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -689,6 +690,16 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   bad = kv;
   bad.num_pages = 2;
   expect_error(run_with(plan, bad, io, small), "outside the KV pool of 2 pages");
+  {  // a pool the kernels' 32-bit token offsets do not reach: strides of 272 and 16 bytes share no power of two
+     // past 16, and its last page starts 2^32 × 16 bytes in; refused before the workspace is touched
+    std::vector<std::byte> host(cuda_workspace_bytes(plan) + 256);
+    auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(host.data()) + 255) & ~std::uintptr_t(255));
+    bad = kv;
+    bad.stride_token = 8;
+    bad.stride_page = 8 * 17;
+    bad.num_pages = (std::int64_t(1) << 32) / 17 + 2;
+    expect_error(run_with(plan, bad, io, {base, cuda_workspace_bytes(plan)}), "spans more than 2^32 units of 16 bytes");
+  }
   PlannerOptions wide = opt;
   wide.max_tile_rows = 200;
   test::RandomBatchSpec crowd = spec;  // 30 forks of one request: one node of 30 × G 4 = 120 rows

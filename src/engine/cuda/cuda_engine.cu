@@ -117,6 +117,29 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
   check_workspace(plan, workspace, "run_cuda");  // last: tests rely on it to stop any case that slips through
 }
 
+// The kernels' view of the pool (tile/kv_loader.cuh): token offsets in 32-bit
+// units of the largest power of two that divides both strides in bytes. A
+// layout whose token rows are 128 bytes apart or more (every head_dim here,
+// NHD or HND) reaches 512 GiB; a pool whose last token lies beyond 2^32 units
+// is refused.
+cuda::KvPool make_kv_pool(const PagedKV& kv) {
+  const std::int64_t elem = std::int64_t(dtype_size(kv.dtype));
+  const std::int64_t page = kv.stride_page * elem, token = kv.stride_token * elem;  // multiples of 16 (validate_run)
+  std::int64_t unit = std::int64_t(1) << 30;
+  for (const std::int64_t stride : {page, token})
+    if (stride > 0) unit = std::min(unit, stride & -stride);
+  constexpr std::int64_t kMaxUnits = std::numeric_limits<std::uint32_t>::max();
+  const std::int64_t page_units = page / unit, token_units = token / unit;
+  const bool fits = page_units <= kMaxUnits && token_units <= kMaxUnits &&
+                    (page_units == 0 || kv.num_pages - 1 <= kMaxUnits / page_units) &&
+                    (kv.num_pages - 1) * page_units + std::int64_t(kv.page_size - 1) * token_units <= kMaxUnits;
+  CODEC_CHECK(fits, "run_cuda: the KV pool of ", kv.num_pages, " pages (kv.stride_page ", kv.stride_page,
+              ", kv.stride_token ", kv.stride_token, " elements) spans more than 2^32 units of ", unit,
+              " bytes, the most the kernels address; strides with more factors of two reach further");
+  return {kv.k, kv.v, kv.stride_page, kv.stride_token, kv.stride_head, std::uint32_t(page_units),
+          std::uint32_t(token_units), std::uint32_t(unit)};
+}
+
 }  // namespace
 
 int cuda_device_count() noexcept {
@@ -258,6 +281,7 @@ CudaLaunches cuda_launches(const Plan& plan, CudaStages stages) {
 void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
               CudaStream stream, CudaStages stages) {
   validate_run(plan, kv, io, workspace);
+  const cuda::KvPool pool = make_kv_pool(kv);
   PlanView device = plan.view(workspace.data());
   device.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
   const WorkspaceLayout layout = plan.workspace();
@@ -281,7 +305,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     using T = typename decltype(type)::type;
     static_assert(cuda::PacTraits<D, T>::kMaxRows == kCudaMaxTileRows);
     const cuda::PacParams params{.plan = device,
-                                 .kv = {kv.k, kv.v, kv.stride_page, kv.stride_token, kv.stride_head},
+                                 .kv = pool,
                                  .q = io.q.data,
                                  .q_rows = io.q.strides(),
                                  .out = io.out.data,

@@ -147,15 +147,15 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
       const RingUse st(tile_use++, Tr::kStages);
       mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
       if (!one_pass) {
-        kv.template copy_rows<true, false>(token, sm.k(st.slot), nullptr);
+        kv.template copy_rows<true, false, false>(token, sm.k(st.slot), nullptr);
         mbarrier_arrive_on_copies(sm.k_full(st.slot));
       }
       mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
       if (one_pass) {
-        kv.template copy_rows<true, true>(token, sm.k(st.slot), sm.v(st.slot));
+        kv.template copy_rows<true, true, false>(token, sm.k(st.slot), sm.v(st.slot));
         mbarrier_arrive_on_copies(sm.k_full(st.slot));
       } else {
-        kv.template copy_rows<false, true>(token, nullptr, sm.v(st.slot));
+        kv.template copy_rows<false, true, false>(token, nullptr, sm.v(st.slot));
       }
       mbarrier_arrive_on_copies(sm.v_full(st.slot));
     };

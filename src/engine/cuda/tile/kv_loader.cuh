@@ -2,6 +2,7 @@
 // The KV side of a PAC task: a node chunk's K and V tiles streamed from the
 // paged pool into the shared-memory stages through cp.async, kStages deep.
 #include <cstdint>
+#include <type_traits>
 
 #include "codec/plan/plan.hpp"
 #include "engine/cuda/kernel_traits.cuh"
@@ -10,14 +11,21 @@
 namespace codec::cuda {
 
 // The paged pool: element (page, slot, kv head, d) of K (or V) is at
-// page·stride_page + slot·stride_token + head·stride_head + d; strides in
-// elements, each a multiple of 16 bytes.
+// page·stride_page + slot·stride_token + head·stride_head + d from k (or v);
+// strides in elements, each a multiple of 16 bytes. The same token offset in
+// bytes is (page·page_units + slot·token_units)·unit_bytes, where unit_bytes is
+// the largest power of two that divides both strides in bytes: 32 bits reach
+// the whole pool (make_kv_pool in cuda_engine.cu refuses one they do not), and
+// PAC's copies pass those around the warp (copy_rows).
 struct KvPool {
   const void* k;
   const void* v;
-  std::int64_t stride_page;
+  std::int64_t stride_page;  // elements
   std::int64_t stride_token;
   std::int64_t stride_head;
+  std::uint32_t page_units;
+  std::uint32_t token_units;
+  std::uint32_t unit_bytes;
 };
 
 // Token t of a node lies in page pages[t / page_size] at slot t % page_size.
@@ -144,18 +152,34 @@ class KvLoader {
   // This lane's share of a step's K (kK) and V (kV) rows, the tokens the
   // warp looked up (`token`, one per lane), into the [kTileRows][D] tiles sk
   // and sv: rows row0 + lane / kChunks + k · kTokenStride. Missing tokens
-  // are written as zeros.
-  template <bool kK, bool kV>
+  // are written as zeros. kUnits: each token's offset goes round the warp as
+  // 32-bit units (KvPool), one shuffle and one wide multiply-add an address,
+  // where a 64-bit byte offset takes two shuffles and two adds: PAC's tile
+  // step is a chain of latencies (results/h200/run45/c5: batch:64 0.978×,
+  // loogle:8 and long 0.99×). The wide kernel's producer keeps byte
+  // offsets: with units it ran sysprompt:512 1.039× slower (c4).
+  template <bool kK, bool kV, bool kUnits = true>
   __device__ __forceinline__ void copy_rows(LaneToken token, T* sk, T* sv) const {
     const int lane = lane_ % 32, c = lane_ % Tr::kChunks;
+    using Offset = std::conditional_t<kUnits, std::uint32_t, std::int64_t>;
+    Offset lane_offset;
+    if constexpr (kUnits)
+      lane_offset = std::uint32_t(token.page) * pool_.page_units + std::uint32_t(token.slot) * pool_.token_units;
+    else
+      lane_offset = (std::int64_t(token.page) * pool_.stride_page + std::int64_t(token.slot) * pool_.stride_token) *
+                    std::int64_t(sizeof(T));
     const unsigned valid_lanes = __ballot_sync(0xffffffffu, token.valid);
-    const std::int64_t lane_offset = (std::int64_t(token.page) * pool_.stride_page +
-                                      std::int64_t(token.slot) * pool_.stride_token) * std::int64_t(sizeof(T));
 #pragma unroll
     for (int k = 0; k < kTokensPerThread; ++k) {
       const int j = row0_ + lane_ / Tr::kChunks + k * kTokenStride;
       const int src_lane = k * kWarpTokens + lane / Tr::kChunks;
-      const std::int64_t offset = __shfl_sync(0xffffffffu, lane_offset, src_lane);
+      const Offset shared = __shfl_sync(0xffffffffu, lane_offset, src_lane);
+      const auto offset = [&] {
+        if constexpr (kUnits)
+          return std::uint64_t(shared) * pool_.unit_bytes;
+        else
+          return shared;
+      }();
       const bool valid = (valid_lanes >> src_lane) & 1u;
       if constexpr (kK) cp_async_16(sk + tile_offset<kTileRows>(j, c), k_base_ + offset, valid);
       if constexpr (kV) cp_async_16(sv + tile_offset<kTileRows>(j, c), v_base_ + offset, valid);
