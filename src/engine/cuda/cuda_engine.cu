@@ -118,10 +118,10 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
 }
 
 // The kernels' view of the pool (tile/kv_loader.cuh): token offsets in 32-bit
-// units of the largest power of two that divides both strides in bytes. A
-// layout whose token rows are 128 bytes apart or more (every head_dim here,
-// NHD or HND) reaches 512 GiB; a pool whose last token lies beyond 2^32 units
-// is refused.
+// units of the largest power of two that divides both strides in bytes.
+// Unpadded NHD, HND and interleaved pools have both strides multiples of a
+// token row (128 bytes or more here), so they reach 512 GiB or more; a pool
+// whose last token lies beyond 2^32 units is refused.
 cuda::KvPool make_kv_pool(const PagedKV& kv) {
   const std::int64_t elem = std::int64_t(dtype_size(kv.dtype));
   const std::int64_t page = kv.stride_page * elem, token = kv.stride_token * elem;  // multiples of 16 (validate_run)
