@@ -260,10 +260,10 @@ template <int kSteps>
 __device__ __forceinline__ void wide_softmax(float (&s)[8 * kSteps], float sm_scale, SoftmaxState (&state)[2],
                                              float (&factor)[2]) {
   float tile_max[2];
-  row_max<kSteps>(s, kSteps, tile_max);
+  row_max<kSteps>(s, tile_max);
 #pragma unroll
   for (int h = 0; h < 2; ++h) factor[h] = state[h].rescale(tile_max[h] * sm_scale);
-  softmax_exp<kSteps>(s, kSteps, exp_scale(state, sm_scale), state);
+  softmax_exp<kSteps>(s, exp_scale(state, sm_scale), state);
 }
 
 template <int kSteps, typename T>
@@ -303,7 +303,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) o[k] = 0.f;  // no wgmma of this warpgroup is in flight here
     // a node tile's tokens past the chunk are −inf
-    auto node_mask = [&](int t) { mask_tail<kSteps>(s, kSteps, 0, min(N, kv_len - t * N)); };
+    auto node_mask = [&](int t) { mask_tail<kSteps>(s, 0, min(N, kv_len - t * N)); };
 
     // tile 0: Q·Kᵀ alone
     const RingUse k0(tile_use, Tr::kStages);

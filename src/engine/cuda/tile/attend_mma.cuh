@@ -52,11 +52,11 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
 #pragma unroll
     for (int i = 0; i < 8 * kSteps; ++i) s[0][i] += s[c][i];
 
-  mask_tail<kSteps>(s[0], kSteps, token0, tile_tokens);
+  mask_tail<kSteps>(s[0], token0, tile_tokens);
   float tile_max[2];
-  row_max<kSteps>(s[0], kSteps, tile_max);
+  row_max<kSteps>(s[0], tile_max);
   const ExpScale e = raise_max<D>(tile_max, sm_scale, state, o);
-  softmax_exp<kSteps>(s[0], kSteps, e, state);
+  softmax_exp<kSteps>(s[0], e, state);
 
   // O += P V
 #pragma unroll

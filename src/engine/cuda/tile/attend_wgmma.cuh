@@ -56,9 +56,9 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   // and loogle:8 ran 3.1–3.8% slower; as a branch, batch:64 ran 3.6% faster
   // but long and loogle:8 1.8–2.8% slower.
   constexpr float kSlack = 5.5451774f;  // 8 ln 2
-  mask_tail<kSteps>(s, kSteps, 0, tile_tokens);
+  mask_tail<kSteps>(s, 0, tile_tokens);
   float tile_max[2];
-  row_max<kSteps>(s, kSteps, tile_max);
+  row_max<kSteps>(s, tile_max);
   ExpScale e = exp_scale(state, sm_scale);
   std::uint32_t a[kSteps][4];
   float l[2];

@@ -37,46 +37,45 @@ struct ExpScale {
 // Row maxima and sums go through kLanes independent partials per row, so that
 // their dependency chains are 1/kLanes as long: with two warps per scheduler,
 // waiting on the previous FMNMX or FADD is what stalls issue most.
-template <int kMaxSteps>
-inline constexpr int kSoftmaxLanes = kMaxSteps < 4 ? kMaxSteps : 4;
+template <int kSteps>
+inline constexpr int kSoftmaxLanes = kSteps < 4 ? kSteps : 4;
 
-// Scores of the `steps` steps from tile token token0 at or past tile_tokens
+// Scores of the kSteps steps from tile token token0 at or past tile_tokens
 // become −inf. Only a task's last tile has such tokens.
-template <int kMaxSteps>
-__device__ __forceinline__ void mask_tail(float (&s)[8 * kMaxSteps], int steps, int token0, int tile_tokens) {
+template <int kSteps>
+__device__ __forceinline__ void mask_tail(float (&s)[8 * kSteps], int token0, int tile_tokens) {
   const int lane = threadIdx.x % 32;
-  if (token0 + 16 * steps > tile_tokens) {
+  if (token0 + 16 * kSteps > tile_tokens) {
 #pragma unroll
-    for (int i = 0; i < 8 * kMaxSteps; ++i)
+    for (int i = 0; i < 8 * kSteps; ++i)
       if (token0 + 8 * (i / 4) + 2 * (lane % 4) + (i & 1) >= tile_tokens) s[i] = kNegInf;
   }
 }
 
 // Scores of row h outside tile tokens [lo[h], hi[h]) become −inf: in a tile
 // of several requests' tails, those of other requests than the row's.
-template <int kMaxSteps>
-__device__ __forceinline__ void mask_rows(float (&s)[8 * kMaxSteps], const int (&lo)[2], const int (&hi)[2]) {
+template <int kSteps>
+__device__ __forceinline__ void mask_rows(float (&s)[8 * kSteps], const int (&lo)[2], const int (&hi)[2]) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int i = 0; i < 8 * kMaxSteps; ++i) {
+  for (int i = 0; i < 8 * kSteps; ++i) {
     const int token = 8 * (i / 4) + 2 * (lane % 4) + (i & 1), h = (i / 2) % 2;
     if (token < lo[h] || token >= hi[h]) s[i] = kNegInf;
   }
 }
 
-// Each row's max raw score over `steps` steps, the same in the 4 lanes of a
+// Each row's max raw score over kSteps steps, the same in the 4 lanes of a
 // row. sm_scale > 0, so the max of raw scores is the max of scaled ones.
-template <int kMaxSteps>
-__device__ __forceinline__ void row_max(const float (&s)[8 * kMaxSteps], int steps, float (&tile_max)[2]) {
-  constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
+template <int kSteps>
+__device__ __forceinline__ void row_max(const float (&s)[8 * kSteps], float (&tile_max)[2]) {
+  constexpr int kLanes = kSoftmaxLanes<kSteps>;
   float part_max[2][kLanes];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int k = 0; k < kLanes; ++k) part_max[h][k] = kNegInf;
 #pragma unroll
-  for (int i = 0; i < 8 * kMaxSteps; ++i) {
-    if (i >= 8 * steps) break;
+  for (int i = 0; i < 8 * kSteps; ++i) {
     float& m = part_max[(i / 2) % 2][(i / 8) % kLanes];
     m = fmaxf(m, s[i]);
   }
@@ -120,18 +119,16 @@ __device__ __forceinline__ float exp_score(float s, const ExpScale& e, int h) {
   return exp2_ftz(fmaf(s, e.scale_log2, e.neg_m_log2[h]));
 }
 
-// mma.sync path: steps [0, steps) of s become P in place and are added to l
+// mma.sync path: the kSteps steps of s become P in place and are added to l
 // (this lane's columns; the quad is summed in the epilogue). p_fragment then
 // packs one step at a time: packing all at once spilled 24 bytes instead of 12
 // at D = 64 in the builds without wgmma (sm_80, generic sm_90).
-template <int kMaxSteps>
-__device__ __forceinline__ void softmax_exp(float (&s)[8 * kMaxSteps], int steps, const ExpScale& e,
-                                            SoftmaxState (&state)[2]) {
-  constexpr int kLanes = kSoftmaxLanes<kMaxSteps>;
+template <int kSteps>
+__device__ __forceinline__ void softmax_exp(float (&s)[8 * kSteps], const ExpScale& e, SoftmaxState (&state)[2]) {
+  constexpr int kLanes = kSoftmaxLanes<kSteps>;
   float part_l[2][kLanes] = {};
 #pragma unroll
-  for (int i = 0; i < 8 * kMaxSteps; ++i) {
-    if (i >= 8 * steps) break;  // break, not continue: steps is a run-time count
+  for (int i = 0; i < 8 * kSteps; ++i) {
     s[i] = exp_score(s[i], e, (i / 2) % 2);
     part_l[(i / 2) % 2][(i / 8) % kLanes] += s[i];
   }
