@@ -37,7 +37,8 @@ def summarise(lines):
     median = collections.defaultdict(list)  # label → median / old's median, per row
     out = []
     for (args, workload), t in times.items():
-        name = args if workload in args.replace(",", " ").split() else f"{args} {workload}".strip()
+        named = re.search(r"--workload (\S+)", args)  # the row's name where the arguments name it alone
+        name = args if named and named.group(1) == workload else f"{args} {workload}".strip()
         if not t["old"] or any(not t[x] for x in others):
             out.append(f"{name}: incomplete ({dict(t)})")
             continue

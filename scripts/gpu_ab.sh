@@ -17,6 +17,9 @@
 # "new" extra options of its own, e.g. two cost tables on one build:
 #   CODEC_AB_OLD_ARGS="--cost-table abtmp/old.json" CODEC_AB_NEW_ARGS="--cost-table abtmp/new.json" \
 #     bash scripts/gpu_ab.sh "$OUT" -- "--workload depth:2"
+# One BENCH ARGS may name several workloads ("--workload depth:2,batch:64"):
+# each row is a line of the log. CODEC_AB_TESTS=0 skips the GPU tests, for a
+# second A/B in one call on a build already tested.
 # CODEC_AB_ALSO adds configurations of the new build, LABEL=OPTIONS separated
 # by ';', timed in the same rotation, e.g. the change switched off by an option:
 #   CODEC_AB_ALSO="notail=--tail-tokens 0" bash scripts/gpu_ab.sh "$OUT" -- ...
@@ -110,8 +113,9 @@ build_tool() {
     cmake --build build-gpu -j 8 --target codec_tool test_engine_cuda > "$out/build_new.log" 2>&1 || echo "!! new build failed"
   wait
   echo "== built $(date)"
-  timeout 300 ./build-gpu/tests/test_engine_cuda 2>&1 | tail -20
-  row() { timeout 120 "$@" 2>&1 | grep -E "^[A-Za-z0-9_.-]+(:[0-9.A-Z]+)? +[0-9.]+ " | head -1; }
+  [ "${CODEC_AB_TESTS:-1}" = 0 ] || timeout 300 ./build-gpu/tests/test_engine_cuda 2>&1 | tail -20
+  # the bench rows of one run (a line each, an empty one where there is none)
+  rows() { local r; r=$(timeout 300 "$@" 2>&1 | grep -E "^[A-Za-z0-9_.-]+(:[0-9.A-Z]+)?(@[0-9]+)? +[0-9.]+ "); printf '%s\n' "$r"; }
   also=()  # CODEC_AB_ALSO's configurations, LABEL=OPTIONS each
   IFS=';' read -r -a also <<< "${CODEC_AB_ALSO:-}"
   for r in $(seq 1 "$rounds"); do
@@ -126,7 +130,7 @@ build_tool() {
           extra=${config#*=}
         fi
         # shellcheck disable=SC2086  # args and extra hold several bench options
-        echo "### $b r$r $args | $(row "$bin" bench --backend cuda $args $extra)"
+        while IFS= read -r line; do echo "### $b r$r $args | $line"; done < <(rows "$bin" bench --backend cuda $args $extra)
       done
     done
   done

@@ -8,6 +8,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_a_label_must_be_a_new_word(tmp_path, label):
     assert not out.exists()
 
 
-def rotation(tmp_path, patches):
+def rotation(tmp_path, patches, workloads="depth:2"):
     """A tree whose stub cmake builds a `codec` that prints the tree's VARIANT
     as its time (new 0.0200, old 0.0300), run through two rounds with
     CODEC_AB_PATCHES `patches` (name → text, each as abtmp/NAME.patch). A
@@ -86,20 +87,22 @@ exec {shutil.which("tar")} "$@"
 touch {building}
 """ + """[ "$1" = --build ] || exit 0
 mkdir -p "$2/tests"
-printf '#!/bin/sh\\necho "depth:2  1.0000  8  5120  %s  0.0350  1.99  ok"\\n' "$(cat "$2/../VARIANT")" > "$2/codec"
+printf '#!/bin/bash\\na="$*"; w=${a##*--workload }\\nfor w in ${w//,/ }; do echo "$w  1.0000  8  5120  %s  0.0350  1.99  ok"; done\\n' \\
+  "$(cat "$2/../VARIANT")" > "$2/codec"
 printf '#!/bin/sh\\necho "[  PASSED  ] stub"\\n' > "$2/tests/test_engine_cuda"
 chmod +x "$2/codec" "$2/tests/test_engine_cuda"
 """)
     (stub / "cmake").chmod(0o755)
     env = dict(os.environ, CODEC_AB_ROUNDS="2", TMPDIR=str(tmp_path), PATH=f"{stub}{os.pathsep}{os.environ['PATH']}",
                CODEC_AB_PATCHES=";".join(f"{name}=abtmp/{name}.patch" for name in patches))
-    result = subprocess.run(["bash", "scripts/gpu_ab.sh", "out", "VARIANT", "--", "--workload depth:2"], cwd=tree,
+    result = subprocess.run(["bash", "scripts/gpu_ab.sh", "out", "VARIANT", "--", f"--workload {workloads}"], cwd=tree,
                             env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     log = (tree / "out" / "ab.log").read_text()
     rows = [line for line in log.splitlines() if line.startswith("###")]
-    assert [row.split(" | ")[0] for row in rows] == [f"### {label} r{r} --workload depth:2"
-                                                    for r in (1, 2) for label in ("old", "new", *patches)]
+    assert [row.split(" | ")[0] for row in rows] == [f"### {label} r{r} --workload {workloads}"
+                                                    for r in (1, 2) for label in ("old", "new", *patches)
+                                                    for _ in workloads.split(",")]
     return result.stdout, log, rows
 
 
@@ -109,6 +112,17 @@ def test_the_rotation_times_each_build(tmp_path):
     assert "!!" not in stdout, log
     assert [row.split()[-4] for row in rows] == ["0.0300", "0.0200", "0.0100"] * 2
     assert (tmp_path / "codec_ab_fast" / "build" / "codec").exists()  # the builds' trees go under TMPDIR
+
+
+def test_a_run_of_several_workloads_logs_each_row(tmp_path):
+    """One argument list naming several workloads: a line per row, which
+    ab_summary.py sums up per workload."""
+    stdout, log, rows = rotation(tmp_path, {}, "depth:2,seq:128")
+    assert [row.split(" | ")[1].split()[0] for row in rows] == ["depth:2", "seq:128"] * 4
+    summary = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_summary.py"), str(tmp_path / "tree" / "out" / "ab.log")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "--workload depth:2,seq:128 seq:128" in summary and "new/old 0.667" in summary, summary
+    assert "geometric mean new/old over 2: 0.6667" in summary, summary
 
 
 def test_a_patch_that_does_not_apply_builds_nothing(tmp_path):
