@@ -12,6 +12,8 @@ packages=(
 )
 missing=()
 for p in "${packages[@]}"; do
+  # A build tool installed outside Debian's packages (pip's cmake, a toolkit's) will do.
+  case $p in g++|cmake|make) command -v "$p" > /dev/null && continue ;; esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
