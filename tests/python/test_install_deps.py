@@ -38,25 +38,24 @@ def install(tmp_path, on_path, installed):
     return log.read_text().splitlines() if log.exists() else []
 
 
-def packages():
+def libraries():
+    """The script's packages other than the build tools."""
     text = (ROOT / "scripts" / "install_deps.sh").read_text()
     listed = text.split("packages=(", 1)[1].split("\n)", 1)[0]
-    return [word for line in listed.splitlines() for word in line.split("#", 1)[0].split()]
+    return [word for line in listed.splitlines() for word in line.split("#", 1)[0].split() if word not in TOOLS]
 
 
 def test_tools_on_path_and_installed_libraries_need_nothing(tmp_path):
-    libraries = [p for p in packages() if p not in TOOLS]
-    assert install(tmp_path, TOOLS, libraries) == []
+    assert install(tmp_path, TOOLS, libraries()) == []
 
 
 @pytest.mark.parametrize("tool", TOOLS)
 def test_a_tool_missing_from_path_is_installed(tmp_path, tool):
-    libraries = [p for p in packages() if p not in TOOLS]
-    calls = install(tmp_path, [t for t in TOOLS if t != tool], libraries)
+    calls = install(tmp_path, [t for t in TOOLS if t != tool], libraries())
     assert calls[-1].split()[-1:] == [tool] and calls[-1].split()[:1] == ["install"]
 
 
 def test_a_missing_library_is_installed_though_its_tools_are_present(tmp_path):
-    libraries = [p for p in packages() if p not in TOOLS]
-    calls = install(tmp_path, TOOLS, libraries[1:])
-    assert calls == ["update -qq", f"install -y -qq {libraries[0]}"]
+    first, *rest = libraries()
+    calls = install(tmp_path, TOOLS, rest)
+    assert calls == ["update -qq", f"install -y -qq {first}"]
