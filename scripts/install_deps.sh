@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing CoDec needs, from Debian's packages.
 # Idempotent: does nothing when everything is present.
+#   bash scripts/install_deps.sh        the build, the tests, the tool
+#   bash scripts/install_deps.sh fuzz   and the fuzz targets' (scripts/fuzz.sh)
 set -euo pipefail
 packages=(
   g++ cmake make         # C++20 compiler and build
@@ -10,6 +12,11 @@ packages=(
   libcli11-dev           # CLI11: the codec command line
   python3-dev python3-venv  # the Python package: headers for its extension, a venv for its tests
 )
+fuzz_packages=(
+  clang libfuzzer-14-dev  # libFuzzer and clang's sanitizers: the fuzz targets (tests/fuzz)
+  libomp-14-dev           # OpenMP for clang: the library the fuzz targets link
+)
+[[ ${1:-} == fuzz ]] && packages+=("${fuzz_packages[@]}")
 missing=()
 for p in "${packages[@]}"; do
   # A build tool installed outside Debian's packages (pip's cmake, a toolkit's) will do.

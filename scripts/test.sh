@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs every test: the C++ suite in the release build, then under
-# AddressSanitizer + UndefinedBehaviorSanitizer; the C++ package (install, a
-# consumer project); the Python package (`pip install .` into a virtual
-# environment, then pytest). Fails on the first failure. GPU tests report
+# AddressSanitizer + UndefinedBehaviorSanitizer; coverage-guided fuzzing of
+# every reader of outside input (CODEC_FUZZ_SECONDS per target, default 60);
+# the C++ package (install, a consumer project); the Python package (`pip
+# install .` into a virtual environment, then pytest). Fails on the first failure. GPU tests report
 # themselves skipped without a GPU; torch tests without torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,8 @@ done
 echo "== fuzz: 3,000 CPU cases (release), 1,000 more under the sanitizers"
 ./build/codec fuzz --count 3000 --seed 1
 ./build-asan/codec fuzz --count 1000 --seed 2
+echo "== fuzz targets (libFuzzer): ${CODEC_FUZZ_SECONDS:-60} s each"
+bash scripts/fuzz.sh "${CODEC_FUZZ_SECONDS:-60}"
 echo "== C++ package: library-only configure, install, consumer project"
 bash tests/package/check_package.sh build
 echo "== Python package: pip install . and pytest"

@@ -20,7 +20,7 @@ DType parse_dtype(std::string_view name) {
   if (name == "fp16" || name == "f16" || name == "half" || name == "float16") return DType::f16;
   if (name == "bf16" || name == "bfloat16") return DType::bf16;
   if (name == "fp32" || name == "f32" || name == "float32") return DType::f32;
-  CODEC_FAIL("unsupported dtype '", name, "' (expected fp16, bf16 or fp32)");
+  CODEC_FAIL("unsupported dtype '", clip(name), "' (expected fp16, bf16 or fp32)");
 }
 
 float f16_to_float(std::uint16_t bits) {

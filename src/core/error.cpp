@@ -31,4 +31,9 @@ bool error_locations() {
 
 void set_error_locations(bool on) { g_locations.store(on ? 1 : 0, std::memory_order_relaxed); }
 
+std::string clip(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  return std::string(text.substr(0, limit)) + "...";
+}
+
 }  // namespace codec

@@ -72,7 +72,7 @@ HeadConfig model_heads(const std::string& name) {
     if (name == model.name) return model.heads;
   std::ostringstream known;
   for (const NamedModel& model : kModels) known << (&model == kModels ? "" : ", ") << model.name;
-  CODEC_FAIL("unknown model '", name, "' (known: ", known.str(), ")");
+  CODEC_FAIL("unknown model '", clip(name), "' (known: ", known.str(), ")");
 }
 
 const char* const* model_names() { return kModelNames; }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "codec/core/error.hpp"
+#include "core/json_input.hpp"
 
 namespace codec {
 
@@ -180,7 +181,7 @@ const json& field(const json& doc, const char* name, const std::string& where) {
 
 template <typename Int>
 Int integer(const json& value, const std::string& where, const std::string& name) {
-  CODEC_CHECK(value.is_number_integer(), where, ": ", name, " = ", value.dump(),
+  CODEC_CHECK(value.is_number_integer(), where, ": ", name, " = ", json_preview(value),
               " must be an integer");
   if (value.is_number_unsigned()) {
     const auto v = value.get<std::uint64_t>();
@@ -214,7 +215,7 @@ std::vector<std::vector<double>> grid(const json& g, const std::string& where, c
     std::vector<double>& row = out.emplace_back();
     for (std::size_t j = 0; j < g[i].size(); ++j) {
       const json& v = g[i][j];
-      CODEC_CHECK(v.is_number(), where, ": ", name, "[", i, "][", j, "] = ", v.dump(), " must be a number");
+      CODEC_CHECK(v.is_number(), where, ": ", name, "[", i, "][", j, "] = ", json_preview(v), " must be a number");
       row.push_back(v.get<double>());
     }
   }
@@ -227,23 +228,18 @@ void CostTable::validate() const { validate_table(*this, "cost table"); }
 
 CostTable CostTable::parse(const std::string& json_text, const std::string& source) {
   const std::string where = "cost table " + source;
-  json doc;
-  try {
-    doc = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    CODEC_FAIL(where, ": invalid JSON: ", e.what());  // what() gives line and column
-  }
+  const json doc = parse_json_input(json_text, where);
   CODEC_CHECK(doc.is_object(), where, ": expected a JSON object, got ", doc.type_name());
 
   // Unknown fields are allowed so a profiler may record extra provenance
   // (command, date); every field the model uses is required.
   CostTable t;
   const json& device = field(doc, "device", where);
-  CODEC_CHECK(device.is_string(), where, ": device = ", device.dump(), " must be a string");
+  CODEC_CHECK(device.is_string(), where, ": device = ", json_preview(device), " must be a string");
   t.device = device.get<std::string>();
   t.head_dim = integer<int>(field(doc, "head_dim", where), where, "head_dim");
   const json& dtype = field(doc, "dtype", where);
-  CODEC_CHECK(dtype.is_string(), where, ": dtype = ", dtype.dump(), " must be a string");
+  CODEC_CHECK(dtype.is_string(), where, ": dtype = ", json_preview(dtype), " must be a string");
   try {
     t.dtype = parse_dtype(dtype.get<std::string>());
   } catch (const Error& e) {
@@ -252,7 +248,7 @@ CostTable CostTable::parse(const std::string& json_text, const std::string& sour
   // "group" (query heads per kv head at measurement time) is informational:
   // rows already count packed query heads, so it is checked but not kept.
   if (const auto group = doc.find("group"); group != doc.end())
-    CODEC_CHECK(integer<int>(*group, where, "group") >= 1, where, ": group = ", group->dump(),
+    CODEC_CHECK(integer<int>(*group, where, "group") >= 1, where, ": group = ", json_preview(*group),
                 " must be >= 1");
   t.rows = integers<int>(doc, "rows", where);
   t.kv_len = integers<long>(doc, "kv_len", where);

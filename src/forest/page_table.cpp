@@ -71,6 +71,9 @@ void page_table_from_block_table(const BlockTable& t, int page_size, std::int64_
   a.indices.reserve(std::size_t(entries));  // one allocation of the whole list
   for (int r = 0; r < batch; ++r) {
     const std::int64_t tokens = length(r), pages = (tokens + page_size - 1) / page_size;
+    // (cumulative lengths differ by up to 2^32)
+    CODEC_CHECK(tokens <= std::numeric_limits<std::int32_t>::max(), "block table row ", r, " has ", tokens,
+                " KV tokens, more than ", std::numeric_limits<std::int32_t>::max());
     CODEC_CHECK(pages <= t.cols, "block table row ", r, " has ", tokens, " KV tokens: ", pages,
                 " pages, more than its ", t.cols, " columns");
     const std::int32_t* row = t.blocks + r * t.row_stride;

@@ -64,17 +64,18 @@ constexpr std::size_t kPolishClasses = 4;
 constexpr double kExactPlaces = 128;
 
 // How b_k chunks cut a node of n tokens: equal chunks of `len` tokens, a
-// multiple of the alignment, and a shorter last chunk.
+// multiple of the alignment, and a shorter last chunk. Token counts are 64-bit
+// here: a node of nearly 2^31 tokens, rounded up to the alignment, must not wrap.
 struct Chunking {
-  int count;  // chunks actually made (≤ b_k asked for)
-  int len;    // tokens of every chunk but the last
-  int last;   // tokens of the last chunk
+  int count;          // chunks actually made (≤ b_k asked for)
+  std::int64_t len;   // tokens of every chunk but the last
+  std::int64_t last;  // tokens of the last chunk
 };
-Chunking chunking(int n, int splits, int align) {
-  const int per = (n + splits - 1) / splits;
-  const int len = std::min(n, (per + align - 1) / align * align);
-  const int count = (n + len - 1) / len;
-  return {count, len, n - (count - 1) * len};
+Chunking chunking(std::int64_t n, int splits, int align) {
+  const std::int64_t per = (n + splits - 1) / splits;
+  const std::int64_t len = std::min(n, (per + align - 1) / align * align);
+  const std::int64_t count = (n + len - 1) / len;
+  return {int(count), len, n - (count - 1) * len};
 }
 
 // How a node's rows are cut into row tiles of at most tile_rows: hi tiles of
@@ -93,7 +94,7 @@ struct RowTiling {
 // identically: the search runs over these classes (1,024 equal leaves are
 // one class).
 struct NodeClass {
-  int tokens = 0;
+  std::int64_t tokens = 0;  // its nodes' tokens rounded up to the chunk alignment
   int rows = 0;       // n_q · G
   bool wide = false;  // its tasks are wide (PlannerOptions::wide_tile_rows)
   int span = 1;       // blocks one of its tasks takes the place of: wide_span if wide
@@ -102,7 +103,7 @@ struct NodeClass {
   int tail_tokens = 0;  // tails its row tiles take in, at most (PlannerOptions::wide_tail_tokens)
   int price_tile = 0;   // PlannerOptions::price_tile_tokens if narrow, else 0
   // The tokens a task of len tokens is priced at: whole tiles past the first.
-  int priced(int len) const {
+  std::int64_t priced(std::int64_t len) const {
     return price_tile > 0 && len > price_tile ? (len + price_tile - 1) / price_tile * price_tile : len;
   }
   double unsplit_cost = 0;  // C(rows_hi, tokens + tail_tokens)
@@ -125,11 +126,11 @@ struct NodeClass {
 [[gnu::noinline]] void fill_prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy,
                                    NodeClass::Prices& p) {
   const Chunking k = chunking(c.tokens, splits, align);
-  auto price = [&](int rows, int len) {
+  auto price = [&](int rows, std::int64_t len) {
     if (c.wide) return cost.wide_cost_us(rows, len);
     return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
   };
-  const int tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
+  const std::int64_t tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
   const int hi = c.tiling.rows_hi;
   p.full_hi = price(hi, k.len + tail);
   p.last_hi = price(hi, k.last + tail);
@@ -141,12 +142,21 @@ struct NodeClass {
 // busy: the blocks a plan keeps busy, if fewer than all and the model prices
 // contention (CostModel::cost_busy_us); else 0. A chunk is priced with its
 // share of the class's tails. The search asks for the same prices thousands of
-// times a plan: the memo's lookup is inlined, the pricing is not.
-[[gnu::always_inline]] inline const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel& cost,
-                                                              int align, int busy = 0) {
+// times a plan: the memo's lookup is inlined, the pricing is not. The memo
+// holds split counts below kMemoSplits (a 65,536-token node at an alignment
+// of 16 has 4,096), so that its size does not grow with a node's tokens; the
+// rare larger count is priced afresh each time.
+constexpr int kMemoSplits = 4096;
+[[gnu::always_inline]] inline NodeClass::Prices prices(const NodeClass& c, int splits, const CostModel& cost,
+                                                       int align, int busy = 0) {
+  if (splits >= kMemoSplits) [[unlikely]] {
+    NodeClass::Prices p;
+    fill_prices(c, splits, cost, align, busy, p);
+    return p;
+  }
   std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
   if (splits >= int(memo.size())) [[unlikely]]
-    memo.resize(std::max<std::size_t>(splits + 1, 2 * memo.size()));
+    memo.resize(std::min<std::size_t>(std::max<std::size_t>(splits + 1, 2 * memo.size()), kMemoSplits));
   NodeClass::Prices& p = memo[splits];
   if (std::isnan(p.full_hi) || p.busy != busy) [[unlikely]]
     fill_prices(c, splits, cost, align, busy, p);
@@ -164,7 +174,7 @@ class Search {
   // Σ over one member's tasks (all kv heads) of their predicted cost, times
   // the blocks each takes the place of: the block time the member takes.
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {
-    const NodeClass::Prices& p = prices(c, splits, cost_, align_, busy);
+    const NodeClass::Prices p = prices(c, splits, cost_, align_, busy);
     const int full = p.chunks - 1;
     double total = c.tiling.hi * (full * p.full_hi + p.last_hi);
     if (c.tiling.lo) total += c.tiling.lo * (full * p.full_lo + p.last_lo);
@@ -250,7 +260,7 @@ class Search {
   // Places (blocks) taken by the chunks of one member (all its row tiles and
   // kv heads) dearer than limit: a wide chunk takes span of them.
   double dear_chunks(const NodeClass& c, int splits, double limit) const {
-    const NodeClass::Prices& p = prices(c, splits, cost_, align_);
+    const NodeClass::Prices p = prices(c, splits, cost_, align_);
     const int full = p.chunks - 1;
     double n = c.tiling.hi * (full * (p.full_hi > limit) + (p.last_hi > limit));
     if (c.tiling.lo) n += c.tiling.lo * (full * (p.full_lo > limit) + (p.last_lo > limit));
@@ -415,7 +425,7 @@ void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& 
   groups.clear();
   for (std::size_t ci = 0; ci < classes.size(); ++ci) {
     const NodeClass& c = classes[ci];
-    const NodeClass::Prices& p = prices(c, splits[ci], cost, align, busy);
+    const NodeClass::Prices p = prices(c, splits[ci], cost, align, busy);
     const std::int64_t members = std::int64_t(c.nodes.size()) * kv_heads;
     for (const bool hi : {true, false}) {
       const int tiles = hi ? c.tiling.hi : c.tiling.lo;
@@ -469,12 +479,13 @@ class Planning {
   void classify() {
     find_tails();
     struct Shape {
-      int tokens, rows, tail;
+      std::int64_t tokens;
+      int rows, tail;
       bool operator==(const Shape&) const = default;
     };
     struct ShapeHash {
       std::size_t operator()(const Shape& s) const {
-        return (std::size_t(s.tokens) << 32 | std::size_t(s.rows)) * 0x9e3779b97f4a7c15ull ^ std::size_t(s.tail);
+        return ((std::size_t(s.tokens) << 32 ^ std::size_t(s.rows)) * 0x9e3779b97f4a7c15ull) ^ std::size_t(s.tail);
       }
     };
     std::unordered_map<Shape, int, ShapeHash> class_of_shape;
@@ -483,7 +494,7 @@ class Planning {
       const ForestNode& n = forest_.nodes[i];
       if (n.num_tokens == 0 || n.num_reqs == 0 || taken_in(i)) continue;
       const int rows = n.num_reqs * G_;
-      const int tokens = aligned(n.num_tokens);
+      const std::int64_t tokens = aligned(n.num_tokens);
       const int tail = node_tail_.empty() ? 0 : node_tail_[i];
       auto [it, added] = class_of_shape.try_emplace(Shape{tokens, rows, tail}, int(classes_.size()));
       if (added) {
@@ -493,7 +504,7 @@ class Planning {
         c.wide = goes_wide(rows, tokens);
         c.span = c.wide ? opt_.wide_span : 1;
         c.tiling = RowTiling::of(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
-        c.max_splits = tokens / align_;
+        c.max_splits = int(tokens / align_);
         c.tail_tokens = tail;
         c.price_tile = c.wide ? 0 : opt_.price_tile_tokens;
         c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.tiling.rows_hi, c.tokens + tail)
@@ -514,8 +525,8 @@ class Planning {
   }
 
   static int row_tiles(int rows, int tile_rows) { return (rows + tile_rows - 1) / tile_rows; }
-  int aligned(int tokens) const { return (tokens + align_ - 1) / align_ * align_; }
-  bool goes_wide(int rows, int tokens) const {
+  std::int64_t aligned(std::int64_t tokens) const { return (tokens + align_ - 1) / align_ * align_; }
+  bool goes_wide(int rows, std::int64_t tokens) const {
     return opt_.wide_tile_rows > 0 && rows > opt_.max_tile_rows && wide_pays(rows, tokens);
   }
 
@@ -574,7 +585,7 @@ class Planning {
   // would, unsplit; on a tie wide, which reads the KV once per wide tile
   // rather than once per tile. Without a measured wide grid a wide task is
   // priced as two tasks of half its rows: a tie.
-  bool wide_pays(int rows, int tokens) const {
+  bool wide_pays(int rows, std::int64_t tokens) const {
     const int narrow = row_tiles(rows, opt_.max_tile_rows), wide = row_tiles(rows, opt_.wide_tile_rows);
     const int wide_rows = (rows + wide - 1) / wide;
     return wide_rows >= opt_.wide_min_rows && tokens >= opt_.wide_min_tokens &&
@@ -767,9 +778,9 @@ class Planning {
       const int head = int(rest % slice_heads_);
       const int member = int(rest / slice_heads_);
       const int row_begin = c.tiling.begin(tile), row_end = c.tiling.end(tile);
-      const int kv_begin = chunk * k.len;
       const int node = c.nodes[member];
-      const int kv_end = std::min(forest_.nodes[node].num_tokens, kv_begin + k.len);
+      const auto kv_begin = std::int32_t(chunk * k.len);  // < the node's tokens: chunk < k.count
+      const auto kv_end = std::int32_t(std::min<std::int64_t>(forest_.nodes[node].num_tokens, kv_begin + k.len));
       const SlotLayout slots{a.node_slot_base[node], kv_heads_, (a.node_req_begin[node + 1] - a.node_req_begin[node]) * G_};
       for (int slice = 0; slice < slices_; ++slice) {
         const int kv_head = slice * slice_heads_ + head;
@@ -940,7 +951,7 @@ class Planning {
     for (std::size_t ci = 0; ci < classes_.size(); ++ci) {
       const NodeClass& c = classes_[ci];
       load += search_.member_cost(c, s[ci], busy) * double(c.nodes.size());
-      const NodeClass::Prices& p = prices(c, s[ci], cost_, align_, busy);
+      const NodeClass::Prices p = prices(c, s[ci], cost_, align_, busy);
       dearest = std::max({dearest, p.full_hi, p.last_hi});
     }
     return std::max(load / slice_blocks_, dearest);

@@ -290,9 +290,13 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
   }
   if (!bench.save.empty())
     CODEC_CHECK(std::ofstream(bench.save).good(), "--save: cannot write '", bench.save, "'");
-  // Every workload is resolved and sized before the first one runs.
+  // Every workload is resolved and sized, and its cost model read, before the first one runs.
   std::vector<Workload> workloads;
-  for (const std::string& spec : specs) workloads.push_back(load_workload(spec, args, default_scale, /*with_batch=*/true));
+  std::vector<PlannerSetup> setups;
+  for (const std::string& spec : specs) {
+    workloads.push_back(load_workload(spec, args, default_scale, /*with_batch=*/true));
+    setups.push_back(planner_setup(backend, workloads.back(), args, threads));
+  }
   nlohmann::json rows = nlohmann::json::array();
   bool all_pass = true;
   if (!args.json) {
@@ -315,7 +319,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const auto t0 = std::chrono::steady_clock::now();
     const Forest forest = derive_forest(table);
     const double derive_ms = ms_since(t0);
-    const PlannerSetup setup = planner_setup(backend, w, args, threads);
+    const PlannerSetup& setup = setups[i];
     const PlannerOptions& opt = setup.options;
     const CostModel* cost = setup.cost.get();
     if (i == 0) std::fprintf(stderr, "cost model: %s\n", cost->describe().c_str());

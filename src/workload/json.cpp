@@ -17,19 +17,13 @@
 
 #include "codec/core/error.hpp"
 #include "codec/workload/workload.hpp"
+#include "core/json_input.hpp"
 
 namespace codec {
 
 namespace {
 
 using nlohmann::json;
-
-// A value as the file spells it, cut short so that a huge array does not flood the message.
-std::string show(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
 
 // Every check names the file and the JSON path of the offending field.
 class Reader {
@@ -42,14 +36,14 @@ class Reader {
   }
 
   void only_fields(const json& object, const std::string& where, std::initializer_list<const char*> allowed) const {
-    if (!object.is_object()) fail(where, "expected an object, got ", object.type_name(), " ", show(object));
+    if (!object.is_object()) fail(where, "expected an object, got ", object.type_name(), " ", json_preview(object));
     for (const auto& [key, value] : object.items()) {
       bool known = false;
       for (const char* a : allowed) known = known || key == a;
       if (known) continue;
       std::string list;
       for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-      fail(where, "unknown field '", key, "' (expected: ", list, ")");
+      fail(where, "unknown field '", clip(key), "' (expected: ", list, ")");
     }
   }
 
@@ -60,10 +54,10 @@ class Reader {
   }
 
   std::int64_t integer(const json& value, const std::string& where, std::int64_t lo, std::int64_t hi) const {
-    if (!value.is_number_integer()) fail(where, "expected an integer, got ", value.type_name(), " ", show(value));
+    if (!value.is_number_integer()) fail(where, "expected an integer, got ", value.type_name(), " ", json_preview(value));
     // Unsigned values beyond int64 would wrap in get<int64_t>.
     if (value.is_number_unsigned() && value.get<std::uint64_t>() > std::uint64_t(hi))
-      fail(where, "value ", show(value), " is outside [", lo, ", ", hi, "]");
+      fail(where, "value ", json_preview(value), " is outside [", lo, ", ", hi, "]");
     const std::int64_t v = value.get<std::int64_t>();
     if (hi == std::numeric_limits<std::int64_t>::max()) {
       if (v < lo) fail(where, "value ", v, " must be >= ", lo);
@@ -74,7 +68,7 @@ class Reader {
   }
 
   std::string string(const json& value, const std::string& where) const {
-    if (!value.is_string()) fail(where, "expected a string, got ", value.type_name(), " ", show(value));
+    if (!value.is_string()) fail(where, "expected a string, got ", value.type_name(), " ", json_preview(value));
     return value.get<std::string>();
   }
 
@@ -106,7 +100,7 @@ HeadConfig read_model(const Reader& in, const json& model, std::string* name) {
   heads.num_kv_heads = int(in.integer(in.required(model, "model", "num_kv_heads"), "model.num_kv_heads", 1, kMaxInt));
   heads.head_dim = int(in.integer(in.required(model, "model", "head_dim"), "model.head_dim", 1, kMaxInt));
   if (const auto it = model.find("sm_scale"); it != model.end()) {
-    if (!it->is_number()) in.fail("model.sm_scale", "expected a number, got ", it->type_name(), " ", show(*it));
+    if (!it->is_number()) in.fail("model.sm_scale", "expected a number, got ", it->type_name(), " ", json_preview(*it));
     heads.sm_scale = it->get<float>();
   }
   in.context("model", [&] { heads.validate(); });
@@ -117,7 +111,7 @@ HeadConfig read_model(const Reader& in, const json& model, std::string* name) {
 // Nodes in file order → workload nodes with every parent before its children,
 // keeping the file's order otherwise.
 void read_nodes(const Reader& in, const json& nodes, Workload& w, std::unordered_map<std::string, std::int32_t>& index) {
-  if (!nodes.is_array()) in.fail("nodes", "expected an array, got ", nodes.type_name(), " ", show(nodes));
+  if (!nodes.is_array()) in.fail("nodes", "expected an array, got ", nodes.type_name(), " ", json_preview(nodes));
   const std::size_t n = nodes.size();
   std::vector<std::string> ids(n), parents(n);
   std::vector<std::int64_t> tokens(n);
@@ -130,8 +124,8 @@ void read_nodes(const Reader& in, const json& nodes, Workload& w, std::unordered
     ids[i] = in.string(in.required(node, where, "id"), where + ".id");
     if (ids[i].empty()) in.fail(where + ".id", "node id must not be empty");
     const auto [it, fresh] = by_id.emplace(ids[i], i);
-    if (!fresh) in.fail(where + ".id", "duplicate node id '", ids[i], "' (first at nodes[", it->second, "])");
-    tokens[i] = in.integer(in.required(node, where, "tokens"), where + ".tokens (node '" + ids[i] + "')", 0,
+    if (!fresh) in.fail(where + ".id", "duplicate node id '", clip(ids[i]), "' (first at nodes[", it->second, "])");
+    tokens[i] = in.integer(in.required(node, where, "tokens"), where + ".tokens (node '" + clip(ids[i]) + "')", 0,
                            std::numeric_limits<std::int64_t>::max());
     if (const auto p = node.find("parent"); p != node.end() && !p->is_null()) {
       parents[i] = in.string(*p, where + ".parent");
@@ -143,7 +137,7 @@ void read_nodes(const Reader& in, const json& nodes, Workload& w, std::unordered
     if (is_root[i]) continue;
     const auto it = by_id.find(parents[i]);
     if (it == by_id.end())
-      in.fail("nodes[" + std::to_string(i) + "].parent", "node '", ids[i], "' has unknown parent '", parents[i], "'");
+      in.fail("nodes[" + std::to_string(i) + "].parent", "node '", clip(ids[i]), "' has unknown parent '", clip(parents[i]), "'");
     parent[i] = it->second;
   }
   // Place each node after its ancestors: walk up to a placed node or a root,
@@ -154,7 +148,7 @@ void read_nodes(const Reader& in, const json& nodes, Workload& w, std::unordered
   for (std::size_t i = 0; i < n; ++i) {
     chain.clear();
     for (std::size_t j = i; j < n && state[j] != kPlaced; j = parent[j]) {
-      if (state[j] == kOnChain) in.fail("nodes", "node '", ids[j], "' is in a parent cycle");
+      if (state[j] == kOnChain) in.fail("nodes", "node '", clip(ids[j]), "' is in a parent cycle");
       state[j] = kOnChain;
       chain.push_back(j);
     }
@@ -172,19 +166,14 @@ void read_nodes(const Reader& in, const json& nodes, Workload& w, std::unordered
 
 Workload parse_workload_json(const std::string& text, const std::string& source) {
   const Reader in(source);
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    CODEC_FAIL(source, ": invalid JSON at byte ", e.byte, ": ", e.what());
-  }
+  const json root = parse_json_input(text, source);
   in.only_fields(root, "top level", {"name", "seed", "model", "page_size", "dtype", "nodes", "requests"});
 
   Workload w;
   w.name = std::filesystem::path(source).stem().string();
   if (const auto it = root.find("name"); it != root.end()) w.name = in.string(*it, "name");
   if (const auto it = root.find("seed"); it != root.end()) {
-    if (!it->is_number_unsigned()) in.fail("seed", "expected an integer >= 0, got ", it->type_name(), " ", show(*it));
+    if (!it->is_number_unsigned()) in.fail("seed", "expected an integer >= 0, got ", it->type_name(), " ", json_preview(*it));
     w.seed = it->get<std::uint64_t>();
   }
   if (const auto it = root.find("model"); it != root.end()) w.heads = read_model(in, *it, &w.model);
@@ -199,16 +188,16 @@ Workload parse_workload_json(const std::string& text, const std::string& source)
   read_nodes(in, in.required(root, "top level", "nodes"), w, index);
 
   const json& requests = in.required(root, "top level", "requests");
-  if (!requests.is_array()) in.fail("requests", "expected an array, got ", requests.type_name(), " ", show(requests));
+  if (!requests.is_array()) in.fail("requests", "expected an array, got ", requests.type_name(), " ", json_preview(requests));
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const std::string where = "requests[" + std::to_string(r) + "]";
     in.only_fields(requests[r], where, {"node"});
     const std::string node = in.string(in.required(requests[r], where, "node"), where + ".node");
     const auto it = index.find(node);
-    if (it == index.end()) in.fail(where + ".node", "request ", r, " names unknown node '", node, "'");
+    if (it == index.end()) in.fail(where + ".node", "request ", r, " names unknown node '", clip(node), "'");
     w.requests.push_back(it->second);
   }
-  in.context("workload '" + w.name + "'", [&] { w.validate(); });
+  in.context("workload '" + clip(w.name) + "'", [&] { w.validate(); });
   return w;
 }
 

@@ -14,18 +14,18 @@ void Workload::validate() const {
   for (std::int32_t i = 0; i < num_nodes; ++i) {
     const WorkloadNode& node = nodes[std::size_t(i)];
     // Parents before children is what makes every path walk terminate.
-    CODEC_CHECK(node.parent >= -1 && node.parent < i, "node '", node.id, "' (index ", i, ") has parent index ",
+    CODEC_CHECK(node.parent >= -1 && node.parent < i, "node '", clip(node.id), "' (index ", i, ") has parent index ",
                 node.parent, "; expected -1 (a root) or an index below ", i, " (parents come first)");
-    CODEC_CHECK(node.tokens >= 0, "node '", node.id, "' has tokens ", node.tokens, "; expected >= 0");
+    CODEC_CHECK(node.tokens >= 0, "node '", clip(node.id), "' has tokens ", node.tokens, "; expected >= 0");
     const auto [it, fresh] = ids.emplace(node.id, i);
-    CODEC_CHECK(fresh, "duplicate node id '", node.id, "' at indices ", it->second, " and ", i);
+    CODEC_CHECK(fresh, "duplicate node id '", clip(node.id), "' at indices ", it->second, " and ", i);
   }
-  CODEC_CHECK(!requests.empty(), "workload '", name, "' has no requests");
+  CODEC_CHECK(!requests.empty(), "workload '", clip(name), "' has no requests");
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const std::int32_t node = requests[r];
     CODEC_CHECK(node >= 0 && node < num_nodes, "request ", r, " names node index ", node, ", outside [0, ",
                 num_nodes, ")");
-    CODEC_CHECK(request_tokens(int(r)) > 0, "request ", r, " (node '", nodes[std::size_t(node)].id,
+    CODEC_CHECK(request_tokens(int(r)) > 0, "request ", r, " (node '", clip(nodes[std::size_t(node)].id),
                 "') has no KV tokens");
   }
   heads.validate();
@@ -42,7 +42,7 @@ std::int64_t Workload::request_tokens(int r) const {
     CODEC_CHECK(std::size_t(i) < nodes.size(), "request ", r, " reaches node index ", i, ", outside [0, ",
                 nodes.size(), ")");
     const WorkloadNode& node = nodes[std::size_t(i)];
-    CODEC_CHECK(node.parent < i, "node '", node.id, "' (index ", i, ") has parent index ", node.parent,
+    CODEC_CHECK(node.parent < i, "node '", clip(node.id), "' (index ", i, ") has parent index ", node.parent,
                 "; parents must come first");
     total += node.tokens;
     i = node.parent;
@@ -96,7 +96,7 @@ Workload Workload::scaled(double factor) const {
   for (WorkloadNode& node : out.nodes) {
     if (node.tokens <= 0) continue;
     const double t = std::round(double(node.tokens) * factor);
-    CODEC_CHECK(t < 0x1p62, "node '", node.id, "' with ", node.tokens, " tokens scaled by ", factor,
+    CODEC_CHECK(t < 0x1p62, "node '", clip(node.id), "' with ", node.tokens, " tokens scaled by ", factor,
                 " overflows the token count");
     // Scaling must not turn a non-empty node into an empty one: that would change the tree's shape.
     node.tokens = std::max<std::int64_t>(1, std::int64_t(t));

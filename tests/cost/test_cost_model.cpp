@@ -352,6 +352,23 @@ TEST(TableFile, RejectsBadValues) {
                           "cost table t.json: group = 0 must be >= 1"));
 }
 
+// Messages quote a bounded prefix of a value; nesting past the reader's limit
+// is refused while parsing (core/json_input.hpp).
+TEST(TableFile, RejectsHugeAndDeepValuesBoundedly) {
+  std::string many = "[[0";
+  for (int i = 1; i < 100000; ++i) many += ", " + std::to_string(i);
+  many += "]]";
+  try {
+    CostTable::parse(doc_with("\"H200\"", many), "t.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(std::string(e.what()).starts_with("cost table t.json: device = [[0,1,2,")) << e.what();
+    EXPECT_LT(std::string(e.what()).size(), 200u) << e.what();
+  }
+  EXPECT_TRUE(parse_fails(doc_with("[1, 4, 16]", std::string(70, '[') + std::string(70, ']')),
+                          "cost table t.json: arrays and objects nested 65 levels deep, past the limit of 64"));
+}
+
 TEST(TableFile, RejectsMissingField) {
   for (const char* field : {"device", "head_dim", "dtype", "rows", "kv_len"})
     EXPECT_TRUE(parse_fails(doc_with(std::string("\"") + field + "\"", "\"x_unused\""),

@@ -220,6 +220,11 @@ TEST(BlockTable, BadInputNamesTheRowAndValue) {
   EXPECT_TRUE(test::throws_with(table({40, 1}, 9), "block table row 0 column 2 holds page 9"));
   EXPECT_TRUE(test::throws_with([&] { page_table_from_block_table({blocks.data(), 2, 4, 3, blocks.data(), false}, 16, 9); },
                                 "row_stride 3 is less than its 4 columns"));
+  // Cumulative lengths far apart give a row more tokens than a request may hold.
+  const std::vector<std::int32_t> cumulative = {-2147483647 - 1, 2147483647, 2147483647};
+  EXPECT_TRUE(test::throws_with(
+      [&] { page_table_from_block_table({blocks.data(), 2, 4, 4, cumulative.data(), true}, 1 << 30, 10); },
+      "block table row 0 has 4294967295 KV tokens, more than 2147483647"));
 }
 
 // Into reused arrays, as a stream planner converts every step: a larger

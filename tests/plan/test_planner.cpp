@@ -279,6 +279,37 @@ TEST(Planner, FlatForestReadsEveryRequestsKv) {
   EXPECT_LE(shared.stats().kv_tokens_read, flat.stats().kv_tokens_read);
 }
 
+// A node of nearly 2^31 tokens, the most a request may hold: chunk arithmetic
+// does not wrap (the node rounds up to 2^31 at the alignment) and the
+// planner's memory does not grow with the tokens (its price memo would take
+// 5 GB). Every row attends to each of its tokens once.
+TEST(Planner, ANodeOfNearly2To31Tokens) {
+  const HeadConfig heads{4, 2, 128};
+  const std::vector<std::int32_t> indptr{0, 2, 4}, indices{0, 1, 0, 1}, last{(1 << 30) - 5, (1 << 30) - 5};
+  const Forest f = derive_forest({indptr, indices, last, 1 << 30, 2});
+  ASSERT_EQ(f.num_nodes(), 1);
+  ASSERT_EQ(f.request_tokens(0), 2147483643);
+  for (const int blocks : {1, 7, 264}) {
+    PlannerOptions opt;
+    opt.num_blocks = blocks;
+    const Plan plan = make_plan(f, heads, DType::bf16, roofline(heads), opt);
+    const PlanView p = plan.view();
+    std::vector<std::int64_t> keys(2 * heads.num_qo_heads, 0);
+    for (int t = 0; t < p.num_tasks; ++t) {
+      const Task& task = p.tasks[t];
+      ASSERT_LT(task.kv_begin, task.kv_end) << "task " << t;
+      ASSERT_LE(task.kv_end, f.nodes[task.node].num_tokens) << "task " << t;
+      for (int v = task.row_begin; v < task.row_end; ++v) {
+        const int req = f.reqs[f.nodes[task.node].req_begin + v / p.group];
+        keys[req * heads.num_qo_heads + task.kv_head * p.group + v % p.group] += task.kv_end - task.kv_begin;
+      }
+    }
+    for (int r = 0; r < 2; ++r)
+      for (int h = 0; h < heads.num_qo_heads; ++h)
+        EXPECT_EQ(keys[r * heads.num_qo_heads + h], f.request_tokens(r)) << "blocks " << blocks << " row " << r << "," << h;
+  }
+}
+
 TEST(Planner, BadOptions) {
   const HeadConfig heads{8, 2, 64};
   const Forest f = random_forest(1, 16, heads);

@@ -14,9 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOOLS = ("g++", "cmake", "make")
 
 
-def install(tmp_path, on_path, installed):
+def install(tmp_path, on_path, installed, *args):
     stub = tmp_path / "bin"
-    stub.mkdir()
+    stub.mkdir(parents=True)
     log = tmp_path / "apt.log"
     scripts = {
         # dpkg-query -W -f=FORMAT PACKAGE: installed only if listed
@@ -32,16 +32,16 @@ def install(tmp_path, on_path, installed):
     for real in ("bash", "grep"):
         (stub / real).symlink_to(shutil.which(real))
     env = dict(os.environ, PATH=str(stub), INSTALLED=" ".join(installed))
-    result = subprocess.run([str(stub / "bash"), str(ROOT / "scripts" / "install_deps.sh")], env=env,
+    result = subprocess.run([str(stub / "bash"), str(ROOT / "scripts" / "install_deps.sh"), *args], env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return log.read_text().splitlines() if log.exists() else []
 
 
-def libraries():
-    """The script's packages other than the build tools."""
+def libraries(group="packages"):
+    """The script's packages of one list (`packages`, `fuzz_packages`) other than the build tools."""
     text = (ROOT / "scripts" / "install_deps.sh").read_text()
-    listed = text.split("packages=(", 1)[1].split("\n)", 1)[0]
+    listed = text.split(f"\n{group}=(", 1)[1].split("\n)", 1)[0]
     return [word for line in listed.splitlines() for word in line.split("#", 1)[0].split() if word not in TOOLS]
 
 
@@ -59,3 +59,11 @@ def test_a_missing_library_is_installed_though_its_tools_are_present(tmp_path):
     first, *rest = libraries()
     calls = install(tmp_path, TOOLS, rest)
     assert calls == ["update -qq", f"install -y -qq {first}"]
+
+
+def test_the_fuzz_packages_come_only_when_asked_for(tmp_path):
+    fuzz = libraries("fuzz_packages")
+    assert "clang" in fuzz
+    assert install(tmp_path / "plain", TOOLS, libraries()) == []
+    calls = install(tmp_path / "fuzz", TOOLS, libraries(), "fuzz")
+    assert calls == ["update -qq", "install -y -qq " + " ".join(fuzz)]

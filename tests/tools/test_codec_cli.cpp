@@ -26,8 +26,9 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-Result run_codec(const std::string& args) {
-  const std::string command = std::string(CODEC_TOOL_PATH) + " " + args + " 2>&1";
+// `shell_prefix` runs before the tool in the same shell (a ulimit).
+Result run_codec(const std::string& args, const std::string& shell_prefix = "") {
+  const std::string command = shell_prefix + std::string(CODEC_TOOL_PATH) + " " + args + " 2>&1";
   Result r;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -224,6 +225,43 @@ TEST(CodecCli, RefusesOversizedWorkloadsAndUnwritableOutputsBeforeWork) {
   const Result v = run_codec("--verbose plan --workload nosuch:3");
   EXPECT_EQ(v.code, 2);
   EXPECT_NE(v.output.find(".cpp:"), std::string::npos) << v.output;
+}
+
+// Files a user was handed, valid JSON but nested far deeper than any stack
+// recursion survives (120,000 levels, 240 KB), at the top level or inside a
+// field, as workloads and as a cost table: exit 2 naming the file and the
+// limit, quickly, under a 4 GB address-space limit (AddressSanitizer's
+// shadow memory needs more, so its build runs without the limit).
+TEST(CodecCli, DeeplyNestedFilesExitWith2UnderAMemoryLimit) {
+  const auto dir = scratch("deep");
+  std::filesystem::create_directories(dir);
+  const std::string deep = std::string(120000, '[') + std::string(120000, ']');
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const std::string top = write("top.json", deep);
+  const std::string in_model = write("model.json", R"({"model": )" + deep + "}");
+  const std::string table = write("table.json", R"({"device": "x", "head_dim": 128, "dtype": "bf16", "rows": )" + deep + "}");
+#ifdef __SANITIZE_ADDRESS__
+  const std::string limit;
+#else
+  const std::string limit = "ulimit -v 4194304; ";
+#endif
+  for (const std::string& args :
+       {"plan --workload " + top, "bench --backend cpu --workload " + top, "plan --workload " + in_model,
+        "bench --backend cpu --workload " + in_model, "plan --workload depth:2 --cost-table " + table,
+        "bench --backend cpu --workload depth:2 --cost-table " + table}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Result r = run_codec(args, limit);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(".json: arrays and objects nested 65 levels deep, past the limit of 64"), std::string::npos)
+        << args << "\n" << r.output;
+    EXPECT_LT(r.output.size(), 400u) << "the message quotes the input: " << r.output;
+    EXPECT_LT(seconds, 5.0) << args;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

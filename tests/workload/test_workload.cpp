@@ -401,6 +401,33 @@ TEST(Json, BadInputs) {
   for (const auto& [text, needle] : cases) EXPECT_TRUE(throws_with([&] { parse_workload_json(text, "bad.json"); }, needle)) << text;
 }
 
+// A message quotes a bounded prefix of the offending value, however large;
+// nesting past the reader's limit is refused while parsing (core/json_input.hpp).
+TEST(Json, HugeAndDeepValuesAreQuotedBoundedly) {
+  std::string many = "[0";
+  for (int i = 1; i < 100000; ++i) many += ", " + std::to_string(i);
+  many += "]";
+  for (const std::string& text : {R"({"nodes": )" + many + R"(, "requests": []})",
+                                  R"({"name": )" + many + R"(, "nodes": [], "requests": []})",
+                                  R"({"nodes": [], "requests": [], "model": ")" + std::string(1000000, 'x') + R"("})",
+                                  R"({"nodes": [], "requests": [], "dtype": ")" + std::string(1000000, 'x') + R"("})",
+                                  R"({"nodes": [], "requests": [], ")" + std::string(1000000, 'x') + R"(": 1})",
+                                  R"({"nodes": [{"id": ")" + std::string(1000000, 'x') + R"(", "tokens": -1}], "requests": []})",
+                                  R"({"nodes": [{"id": "a", "parent": ")" + std::string(1000000, 'x') + R"(", "tokens": 1}], "requests": []})",
+                                  R"({"nodes": [{"id": "a", "tokens": 1}], "requests": [{"node": ")" + std::string(1000000, 'x') + R"("}]})",
+                                  R"({"name": ")" + std::string(1000000, 'x') + R"(", "nodes": [{"id": "a", "tokens": 1}], "requests": []})"}) {
+    try {
+      parse_workload_json(text, "bad.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_LT(std::string(e.what()).size(), 400u) << clip(e.what(), 400);
+    }
+  }
+  std::string deep = R"({"nodes": [{"id": "a", "tokens": )";
+  for (int i = 0; i < 100; ++i) deep += "[";
+  EXPECT_TRUE(throws_with([&] { parse_workload_json(deep, "deep.json"); }, "deep.json: arrays and objects nested 65"));
+}
+
 struct TempFile {
   std::filesystem::path path;
   TempFile(const std::string& name, const std::string& text)

@@ -1,9 +1,11 @@
 #pragma once
 // Errors: every public entry validates its input and throws codec::Error with a
 // message naming the argument, the value and the expectation.
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace codec {
 
@@ -24,6 +26,10 @@ class CudaError : public Error {
 // calls set_error_locations(true) (the codec CLI's --verbose).
 bool error_locations();
 void set_error_locations(bool on);
+
+// A string from the input as a message quotes it: its first `limit` characters,
+// with "..." after a cut, so that a message stays readable whatever a file holds.
+std::string clip(std::string_view text, std::size_t limit = 60);
 
 namespace detail {
 template <typename E = Error, typename... Args>
