@@ -1,0 +1,113 @@
+#pragma once
+// Node classes and their pricing: the planner searches split counts over
+// classes of nodes that behave alike (equal tokens, rows and tails), and
+// prices a class's tasks under a split count through the cost model, once
+// per count (a memo). Internal to the planner (src/plan/).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "codec/cost/cost_model.hpp"
+#include "plan/lpt.hpp"
+
+namespace codec::planning {
+
+// How b_k chunks cut a node of n tokens: equal chunks of `len` tokens, a
+// multiple of the alignment, and a shorter last chunk. Token counts are 64-bit
+// here: a node of nearly 2^31 tokens, rounded up to the alignment, must not wrap.
+struct Chunking {
+  int count;          // chunks actually made (≤ b_k asked for)
+  std::int64_t len;   // tokens of every chunk but the last
+  std::int64_t last;  // tokens of the last chunk
+};
+inline Chunking chunking(std::int64_t n, int splits, int align) {
+  const std::int64_t per = (n + splits - 1) / splits;
+  const std::int64_t len = std::min(n, (per + align - 1) / align * align);
+  const std::int64_t count = (n + len - 1) / len;
+  return {int(count), len, n - (count - 1) * len};
+}
+
+// How a node's rows are cut into row tiles of at most tile_rows: hi tiles of
+// rows_hi rows, then lo tiles of rows_hi − 1, so that all differ by ≤ 1 row.
+struct RowTiling {
+  int hi, lo, rows_hi;
+  static RowTiling of(int rows, int tile_rows) {
+    const int tiles = (rows + tile_rows - 1) / tile_rows, rows_hi = (rows + tiles - 1) / tiles;
+    return {tiles - (rows_hi * tiles - rows), rows_hi * tiles - rows, rows_hi};
+  }
+  int begin(int tile) const { return tile < hi ? tile * rows_hi : hi * rows_hi + (tile - hi) * (rows_hi - 1); }
+  int end(int tile) const { return begin(tile) + (tile < hi ? rows_hi : rows_hi - 1); }
+};
+
+// Nodes of the same size and sharing degree (and tails, if any) behave
+// identically: the search runs over these classes (1,024 equal leaves are
+// one class).
+struct NodeClass {
+  std::int64_t tokens = 0;  // its nodes' tokens rounded up to the chunk alignment
+  int rows = 0;       // n_q · G
+  bool wide = false;  // its tasks are wide (PlannerOptions::wide_tile_rows)
+  int span = 1;       // blocks one of its tasks takes the place of: wide_span if wide
+  RowTiling tiling{};  // its row tiles (of at most wide_tile_rows rows if wide, else max_tile_rows)
+  int max_splits = 1;  // ceil(tokens / align): finer chunks would break alignment
+  int tail_tokens = 0;  // tails its row tiles take in, at most (PlannerOptions::wide_tail_tokens)
+  int price_tile = 0;   // PlannerOptions::price_tile_tokens if narrow, else 0
+  // The tokens a task of len tokens is priced at: whole tiles past the first.
+  std::int64_t priced(std::int64_t len) const {
+    return price_tile > 0 && len > price_tile ? (len + price_tile - 1) / price_tile * price_tile : len;
+  }
+  double unsplit_cost = 0;  // C(rows_hi, tokens + tail_tokens)
+  std::vector<int> nodes;   // members, ascending
+  // The predicted cost of one task under a split count: a full chunk and the
+  // last, of a tile of rows_hi rows and of rows_hi − 1. The search prices the
+  // same split counts over and over (the cost model's interpolation was a
+  // sixth of a plan's time at 64 requests), so prices() fills them once: with
+  // every block busy, and, where the model prices contention, at the busy
+  // count of the split vector last asked for.
+  struct Prices {
+    double full_hi = NAN, last_hi = 0, full_lo = 0, last_lo = 0;
+    int busy = 0;
+    int chunks = 0;  // chunking(tokens, splits, align).count, asked for as often
+  };
+  mutable std::vector<Prices> prices_by_splits, busy_prices_by_splits;
+};
+
+// Fills p, the prices of split count `splits`, at `busy` (prices below).
+void fill_prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy, NodeClass::Prices& p);
+
+// busy: the blocks a plan keeps busy, if fewer than all and the model prices
+// contention (CostModel::cost_busy_us); else 0. A chunk is priced with its
+// share of the class's tails. The search asks for the same prices thousands of
+// times a plan: the memo's lookup is inlined, the pricing is not. The memo
+// holds split counts below kMemoSplits (a 65,536-token node at an alignment
+// of 16 has 4,096), so that its size does not grow with a node's tokens; the
+// rare larger count is priced afresh each time.
+constexpr int kMemoSplits = 4096;
+[[gnu::always_inline]] inline NodeClass::Prices prices(const NodeClass& c, int splits, const CostModel& cost,
+                                                       int align, int busy = 0) {
+  if (splits >= kMemoSplits) [[unlikely]] {
+    NodeClass::Prices p;
+    fill_prices(c, splits, cost, align, busy, p);
+    return p;
+  }
+  std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
+  if (splits >= int(memo.size())) [[unlikely]]
+    memo.resize(std::min<std::size_t>(std::max<std::size_t>(splits + 1, 2 * memo.size()), kMemoSplits));
+  NodeClass::Prices& p = memo[splits];
+  if (std::isnan(p.full_hi) || p.busy != busy) [[unlikely]]
+    fill_prices(c, splits, cost, align, busy, p);
+  return p;
+}
+
+// The task groups of a split vector (one split count per class), into `groups`.
+void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& splits, const CostModel& cost,
+                 int align, int kv_heads, int busy, std::vector<TaskGroup>& groups);
+
+// Partial slots and tasks a split vector makes: each chunk of a member gives
+// one task per row tile and kv head and one slot per row and kv head.
+struct Footprint {
+  std::int64_t slots = 0, tasks = 0;
+};
+Footprint footprint(const std::vector<NodeClass>& classes, const std::vector<int>& splits, int align, int kv_heads);
+
+}  // namespace codec::planning
