@@ -6,7 +6,7 @@
 
 #include "codec/cost/cost_model.hpp"
 #include "codec/plan/planner.hpp"
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 
 namespace codec::tools {
 

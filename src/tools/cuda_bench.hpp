@@ -9,7 +9,7 @@
 #include "codec/engine/cuda_engine.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/plan.hpp"
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 #include "measured.hpp"
 
 namespace codec::tools {

@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "codec/core/error.hpp"
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 #include "core/json_input.hpp"
 
 namespace codec {

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "codec/core/error.hpp"
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 
 namespace codec {
 

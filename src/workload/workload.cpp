@@ -1,4 +1,4 @@
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 
 #include <algorithm>
 #include <cmath>

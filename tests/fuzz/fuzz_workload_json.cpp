@@ -7,7 +7,7 @@
 
 #include "codec/core/error.hpp"
 #include "codec/forest/forest.hpp"
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 #include "fuzz_check.hpp"
 
 namespace codec::fuzz {

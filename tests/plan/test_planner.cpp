@@ -9,7 +9,7 @@
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
 #include "codec/plan/planner.hpp"
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 #include "support/planning.hpp"
 #include "support/random_batch.hpp"
 #include "support/throws_with.hpp"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "codec/workload/workload.hpp"
+#include "workload/workload.hpp"
 
 namespace codec {
 namespace {

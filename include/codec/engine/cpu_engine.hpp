@@ -7,7 +7,7 @@
 #include <span>
 
 #include "codec/engine/attention_io.hpp"
-#include "codec/forest/forest_manager.hpp"
+#include "codec/forest/page_copy.hpp"
 #include "codec/forest/page_table.hpp"
 #include "codec/plan/plan.hpp"
 #include "codec/plan/planner.hpp"

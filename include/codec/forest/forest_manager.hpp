@@ -11,15 +11,9 @@
 #include <vector>
 
 #include "codec/forest/forest.hpp"
+#include "codec/forest/page_copy.hpp"
 
 namespace codec {
-
-// Copy the first num_tokens token slots of page src to page dst (all kv heads).
-struct PageCopy {
-  std::int32_t src;
-  std::int32_t dst;
-  std::int32_t num_tokens;
-};
 
 // What a caller must do to the KV pool after an operation: first apply the
 // copies in order, then write the KV of tokens [write_begin, write_end) of the
