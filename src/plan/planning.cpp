@@ -28,7 +28,7 @@ constexpr double kCapFactor = 8;  // see Planning::choose_splits
 // --workload all`) the makespan over the bound is 1.0351 (geomean) with no
 // polish, 1.0287 with 1 class, 1.0285–1.0286 with 2, 4 or 8, 1.0283 with all,
 // which takes 2.5× the time on loogle:16 (4.5 ms against 1.7): 4 keeps the
-// gain with a margin (results/cpu/planner_constants).
+// gain with a margin (8d7f05d; docs/DESIGN_NOTES.md, Planner 5).
 constexpr std::size_t kPolishClasses = 4;
 
 // make_plan's steps over one forest, in order; each step's products are

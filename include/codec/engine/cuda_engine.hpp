@@ -46,7 +46,8 @@ inline constexpr int kCudaMaxTileRows = 64;
 // per SM of two consumer warpgroups of 64 rows; kernels/pac_wide.cuh).
 inline constexpr int kCudaMaxWideRows = 128;
 // Fewest rows a wide task is given (PlannerOptions::wide_min_rows): on the
-// H200 (run 30) nodes of 128 rows a kv head ran 5-9% faster as wide tasks
+// H200 (ab46884; docs/DESIGN_NOTES.md, Planner 13) nodes of 128 rows a kv
+// head ran 5-9% faster as wide tasks
 // (long, batch:32) and of 256 or more 12-21% (batch:64, sysprompt:512, dense
 // documents), but loogle:8's documents of 68-76 rows, memory-bound, whose two
 // 34-38-row tasks share their KV through L2, ran 4.5% slower.
@@ -54,7 +55,7 @@ inline constexpr int kCudaWideMinRows = 96;
 // Fewest tokens a node must have for wide tasks (wide_min_tokens): depth:6's
 // and shape:5's roots of 1,024 tokens and 100-128 rows ran 2-4% slower wide
 // (a few tiles a task; the wide blocks' phase before the blocks'), sysprompt:64's
-// prompt of 4,096 and 256 rows 2.3% faster (run 30).
+// prompt of 4,096 and 256 rows 2.3% faster (125c65a).
 inline constexpr int kCudaWideMinTokens = 2048;
 // Most tokens of a request's private tail that its wide parent takes in
 // (PlannerOptions::wide_tail_tokens): each tail token costs the wide task a
@@ -62,16 +63,17 @@ inline constexpr int kCudaWideMinTokens = 2048;
 // requests of 1-16 new tokens (sysprompt:B) fit.
 inline constexpr int kCudaWideTailTokens = 16;
 // The price of PAC tasks beside the wide kernel (PlannerOptions::
-// beside_wide_price). With the wide grid profiled on run 35's kernel, 0.8
-// predicted the plans measured (run 36) within 1% on batch:32 (88 wide tasks,
+// beside_wide_price). With the wide grid profiled on 89ca733's kernel, 0.8
+// predicted the plans measured (69ee6f8) within 1% on batch:32 (88 wide tasks,
 // 44 SMs streaming the leaves beside them: 182.5 µs, measured 184) and 3.5%
 // on batch:64 (362 against 350), and picked them, where 1 fills every SM
-// with wide tasks, plans that ran 1.089× and 1.021× slower. Since run 44's
+// with wide tasks, plans that ran 1.089× and 1.021× slower. Since 0d0804c's
 // mma.sync tile step a small task's block streams faster where few blocks
 // stream (tile/attend_mma.cuh), and 0.6 moves batch:64 to 96 wide tasks with
 // the leaves on the other 36 SMs from the start: 0.929× (fp16 0.939×) of
 // 0.8's plan, which the faster leaves had made 1.026× slower; long's plan
-// moves too, 1.007× (fp16 0.993-0.999×) (results/h200/run44).
+// moves too, 1.007× (fp16 0.993-0.999×) (a9a33b9;
+// docs/DESIGN_NOTES.md, Planner 13).
 inline constexpr double kCudaBesideWidePrice = 0.6;
 
 // KV tokens a PAC task streams per tile (PacTraits::kTileTokens): the

@@ -30,7 +30,8 @@ enum class SplitPolicy {
 inline constexpr long kMaxExhaustivePlans = 200000;
 // Least PlannerOptions::beside_wide_price: 4× a task's speed with every
 // block busy, past the 1.65-2.3× a task gained with 1/64 of the blocks busy
-// (run 26); lower prices only distort the schedule.
+// (b0d6d8e; docs/DESIGN_NOTES.md, Planner 11); lower prices only distort
+// the schedule.
 inline constexpr double kMinBesideWidePrice = 0.25;
 
 struct PlannerOptions {

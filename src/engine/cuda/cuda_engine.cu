@@ -269,7 +269,7 @@ void CudaPlanStaging::upload(const Plan& plan, std::span<std::byte> workspace, C
 // only wait for the wide grid, and the merge, launched once they had all
 // exited, would start late. The merge waits for the wide grid itself instead,
 // launched at the wide kernel's start and waiting on the SMs no wide block
-// holds (sysprompt:64-256 0.85-0.90×: results/h200/run41).
+// holds (sysprompt:64-256 0.85-0.90×: 8d33c3f; docs/DESIGN_NOTES.md, Launches).
 CudaLaunches cuda_launches(const Plan& plan, CudaStages stages) {
   CudaLaunches l;
   l.wide = plan.view().num_wide_blocks > 0;

@@ -99,12 +99,12 @@ struct PacTraits {
 // Sizing. 128-token tiles: an m64n128k16 Q·Kᵀ with both operands in shared
 // memory reads 6 KiB per 64 tensor-core cycles (96 B/cycle of the 128 shared
 // memory delivers); 64-token tiles read 4 KiB per 32 cycles, all of it, which
-// held run 13's warp-specialised kernel to 384 TFLOP/s. K and V are
+// held the warp-specialised kernel of 6f53ca0 to 384 TFLOP/s. K and V are
 // separate buffers with barriers of their own: each is refilled as soon as
 // its last reader is done (K after its Q·Kᵀ, V after its P·V). Three stages
 // of each put a tile's K and V in flight about two tiles before they are
 // needed; two stages left the copies about one tile ahead, and the wide tasks
-// waited on them (results/h200/run35: three stages 0.90-0.91× on batch:32,
+// waited on them (89ca733: three stages 0.90-0.91× on batch:32,
 // batch:64 and long, 0.96× on the dense shapes). A second Q buffer does not
 // fit beside them (2 × 32 + 3 × 64 = 256 KiB), so the next task's rows load
 // once this task's last Q·Kᵀ is done, during its last P·V and its epilogue.
@@ -117,7 +117,7 @@ struct PacTraits {
 // of its 64 rows, ~195 registers in all, and spills nothing at 216; Q·Kᵀ of
 // tile t runs while P·V of tile t − 1 does. The producer needs more than 40
 // (its copies' addresses). This split runs the wide workloads 2–5% faster
-// than 56 / 224 (results/h200/run38) with the same instructions a tile
+// than 56 / 224 (d6de97a) with the same instructions a tile
 // within 1%; the one visible difference is that at 224 ptxas re-reads
 // threadIdx.x (S2R) in every consumer step.
 template <int D, typename T>

@@ -105,7 +105,7 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
   // once, one exponential each under their common max, as the merge kernel
   // does. Folding them one by one chains an exponential, a division and a
   // logarithm per state: a 4-row task's epilogue took 1.8 of its 4.3 µs, a
-  // 64-row task's up to ~7 µs (results/h200/run28).
+  // 64-row task's up to ~7 µs (bc7d159; docs/DESIGN_NOTES.md, PAC kernel).
   constexpr int kQuads = D / 4;
   for (int i = tid; i < rows * kQuads; i += Tr::kThreads) {
     const int r = i / kQuads, d = 4 * (i % kQuads);
@@ -192,7 +192,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // itself), for the epilogue. Two dependent loads, the request id and then
   // its partial count, which the compiler waits on where the flag is
   // computed: placed before the copies, they held every copy of a task back
-  // by two round trips (results/h200/run28).
+  // by two round trips (bc7d159).
   const bool single_row = tid < rows && plan.num_partials(reqs[(task.row_begin + tid) / G]) == 1;
 
   // main loop: refill the stage tile t − 1 used as soon as every warp is done
@@ -302,7 +302,7 @@ __device__ __forceinline__ int pack_size(const PlanView& plan, int i, int end) {
 // A pack of `count` small tasks from tasks[i], one per warp (kernel_traits.cuh).
 // A task of 1-16 tokens and a few rows costs a block ~3.7 µs, mostly
 // dependent round trips (descriptor, page ids, the first tile) and the
-// epilogue's barriers, against ~0.5 µs for its bytes (results/h200/run28);
+// epilogue's barriers, against ~0.5 µs for its bytes (f3f0a40; docs/DESIGN_NOTES.md, PAC kernel);
 // side by side, 2-4 tasks pay those latencies once. Warp w keeps row tile w of
 // Q and tokens [16w, 16w + 16) of every stage, streams its task 16 tokens a
 // step, kStages − 1 steps ahead, synchronising with __syncwarp only, and

@@ -122,7 +122,7 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
     // one shuffle of each token's offset serving both (9 instructions a row
     // against 12). Otherwise the KV comes from HBM, and K goes as soon as its
     // buffer frees, a tile ahead of V, to keep more of it in flight
-    // (results/h200/run40: where each way wins).
+    // (8a64ae9: where each way wins; docs/DESIGN_NOTES.md, Wide kernel).
     const bool one_pass = plan.node_rows(task.node) > Tr::kMaxRows;
     const int rows = task.row_end - task.row_begin;
     const int node_tiles = (task.kv_end - task.kv_begin + Tr::kTileTokens - 1) / Tr::kTileTokens;

@@ -22,7 +22,8 @@ namespace codec::cuda {
 // run as two chains of half the length, summed after. A small task's block
 // has one warp a scheduler and its tile is a chain of latencies: the shorter
 // the chain, the nearer its block streams to the copy path's rate where few
-// blocks stream (results/h200/run44: flat:8 unsplit 0.80×).
+// blocks stream (0d0804c: flat:8 unsplit 0.80×; docs/DESIGN_NOTES.md, A small
+// task's tile).
 template <int D, typename T, int kSteps>
 __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const T* sv, int rtile, int token0,
                                                 int tile_tokens, float sm_scale, SoftmaxState (&state)[2],

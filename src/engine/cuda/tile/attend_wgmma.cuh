@@ -52,7 +52,7 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   // tile, or a jump) the running max is raised and the half redone. After the
   // first tiles the running max thus rarely moves, and o is rarely rescaled.
   // Raising the max first on a task's first tile, where the guess always
-  // fails, was measured and not kept (results/h200/run17): as a select, long
+  // fails, was measured and not kept (5c68e78): as a select, long
   // and loogle:8 ran 3.1–3.8% slower; as a branch, batch:64 ran 3.6% faster
   // but long and loogle:8 1.8–2.8% slower.
   constexpr float kSlack = 5.5451774f;  // 8 ln 2

@@ -155,9 +155,9 @@ class KvLoader {
   // are written as zeros. kUnits: each token's offset goes round the warp as
   // 32-bit units (KvPool), one shuffle and one wide multiply-add an address,
   // where a 64-bit byte offset takes two shuffles and two adds: PAC's tile
-  // step is a chain of latencies (results/h200/run45/c5: batch:64 0.978×,
+  // step is a chain of latencies (4bcd2d4: batch:64 0.978×,
   // loogle:8 and long 0.99×). The wide kernel's producer keeps byte
-  // offsets: with units it ran sysprompt:512 1.039× slower (c4).
+  // offsets: with units it ran sysprompt:512 1.039× slower (4bcd2d4).
   template <bool kK, bool kV, bool kUnits = true>
   __device__ __forceinline__ void copy_rows(LaneToken token, T* sk, T* sv) const {
     const int lane = lane_ % 32, c = lane_ % Tr::kChunks;
