@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of a kernel change in one call on a GPU machine: old and new builds
 # alternate on the same workloads, so both see the same clocks and machine
-# (every kernel change in results/README.md was kept or dropped this way).
+# (every kernel change in results/HISTORY.md was kept or dropped this way).
 # The working tree is "new"; "old" is a copy of it in which each FILE is
 # replaced by abtmp/<basename of FILE>, prepared beforehand (the device copy's
 # .git may be stale; abtmp/ travels because git does not ignore it):

@@ -2,19 +2,21 @@
 # One call on a GPU machine: build with the CUDA engine, run every test (GPU
 # tests included), compute-sanitizer memcheck and racecheck on a small GPU
 # test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
-# to the folder given as $1 (default: results/gpu-local).
+# to the folder given as $1 (default: build-gpu/out, ignored by git).
 #   bash scripts/gpu_run.sh "$OUT"
-# Set CODEC_GPU_STEPS to a subset of "build test python arch fuzz sanitize profile bench roofline ablation ncu
-# peers pat pybench e2e" to run fewer steps; the default is all but roofline (the roofline-vs-table comparison of
-# results/h200/run5), peers (FlashInfer, Hydragen-style, cuDNN and flex_attention side by side: FlashInfer needs the wheels
+# Set CODEC_GPU_STEPS to a subset of "build test python install arch fuzz sanitize profile bench roofline ablation
+# ncu peers pat pybench e2e" to run fewer steps; the default is all but roofline (every workload planned under the
+# roofline model instead of the measured table), install (the python step's `pip install` alone), peers
+# (FlashInfer, Hydragen-style, cuDNN and flex_attention side by side: FlashInfer needs the wheels
 # scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
 # workloads and peer families; pat builds PAT from .pat/, scripts/fetch_pat.sh, for the peers' pat family, on the kernels
 # scripts/prebuild_pat.sh compiled where they are there) and pybench (bench/python_api.py: host time of plan and run through the
 # Python API beside FlashInfer's, and its kernel time against codec bench's), and e2e (bench/e2e_decode.py,
 # decode in transformers' continuous batching per backend, for each workload of CODEC_E2E_WORKLOADS, default
 # loogle:2, in each mode of CODEC_E2E_MODES, with CODEC_E2E_BACKENDS (eager) or CODEC_E2E_GRAPH_BACKENDS (graph
-# modes) and the extra arguments CODEC_E2E_ARGS if set, one process (one model) a mode; after the python step,
-# which installs the package; keep one device call under 10 minutes).
+# modes) and the extra arguments CODEC_E2E_ARGS if set, one process (one model) a mode; after the python or
+# install step, which installs the package; keep one device call under 10 minutes). scripts/publish.sh runs the
+# steps that make results/README.md's tables.
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
 #           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there), or
 #           those CODEC_PYTESTS names (test files or node ids); without them, --tp's gloo rehearsal too, with
@@ -23,7 +25,7 @@
 #   fuzz:   codec fuzz --backend cuda, 1,000 random cases against the fp64 reference
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-results/gpu-local}
+out=${1:-build-gpu/out}
 steps=${CODEC_GPU_STEPS:-build test python arch fuzz sanitize profile bench ablation ncu}
 mkdir -p "$out"
 status=0
@@ -66,11 +68,13 @@ install_wheels() {
 export PYTHONPATH="$PWD/build-gpu/pysite:$PWD/build-gpu/site${PYTHONPATH:+:$PYTHONPATH}"
 export FLASHINFER_WORKSPACE_BASE="$PWD/build-gpu/fi-jit" FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS="$(nproc)"
 export PYTHONUNBUFFERED=1
-if step python; then
+if step python || step install; then
   install_wheels
   # Offline, with the machine's scikit-build-core and nanobind, for this GPU only (a faster build).
   run pip_install python3 -m pip install --no-build-isolation --no-deps --upgrade --target build-gpu/pysite \
     -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=build-gpu/python .
+fi
+if step python; then
   run pytest python3 -m pytest -rs -q -p no:cacheprovider ${CODEC_PYTESTS:-tests/python}
   # --tp's two gloo ranks on the CPU engine, which the run above skips where a
   # GPU is visible; CI has no torch, so this machine's CPUs are where it runs

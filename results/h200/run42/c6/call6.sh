@@ -1,3 +1,0 @@
-# Run 42, call 6 (call 4's machine, still warm: its sm_90a build of main):
-# ctest, then the GPU tests on a generic sm_90 build (no wgmma).
-mkdir -p $OUT/v; V=$OUT/v; ctest --test-dir build-gpu --output-on-failure -j 4 --timeout 300 > $V/ctest.log 2>&1; echo "ctest rc $?"; tail -3 $V/ctest.log; (cmake -S . -B build-sm90 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real -DCODEC_BUILD_BENCH=OFF > /dev/null && cmake --build build-sm90 -j 16 --target test_engine_cuda > $V/build_sm90.log 2>&1) || echo "!! sm90 build failed"; timeout 150 ./build-sm90/tests/test_engine_cuda > $V/test_sm90_generic.log 2>&1; echo "sm90 generic rc $?"; grep -E "PASSED|FAILED" $V/test_sm90_generic.log; echo $SECONDS; git rev-parse HEAD 2>/dev/null | head -1

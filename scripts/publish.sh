@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Measures what results/README.md publishes, one step per call, each within one
+# 10-minute device command. Every step writes its raw files into OUT/current/
+# (copy them over results/current/) and its logs into OUT/logs/STEP/, then
+# scripts/publish_results.py rewrites the page's tables and plots from them.
+#   bash scripts/publish.sh STEP OUT
+# Steps:
+#   planner  on the 2-core development host, no GPU: bench_planner's derive + plan at 64, 256
+#            and 1,024 requests, two runs of a median of 7 -> planner_speed.txt
+#   kernels  build, every built-in workload (codec bench --workload all) -> bench_all.json
+#   peers1   build, PAT, the peer set's first 9 workloads -> peers_1.json
+#   peers2   build, PAT, its other 12 -> peers_2.json
+#   e2e      build, pip install, loogle:8 in transformers' continuous batching, the engine's CUDA
+#            graphs: CoDec, the floor and FlashInfer decode -> e2e_loogle_8.json
+#   pyapi    build, pip install, bench/python_api.py -> python_api.json
+# The GPU steps go through scripts/gpu_run.sh and also write machine_<table>.txt (GPU, driver,
+# nvcc, the tree's commit). peers1 and peers2 carry .whl and .pat (scripts/fetch_peer_wheels.sh,
+# fetch_pat.sh and prebuild_pat.sh, here, first); on a cold machine the build, PAT's link and
+# FlashInfer's first compiles take ~5 of a step's minutes, on a warm one the build and PAT are
+# reused. e2e and pyapi carry .whl. Then, here:
+#   cp OUT/current/* results/current/
+#   python3 scripts/publish_results.py results/current --page results/README.md --plots results
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
+[ $# -eq 2 ] || usage
+step=$1
+case $step in planner|kernels|peers1|peers2|e2e|pyapi) ;; *) usage ;; esac
+out=$(mkdir -p "$2" && cd "$2" && pwd) || exit 2
+cur=$out/current logs=$out/logs/$step
+mkdir -p "$cur" "$logs"
+status=0
+peers="fi_decode,fi_cascade,sdpa,hydragen,pat"
+first="seq:128,seq:512,seq:2048,batch:4,batch:16,batch:64,depth:2,depth:4,depth:6"
+rest="ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64,sysprompt:512,sysprompt:512@1"
+gpu_run() {  # gpu_run STEPS [VAR=VALUE...]: scripts/gpu_run.sh into the step's log folder
+  local steps=$1; shift
+  env CODEC_GPU_STEPS="$steps" "$@" timeout "${CODEC_PUBLISH_TIMEOUT:-580}" bash scripts/gpu_run.sh "$logs" \
+    > "$logs/gpu_run.log" 2>&1
+  local rc=$?
+  grep -E "^== |^!!" "$logs/gpu_run.log" | tail -20
+  [ $rc -eq 0 ] || { echo "!! $step: gpu_run.sh exit $rc ($logs/gpu_run.log)"; status=1; }
+}
+keep() {  # keep SRC NAME: a raw file into current/, or a failure
+  if [ -s "$1" ]; then cp "$1" "$cur/$2" && echo "wrote current/$2"; else echo "!! $step: no $1"; status=1; return 1; fi
+}
+peer_step() {  # peer_step N WORKLOADS
+  local s="build peers"
+  PYTHONPATH=build-gpu/pat python3 -c "import prefix_attn" 2> /dev/null || s="build pat peers"  # PAT built once a machine
+  gpu_run "$s" CODEC_PEERS="$peers" CODEC_PEER_WORKLOADS="$2"
+  keep "$logs/peers/peers.json" "peers_$1.json" && keep "$logs/machine.txt" machine_peers.txt &&
+    head -1 "$logs/peers/peers.log" > "$cur/peers_versions.txt"
+}
+case $step in
+  planner)
+    if ! { cmake --preset release > "$logs/configure.log" 2>&1 &&
+           cmake --build --preset release -j "$(nproc)" --target bench_planner > "$logs/build.log" 2>&1; }; then
+      echo "!! planner: build failed ($logs)"; exit 1
+    fi
+    { git rev-parse HEAD; lscpu | head -15; nproc; } > "$cur/machine_planner.txt" 2>&1
+    for _ in 1 2; do
+      ./build/bench/bench_planner --benchmark_filter=DeriveAndPlan --benchmark_repetitions=7 \
+        --benchmark_report_aggregates_only=true 2>&1
+    done > "$cur/planner_speed.txt" || exit 1
+    grep _median "$cur/planner_speed.txt"
+    ;;
+  kernels)
+    gpu_run "build bench"
+    keep "$logs/bench_all.json" bench_all.json && keep "$logs/machine.txt" machine_kernels.txt ;;
+  peers1) peer_step 1 "$first" ;;
+  peers2) peer_step 2 "$rest" ;;
+  e2e)
+    gpu_run "build install e2e" CODEC_E2E_MODES=graphs CODEC_E2E_GRAPH_BACKENDS=codec,noop,fi_decode \
+      CODEC_E2E_WORKLOADS=loogle:8 CODEC_E2E_ARGS=--step-profile
+    keep "$logs/e2e/graphs/e2e_loogle_8.json" e2e_loogle_8.json && keep "$logs/machine.txt" machine_e2e.txt ;;
+  pyapi)
+    gpu_run "build install pybench"
+    keep "$logs/python_api.json" python_api.json && keep "$logs/machine.txt" machine_python_api.txt ;;
+esac
+exit $status

@@ -1,0 +1,111 @@
+"""scripts/publish_results.py, which writes results/README.md's tables and plots
+from the raw files in results/current/: the committed page is what those files
+give, the headline means are computed as the page states them, a peer off the
+fp64 reference or unable to take a workload does not count, and the plots are
+small PNG files. scripts/publish.sh, the GPU side, refuses what it does not know."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import publish_results as pr  # noqa: E402
+
+CURRENT = ROOT / "results" / "current"
+
+
+def test_the_committed_page_is_what_the_raw_files_give():
+    assert pr.main([str(CURRENT), "--page", str(ROOT / "results" / "README.md"), "--check"]) == 0
+
+
+def test_a_page_edited_by_hand_fails_the_check(tmp_path):
+    page = (ROOT / "results" / "README.md").read_text().replace("**1.468×**", "**1.500×**")
+    (tmp_path / "README.md").write_text(page)
+    assert pr.main([str(CURRENT), "--page", str(tmp_path / "README.md"), "--check"]) == 1
+    assert pr.main([str(CURRENT), "--page", str(tmp_path / "README.md")]) == 0  # rewritten from the files
+    assert "**1.468×**" in (tmp_path / "README.md").read_text()
+
+
+def test_headline_numbers_of_runs_47_and_48():
+    data = pr.load(str(CURRENT))
+    stats = pr.peer_stats(data["peers"])
+    assert len(stats["rows"]) == 21
+    assert round(stats["fi"], 3) == 1.468 and round(stats["any"], 2) == 1.37 and round(stats["ceiling"], 2) == 1.81
+    assert [r["workload"] for r in data["peers"]][:4] == ["seq:128", "seq:512", "seq:2048", "batch:4"]
+    assert data["peers"][-1]["workload"] == "sysprompt:512@1"  # two calls' files merged in the page's order
+    bench = {r["workload"]: r for r in data["bench"]}
+    assert len(bench) == 37 and round(bench["batch:64"]["codec_over_floor"], 2) == 1.31
+    assert "2.06×" in pr.floor_summary(data["bench"])[0]
+    assert data["planner"][("measured", 64)] == [129.0, 131.0]
+    rows = {b: attn for b, _, attn in pr.e2e_rows(data["e2e"][0])}
+    assert rows["noop"] is None and round(rows["codec"], 2) == 7.83 and round(rows["fi_decode"], 2) == 28.43
+
+
+def row(workload, codec, floor=0.001, **peers):
+    r = {"workload": workload, "codec_ms": codec, "floor_ms": floor, "flat_ms": 2 * codec}
+    for key, (variant, ms, err) in peers.items():
+        r.update({f"{key}_{variant}_ms": ms, f"{key}_{variant}_err": err})
+        if err <= 1e-2:
+            r.update({f"{key}_ms": ms, f"{key}_variant": variant})
+    return r
+
+
+def test_a_peer_off_the_reference_does_not_count_and_unfit_families_say_so():
+    rows = [row("depth:2", 0.010, fi_decode=("tc", 0.020, 0.003), fi_cascade=("fa2", 0.040, 0.003),
+                pat=("tree", 0.005, 0.2), sdpa=("cudnn", 0.008, 0.003)),
+            row("sysprompt:512@1", 0.050, fi_decode=("tc", 0.100, 0.003), fi_cascade=("fa2", 0.080, 0.003))]
+    rows[1].update({"pat_note": "ValueError: page size", "dense_note": "requests of different lengths"})
+    table = pr.peers_table(rows)
+    assert table[2] == ("| depth:2 | 10.0 | 20.0 tc | 40.0 fa2 | 8.0 cudnn | off (0.20) | 2.00× | 0.80× (cuDNN SDPA) |")
+    assert table[3] == "| sysprompt:512@1 | 50.0 | 100.0 tc | 80.0 fa2 | n/a | n/a | 1.60× | 1.60× (FlashInfer cascade) |"
+    stats = pr.peer_stats(rows)
+    assert stats["fi"] == pytest.approx((2.0 * 1.6) ** 0.5)
+    assert "pat" not in stats["per_family"]  # off everywhere it ran
+    assert stats["least_ms"] == 0.008
+
+
+def test_workloads_sort_by_family_then_point_then_page_size():
+    names = ["sysprompt:512@1", "shape:DT", "seq:2048", "shape:2", "sysprompt:512", "batch:64", "seq:128", "long"]
+    assert sorted(names, key=pr.workload_key) == ["seq:128", "seq:2048", "batch:64", "shape:2", "shape:DT", "long",
+                                                  "sysprompt:512", "sysprompt:512@1"]
+
+
+def test_planner_console_output_gives_each_runs_median():
+    text = ("BM_DeriveAndPlan/roofline/64_mean     120 us   120 us   7\n"
+            "BM_DeriveAndPlan/roofline/64_median   119 us   119 us   7\n"
+            "BM_DeriveAndPlan/measured/1024_median 488 us   488 us   7\n"
+            "BM_DeriveAndPlan/measured/1024_median 494 us   494 us   7\n")
+    assert pr.parse_planner(text) == {("roofline", 64): [119.0], ("measured", 1024): [488.0, 494.0]}
+
+
+def test_a_folder_with_some_files_renders_their_blocks_only(tmp_path):
+    (tmp_path / "python_api.json").write_text((CURRENT / "python_api.json").read_text())
+    blocks = pr.blocks(pr.load(str(tmp_path)))
+    assert list(blocks) == ["python-api"]
+    assert blocks["python-api"][2] == "| 64 | 269.5 / 14.3 / 14.4 | 239.3 / 19.5 / 22.8 | 73.7 / 21.6 / 31.0 |"
+
+
+def test_plots_are_small_pngs(tmp_path):
+    pytest.importorskip("matplotlib")
+    assert pr.main([str(CURRENT), "--plots", str(tmp_path)]) == 0
+    for name in ("peers.png", "e2e_tpot.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) < 200_000, name
+
+
+def test_raw_files_are_small_and_json_parses():
+    for path in CURRENT.iterdir():
+        assert path.stat().st_size < 100_000, path
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+
+
+def test_publish_sh_refuses_an_unknown_step_before_making_anything(tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "publish.sh"), "everything", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and "kernels" in result.stdout and not out.exists()
