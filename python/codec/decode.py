@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import re
 import weakref
 from typing import Any, Optional, Tuple, Union
 
@@ -18,7 +17,7 @@ from ._tensors import current_stream, device_of, dtype_name, empty_like_rows, ho
 # under torch.compile) and finds the wrapper's current plan at run time.
 _WRAPPERS: "weakref.WeakValueDictionary[int, BatchPrefixDecodeWrapper]" = weakref.WeakValueDictionary()
 _HANDLES = itertools.count(1)
-_COST_TABLES = os.path.join(os.path.dirname(__file__), "data", "cost_tables")
+_COST_TABLES = os.path.join(os.path.dirname(__file__), "data", "cost_tables")  # the wheel's measured tables
 
 
 def wrapper_for(handle: int) -> "BatchPrefixDecodeWrapper":
@@ -34,14 +33,6 @@ def lse_base2(lse_base: Union[str, float]) -> bool:
     if lse_base in (2, 2.0, "2"):
         return True
     raise ValueError(f"lse_base {lse_base!r} is not 'e' (natural log) or 2")
-
-
-def _cost_table(device_name: str, head_dim: int, dtype: str) -> str:
-    """The cost table `codec profile` measured on this GPU model, shipped in the package, or ''."""
-    slug = re.sub(r"[^a-z0-9]", "_", device_name.lower())
-    short = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}[dtype]
-    path = os.path.join(_COST_TABLES, f"{slug}_d{head_dim}_{short}.json")
-    return path if os.path.exists(path) else ""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -163,12 +154,12 @@ class BatchPrefixDecodeWrapper:
             _require(not (self._use_cuda_graph and self._planner is not None),
                      f"this CUDA-graph wrapper was planned for (num_qo_heads, num_kv_heads, head_dim, page_size, "
                      f"dtype, sm_scale) = {self._config}; a graph cannot change them: got {config}")
-            cuda = self._device[0] == "cuda"
-            table = _cost_table(_codec.cuda_device_name(self._device[1]), head_dim, kv_dtype) if cuda else ""
+            # The library picks the cost model: the table measured for this GPU (the package's copies first), else
+            # the roofline.
             self._planner = _codec.Planner(
-                "cuda" if cuda else "cpu", self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
+                self._device[0], self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
                 kv_dtype, scale, nbytes(self._workspace), self._max_batch_size, self._max_num_pages or 0,
-                self._num_threads, table)
+                self._num_threads, cost_table_dirs=[_COST_TABLES])
             self._config = config
 
     def plan(

@@ -13,8 +13,8 @@
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cpu_engine.hpp"
-// kCudaMaxTileRows and cuda_pac_min_blocks_per_sm; the functions need a CUDA build
 #include "codec/engine/cuda_engine.hpp"
+#include "codec/engine/planner_setup.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
 #include "measured.hpp"
@@ -31,13 +31,8 @@ constexpr double kCpuScale = 1.0 / 16;  // CPU runs of the H200-sized workloads 
 constexpr double kH200Bandwidth = h200::kBandwidthGBps * 1e9;  // B/s
 constexpr double kH200Flops = h200::kPeakTflops * 1e12;         // FLOP/s
 
-#if CODEC_HAS_CUDA
-constexpr bool kCudaBuilt = true;
+constexpr bool kCudaBuilt = CODEC_HAS_CUDA;
 bool gpu_available() { return cuda_device_count() > 0; }
-#else
-constexpr bool kCudaBuilt = false;
-bool gpu_available() { return false; }
-#endif
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -199,61 +194,23 @@ void check_policies(const WorkloadArgs& args) {
 }
 
 std::string default_cost_table_path(const std::string& device, const HeadConfig& heads, DType dtype) {
-  std::string name = device;
-  for (char& ch : name) ch = std::isalnum(static_cast<unsigned char>(ch)) ? char(std::tolower(ch)) : '_';
-  return std::string(CODEC_DATA_DIR) + "/cost_tables/" + name + "_d" + std::to_string(heads.head_dim) + "_" +
-         std::string(to_string(dtype)) + ".json";
+  return std::string(CODEC_DATA_DIR) + "/cost_tables/" + cost_table_file_name(device, heads.head_dim, dtype);
 }
-
-namespace {
-
-std::unique_ptr<CostModel> table_model(const std::string& path, const Workload& w) {
-  CostTable table = CostTable::load(path);
-  CODEC_CHECK(table.head_dim == w.heads.head_dim && table.dtype == w.dtype, "cost table '", path,
-              "' was measured for head_dim ", table.head_dim, " ", to_string(table.dtype), ", not head_dim ",
-              w.heads.head_dim, " ", to_string(w.dtype));
-  return std::make_unique<TableCostModel>(std::move(table));
-}
-
-}  // namespace
 
 PlannerSetup planner_setup(const std::string& target, const Workload& w, const WorkloadArgs& args, int threads) {
-  PlannerSetup s;
-  if (target == "cpu") {
-    s.options = cpu_planner_options(threads);
-    s.roofline = RooflineParams::cpu(threads);
-  } else {
-    s.roofline = RooflineParams::h200();
-    // Without a GPU to ask: the H200's 132 SMs × the PAC blocks each holds,
-    // and wide tasks at head_dim 128 (what cuda_device_info says of an H200).
-    const int blocks_per_sm = cuda_pac_min_blocks_per_sm(w.heads.head_dim);
-    s.options = cuda_planner_options(w.heads, h200::kSms, blocks_per_sm, w.heads.head_dim == 128);
-    s.device = "NVIDIA H200";
-#if CODEC_HAS_CUDA
-    if (target == "cuda") {
-      s.options = cuda_planner_options(w.heads, w.dtype);
-      s.device = cuda_device_info(w.heads, w.dtype).name;
-    }
-#endif
-  }
-  if (args.blocks > 0) s.options.num_blocks = args.blocks;
-  // (bench's --wide auto,off plans both from the auto options)
-  if (args.wide == "off" || s.options.num_blocks % s.options.wide_span != 0) s.options.wide_tile_rows = 0;
+  PlannerSetupArgs a;
+  a.target = target == "cpu" ? PlanTarget::cpu : target == "cuda" ? PlanTarget::cuda : PlanTarget::h200;
+  a.cpu_threads = threads;
+  a.shape = {w.heads.num_qo_heads, w.heads.num_kv_heads, w.heads.head_dim, w.heads.head_dim, w.heads.sm_scale,
+             w.dtype,          w.dtype,          w.page_size};
+  a.num_blocks = args.blocks;
+  a.cost_table = args.cost_table;
+  PlannerSetup s = make_planner_setup(a);
+  // The tool's experiments with the target's options (bench's --wide auto,off plans both from the auto options).
+  if (args.wide == "off") s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
   if (args.price_tile >= 0) s.options.price_tile_tokens = args.price_tile;
   if (args.beside_wide > 0) s.options.beside_wide_price = args.beside_wide;
-  s.roofline.concurrent_blocks = s.options.num_blocks;
-  if (args.cost_table == "roofline") {
-    s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);
-  } else if (!args.cost_table.empty()) {
-    s.cost = table_model(args.cost_table, w);
-  } else {
-    // A table `codec profile` measured on this device, when the repo has one
-    // and the plan uses the block count it was measured with.
-    const std::string path = default_cost_table_path(s.device, w.heads, w.dtype);
-    if (target != "cpu" && args.blocks == 0 && std::filesystem::exists(path)) s.cost = table_model(path, w);
-    else s.cost = std::make_unique<RooflineCostModel>(s.roofline, w.heads, w.dtype);
-  }
   return s;
 }
 

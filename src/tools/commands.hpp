@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "codec/cost/cost_model.hpp"
+#include "codec/engine/planner_setup.hpp"
 #include "codec/plan/planner.hpp"
 #include "workload/workload.hpp"
 
@@ -54,12 +55,10 @@ void check_policies(const WorkloadArgs& args);
 // on that device if the repo has one and --blocks does not override the
 // block count it was measured with; else the roofline). Its callers have
 // refused a bad --split or --wide already (check_policies), once per command.
-struct PlannerSetup {
-  PlannerOptions options;
-  RooflineParams roofline;
-  std::string device;  // CUDA device name the plan is for; empty for the CPU
-  std::unique_ptr<CostModel> cost;
-};
+// The library's setup for `target` ("cpu", "cuda" or "h200") and the
+// workload's heads, dtype and page size, with the tool's overrides of its
+// options (--blocks, --cost-table, --wide off, --tail-tokens, --price-tile,
+// --beside-wide).
 PlannerSetup planner_setup(const std::string& target, const Workload& w, const WorkloadArgs& args, int threads);
 
 int run_bench(const WorkloadArgs& args, const BenchArgs& bench);

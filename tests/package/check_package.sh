@@ -2,7 +2,8 @@
 # The C++ package as a user gets it: a library-only configure needs none of
 # CLI11, GoogleTest or Google Benchmark; `cmake --install` of a build gives a
 # prefix whose codecConfig.cmake a separate project finds; the installed flags
-# carry no -march=native; the consumer builds, runs and matches fp64.
+# carry no -march=native; the consumer builds, runs and matches fp64, and
+# finds the installed cost tables.
 #   bash tests/package/check_package.sh BUILD_DIR   (a configured, built tree)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,11 +20,14 @@ cmake --install "$build" --prefix "$work/prefix" --component codec_dev > /dev/nu
 test -f "$work/prefix/lib/cmake/codec/codecConfig.cmake"
 test -f "$work/prefix/lib/cmake/codec/codecConfigVersion.cmake"
 test -f "$work/prefix/include/codec/plan/planner.hpp"
+test -f "$work/prefix/share/codec/cost_tables/nvidia_h200_d128_bf16.json"
+test ! -e "$work/prefix/include/codec/workload"  # the tools' workloads are not the library's
 if grep -rq -- "-march=native" "$work/prefix/lib/cmake/codec"; then
   echo "installed flags carry -march=native"; exit 1
 fi
 echo "-- consumer project against the prefix"
 cmake -S tests/package/consumer -B "$work/consumer" -DCMAKE_PREFIX_PATH="$PWD/$work/prefix" > /dev/null
 cmake --build "$work/consumer" -j "$(nproc)" > /dev/null
-"$work/consumer/consumer"
+tables="$PWD/$work/prefix/share/codec/cost_tables"
+CODEC_COST_TABLES="$tables" "$work/consumer/consumer" "$tables"
 echo "-- package check passed"

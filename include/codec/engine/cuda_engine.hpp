@@ -19,7 +19,10 @@
 // Plans packed at one capacity (cuda_plan_capacity) share a workspace layout:
 // upload a new one (CudaPlanStaging) and replay the graph, no re-capture.
 //
-// This header needs no CUDA headers: CudaStream is cudaStream_t.
+// This header needs no CUDA headers: CudaStream is cudaStream_t. A build
+// without the CUDA engine has every function below too: cuda_device_count()
+// is 0, cuda_built_architectures() "", the workspace sizes are computed, and
+// everything else throws codec::Error saying the build has no CUDA engine.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -118,6 +121,22 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype);
 // The CUDA architectures this library's kernels were built for, as CMake's
 // CMAKE_CUDA_ARCHITECTURES names them (e.g. "80-real,90a-real").
 const char* cuda_built_architectures();
+
+// The name of CUDA device `device` ("NVIDIA H200").
+std::string cuda_device_name(int device);
+
+// Makes CUDA device `device` current for its scope (a caller's framework may
+// have another one current) and the one before current again after it.
+class CudaDeviceScope {
+ public:
+  explicit CudaDeviceScope(int device);
+  ~CudaDeviceScope();
+  CudaDeviceScope(const CudaDeviceScope&) = delete;
+  CudaDeviceScope& operator=(const CudaDeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // the device to restore, −1: none
+};
 
 // Planner options for a GPU of `sm_count` SMs that holds `blocks_per_sm` PAC
 // blocks each, and runs the wide kernel where `wide` (CudaDeviceInfo::wide):

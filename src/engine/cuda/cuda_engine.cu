@@ -14,6 +14,7 @@
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_check.hpp"
+#include "engine/cuda_layout.hpp"
 #include "engine/run_checks.hpp"
 #include "engine/cuda/kernel_traits.cuh"
 #include "engine/cuda/kernels/merge.cuh"
@@ -26,8 +27,6 @@ static_assert(std::is_same_v<CudaStream, cudaStream_t>, "CudaStream must be cuda
 static_assert(sizeof(__half) == sizeof(f16_t) && sizeof(__nv_bfloat16) == sizeof(bf16_t));
 
 namespace {
-
-constexpr std::size_t kPlanAlign = 256;  // the partials after the plan start as cudaMalloc'd memory would
 
 // The one place a runtime (head_dim, dtype) becomes template arguments:
 // f(std::integral_constant<int, D>, std::type_identity<T>) for D ∈ {64, 128,
@@ -50,8 +49,6 @@ decltype(auto) dispatch_config(int head_dim, DType dtype, F&& f) {
   }
   CODEC_FAIL("CUDA engine: dtype ", to_string(dtype), " is not supported (fp16 or bf16)");
 }
-
-std::size_t plan_region_bytes(std::size_t plan_bytes) { return (plan_bytes + kPlanAlign - 1) / kPlanAlign * kPlanAlign; }
 
 bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
@@ -78,8 +75,8 @@ bool wide_runs_here() {
 void check_workspace(const Plan& plan, std::span<std::byte> workspace, const char* who) {
   const std::size_t need = cuda_workspace_bytes(plan);
   CODEC_CHECK(workspace.data() != nullptr, who, ": workspace must not be null");
-  CODEC_CHECK(aligned(workspace.data(), kPlanAlign), who, ": workspace ", static_cast<const void*>(workspace.data()),
-              " is not ", kPlanAlign, "-byte aligned");
+  CODEC_CHECK(aligned(workspace.data(), kCudaPlanAlign), who, ": workspace ", static_cast<const void*>(workspace.data()),
+              " is not ", kCudaPlanAlign, "-byte aligned");
   CODEC_CHECK(workspace.size() >= need, who, ": workspace of ", workspace.size(), " bytes is smaller than the ", need,
               " bytes the plan needs (cuda_workspace_bytes)");
 }
@@ -180,35 +177,25 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
   return info;
 }
 
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  CODEC_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+CudaDeviceScope::CudaDeviceScope(int device) {
+  CODEC_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) CODEC_CUDA_CHECK(cudaSetDevice(device));
+  else previous_ = -1;
+}
+
+CudaDeviceScope::~CudaDeviceScope() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 PlannerOptions cuda_planner_options(const HeadConfig& heads, DType dtype) {
   const CudaDeviceInfo info = cuda_device_info(heads, dtype);
   return cuda_planner_options(heads, info.sm_count, info.blocks_per_sm, info.wide);
-}
-
-std::size_t cuda_workspace_bytes(const Plan& plan) { return plan_region_bytes(plan.bytes().size()) + plan.workspace().bytes; }
-
-std::size_t cuda_workspace_bytes(const PlanCapacity& capacity, int head_dim) {
-  return plan_region_bytes(Plan::packed_bytes(capacity)) + Plan::workspace_for(capacity.slots, head_dim).bytes;
-}
-
-PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_t max_page_entries,
-                                const HeadConfig& heads, const PlannerOptions& options) {
-  options.validate();
-  auto capacity = [&](std::int64_t slots) {
-    return PlanCapacity::for_batches(max_requests, max_page_entries, heads, options.max_tile_rows, options.num_blocks,
-                                     slots, options.wide_blocks(), options.max_tail_tokens());
-  };
-  const std::size_t fixed = cuda_workspace_bytes(capacity(0), heads.head_dim);
-  CODEC_CHECK(fixed < bytes, "workspace of ", bytes, " bytes is too small: the plan arrays for ", max_requests,
-              " requests and ", max_page_entries, " page-table entries alone take ", fixed, " bytes");
-  // The bytes grow with the slots: bisect for the most that fit (at most 2^31 − 1).
-  std::int64_t lo = 0, hi = std::min<std::int64_t>(std::int64_t(bytes / (4 * (heads.head_dim + 1))) + 1,
-                                                   std::numeric_limits<std::int32_t>::max());
-  while (hi - lo > 1) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    (cuda_workspace_bytes(capacity(mid), heads.head_dim) <= bytes ? lo : hi) = mid;
-  }
-  return capacity(lo);
 }
 
 void cuda_upload_plan(const Plan& plan, std::span<std::byte> workspace, CudaStream stream) {
@@ -285,7 +272,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   PlanView device = plan.view(workspace.data());
   device.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
   const WorkspaceLayout layout = plan.workspace();
-  std::byte* partials = workspace.data() + plan_region_bytes(plan.bytes().size());
+  std::byte* partials = workspace.data() + cuda_plan_region_bytes(plan.bytes().size());
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   const CudaLaunches launches = cuda_launches(plan, stages);
