@@ -31,9 +31,17 @@ bool error_locations() {
 
 void set_error_locations(bool on) { g_locations.store(on ? 1 : 0, std::memory_order_relaxed); }
 
+std::size_t utf8_prefix(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) return text.size();
+  // Back off over a character's continuation bytes (10xxxxxx): never cut inside one.
+  std::size_t cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return cut;
+}
+
 std::string clip(std::string_view text, std::size_t limit) {
   if (text.size() <= limit) return std::string(text);
-  return std::string(text.substr(0, limit)) + "...";
+  return std::string(text.substr(0, utf8_prefix(text, limit))) + "...";
 }
 
 }  // namespace codec

@@ -19,9 +19,9 @@ bool preview(const json& value, std::string& out, std::size_t limit) {
   if (value.is_string()) {
     // Quote a prefix of the string, escaped as dump() escapes it.
     const std::string& s = value.get_ref<const std::string&>();
-    const std::size_t room = limit - out.size();
-    out += json(s.substr(0, room)).dump();
-    return s.size() <= room;
+    const std::size_t kept = utf8_prefix(s, limit - out.size());
+    out += json(s.substr(0, kept)).dump();
+    return kept == s.size();
   }
   if (!value.is_structured()) {  // numbers, booleans, null: a few characters each
     out += value.dump();

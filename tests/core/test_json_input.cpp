@@ -79,6 +79,16 @@ TEST(JsonInput, PreviewOfALargeValueIsABoundedPrefix) {
   const std::string quoted = json_preview(json(text));
   EXPECT_LE(quoted.size(), 80u);
   EXPECT_EQ(quoted.substr(0, 4), "\"xxx");
+  // Cuts fall between UTF-8 characters: the preview stays valid JSON text
+  // (a cut inside one made nlohmann's dump throw; found by the fuzz targets).
+  std::string euros;
+  for (int i = 0; i < 40; ++i) euros += "\xE2\x82\xAC";  // U+20AC, three bytes each
+  for (std::size_t limit = 1; limit < 70; ++limit) {
+    const std::string shown_euros = json_preview(json(euros), limit);
+    EXPECT_NO_THROW(json::parse(shown_euros.substr(0, shown_euros.rfind('"') + 1))) << limit << ": " << shown_euros;
+    const std::string clipped = clip(euros, limit);
+    EXPECT_EQ((clipped.size() - 3) % 3, 0u) << limit;  // whole characters, then "..."
+  }
   // Keys of objects are bounded too.
   const std::string key_shown = json_preview(json{{text, 1}});
   EXPECT_LE(key_shown.size(), 80u) << key_shown;

@@ -27,9 +27,13 @@ class CudaError : public Error {
 bool error_locations();
 void set_error_locations(bool on);
 
-// A string from the input as a message quotes it: its first `limit` characters,
-// with "..." after a cut, so that a message stays readable whatever a file holds.
+// A string from the input as a message quotes it: its first `limit` bytes,
+// with "..." after a cut, so that a message stays readable whatever a file
+// holds. Cuts fall between UTF-8 characters (utf8_prefix).
 std::string clip(std::string_view text, std::size_t limit = 60);
+// The length of text's longest prefix of at most `limit` bytes that ends
+// between UTF-8 characters.
+std::size_t utf8_prefix(std::string_view text, std::size_t limit);
 
 namespace detail {
 template <typename E = Error, typename... Args>
