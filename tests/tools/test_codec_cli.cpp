@@ -61,6 +61,19 @@ TEST(CodecCli, PlanTakesACommaSeparatedListOfWorkloads) {
   for (const auto& row : rows) EXPECT_GT(row["tasks"].get<int>(), 0);
 }
 
+// The H200's floor is no yardstick for the CPU engine: a CPU run's table and
+// JSON give none (its JSON keeps floor_ms, the workload's H200 floor).
+TEST(CodecCli, CpuRunsShowNoH200Floor) {
+  const Result table = run_codec("bench --backend cpu --workload depth:2 --scale 0.125 --reps 1");
+  ASSERT_EQ(table.code, 0) << table.output;
+  EXPECT_NE(table.output.find("no floor"), std::string::npos) << table.output;
+  const Result json = run_codec("bench --backend cpu --workload depth:2 --scale 0.125 --reps 1 --json");
+  ASSERT_EQ(json.code, 0) << json.output;
+  const nlohmann::json rows = nlohmann::json::parse(json.output.substr(json.output.find("[\n")));  // after the progress lines
+  EXPECT_TRUE(rows[0]["codec_over_floor"].is_null());
+  EXPECT_GT(rows[0]["floor_ms"].get<double>(), 0);
+}
+
 // Plans for the H200 made without a GPU use the grid the kernel would run:
 // 132 SMs × 4 PAC blocks at head_dim 64, × 2 at 128 and 256.
 TEST(CodecCli, OfflineH200PlansUseTheKernelsBlocksPerSm) {
