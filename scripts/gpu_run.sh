@@ -73,7 +73,7 @@ if step python; then
     -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=build-gpu/python .
   run pytest python3 -m pytest -rs -q -p no:cacheprovider ${CODEC_PYTESTS:-tests/python}
   # --tp's two gloo ranks on the CPU engine, which the run above skips where a
-  # GPU is visible; CI has no torch, so this machine's CPUs are where it runs
+  # GPU is visible (CI runs it too, on its CPUs)
   [ -n "${CODEC_PYTESTS:-}" ] || run pytest_gloo env CUDA_VISIBLE_DEVICES= python3 -m pytest -rs -q -p no:cacheprovider \
     tests/python/test_bench_e2e.py -k test_two_tensor_parallel_ranks_decode_as_one_process
 fi

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.transformers
 torch = pytest.importorskip("torch", reason="torch is not installed: the benchmark is torch code")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))

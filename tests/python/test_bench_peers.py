@@ -24,6 +24,7 @@ def hydragen_and_torch():
     return Hydragen, torch
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("kernel", ["matmul", "flash"])
 @pytest.mark.parametrize("seed,hq,hkv,page_size,requests,fork", [
     (1, 8, 2, 16, 6, 0.2), (2, 32, 8, 16, 9, 0.3), (3, 4, 4, 5, 7, 0.0), (4, 16, 1, 1, 5, 0.5), (5, 8, 2, 3, 1, 0.0)])
@@ -37,6 +38,7 @@ def test_hydragen_matches_float64(seed, hq, hkv, page_size, requests, fork, kern
     assert rel_l2(out, reference(b)[0]) <= 1e-5
 
 
+@pytest.mark.torch
 def test_hydragen_refuses_an_unknown_kernel():
     Hydragen, torch = hydragen_and_torch()
     b = random_batch(1, 8, 2, 64, 16, requests=2)

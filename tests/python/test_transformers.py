@@ -155,6 +155,7 @@ def assert_same_generations(got, ref, device):
         assert same >= 0.85, f"only {same:.0%} of the requests generated the reference's tokens"
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("block_tables", [False, True], ids=["read-index", "block-table"])
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tables, monkeypatch):
@@ -174,6 +175,7 @@ def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tabl
     assert_same_generations(got, ref, device)
 
 
+@pytest.mark.transformers
 def test_a_failed_graph_plan_is_raised_for_its_cache():
     """Replays never call Python: an error their in-stream plans met waits in
     the graph wrapper until an eager step or generate_batch asks, and comes
@@ -203,6 +205,7 @@ def test_a_failed_graph_plan_is_raised_for_its_cache():
     assert attention in ctf._ATTENTIONS  # what generate_batch checks after its requests finish
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("async_batching", [False, True])
 def test_decode_graphs_plan_every_replay_in_the_stream(async_batching, monkeypatch):
     """The engine's CUDA graphs of decode steps (use_cuda_graph=(False,
@@ -276,6 +279,7 @@ def test_async_warm_up_waves_never_split_a_prompt(budget, count):
     assert done == [len(p) for p in prefixes]
 
 
+@pytest.mark.transformers
 def test_warm_up_waves_read_the_managers_engine():
     """The backend's waves take the block size, the step's tokens and the
     async flag from the manager's batch processor."""
@@ -291,6 +295,7 @@ def test_warm_up_waves_read_the_managers_engine():
     assert ctf._prefix_waves(manager(True), []) == []
 
 
+@pytest.mark.transformers
 def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):
     """With the engine's asynchronous batching, a shared prefix longer than
     one step's tokens (its prefill chunked) still prefills once: the
@@ -315,6 +320,7 @@ def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):
     assert prefilled[True] == prefilled[False] < 2 * len(doc) * len(model.model.layers), prefilled
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_shared_prefixes_prefill_once(device, monkeypatch):
     """With the documents' prefix prefilled first (shared_prefixes), the
@@ -341,6 +347,7 @@ def test_shared_prefixes_prefill_once(device, monkeypatch):
         generate(model, name, inputs, device, block_tables=True, shared_prefixes=[[]])
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_requests_past_the_block_tables_decode_on_the_slot_list(device, monkeypatch):
     """Block tables sized for 64 tokens (enable_block_tables(manager, 20)): a
