@@ -53,7 +53,7 @@ logprobs and to their spread, largest difference), noop's included as the
 negative control: random weights keep every logprob near −log(vocabulary),
 so only an error well under noop's says the attention is right.
 
-  python3 bench/e2e_decode.py --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
+  python3 -m bench.e2e_decode --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
                                [--rounds 3] [--tp 2]
 
 With --tp N the model is sharded over N ranks by transformers' own tensor
@@ -75,13 +75,17 @@ import sys
 import time
 import weakref
 
+if not __package__:  # python3 bench/e2e_decode.py: its imports are the bench package's
+    raise SystemExit("run it from the repository root as a module: python3 -m bench.e2e_decode ...")
+
 import numpy as np
 import torch
 
 import codec.integrations.transformers as codec_tf
 from codec.integrations.paging import page_tables_from_block_table
-from e2e_batches import WORKLOADS, cascade_step_levels, combine_rounds, padded_page_tables, parse_workload, prompts
-from e2e_check import compare_on_shared_history
+
+from .e2e_batches import WORKLOADS, cascade_step_levels, combine_rounds, padded_page_tables, parse_workload, prompts
+from .e2e_check import compare_on_shared_history
 
 QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=65536)

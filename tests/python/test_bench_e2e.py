@@ -6,16 +6,13 @@ installed; its workloads and page tables, which need neither, are
 test_bench_e2e_batches.py's."""
 
 import json
-import os
-import sys
 
 import pytest
 
 pytestmark = pytest.mark.transformers
 torch = pytest.importorskip("torch", reason="torch is not installed: the benchmark is torch code")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-import e2e_decode  # noqa: E402
+from bench import e2e_decode  # noqa: E402  (torch first: the benchmark imports it)
 
 
 def cpu_memory():
@@ -226,7 +223,7 @@ def test_two_tensor_parallel_ranks_decode_as_one_process(monkeypatch, tmp_path):
     assert tp["tp"] == 2 and tp["rows"]["codec"]["decode_requests_per_step_max"] == 3
     assert tp["rows"]["codec"]["heads"] == [2, 1] and one_row["heads"] == [4, 2]  # rank 0 planned half the heads
     assert tp["rows"]["codec"]["attention_rel_l2_max"] < 1e-2  # each rank's heads against float64
-    import e2e_check
+    from bench import e2e_check
     one, two = (str(tmp_path / f"e2e_sysprompt_3{t}_traces.json") for t in ("", "_tp2"))
     assert e2e_check.main([one, two, "--max-rel-l2", "1e-2"]) == 0
     zeros = tmp_path / "noop_as_codec.json"  # the negative control: the floor's traces in codec's place

@@ -5,22 +5,17 @@ the cascade levels FlashInfer's cascade gets (bench/cascade.py: each level's
 groups cover every request once; their KV lists and last page lengths are
 the forest's nodes)."""
 
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 
 import codec
 from batches import random_batch, reference, rel_l2
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
-from cascade import cascade_levels, forest_json  # noqa: E402
+from bench.cascade import cascade_levels, forest_json
 
 
 def hydragen_and_torch():
     torch = pytest.importorskip("torch", reason="torch is not installed: the Hydragen-style peer is torch code")
-    from hydragen import Hydragen
+    from bench.hydragen import Hydragen
     return Hydragen, torch
 
 

@@ -6,8 +6,6 @@ batching (where torch and transformers are installed: on the CPU engine in
 fp32, and on the GPU in bf16)."""
 
 import importlib.util
-import os
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -242,8 +240,7 @@ def test_decode_graphs_plan_every_replay_in_the_stream(async_batching, monkeypat
     wrappers[-1].check_stream_plans()
     zeros = generate(model, ctf.register("paged|codec_graph_zeros", Zeros()), inputs, "cuda", block_tables=True,
                      cuda_graph=(False, True), async_batching=async_batching)
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-    from e2e_check import compare_on_shared_history
+    from bench.e2e_check import compare_on_shared_history
     same, control = compare_on_shared_history(eager, got), compare_on_shared_history(eager, zeros)
     assert same["mean_shared_steps"] >= 7 and same["logprob_rel_l2"] <= 2e-2, same  # of 10 tokens per request
     assert control["mean_shared_steps"] < 0.5 * same["mean_shared_steps"], (control, same)
