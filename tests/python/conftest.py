@@ -46,5 +46,5 @@ def pytest_unconfigure(config):
     """The counts, after pytest's own summary line."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and _COUNTS:
-        reporter.write_line("; ".join(f"{name} tests: {c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"
-                                      for name, c in _COUNTS.items()))
+        reporter.write_line("; ".join(f"{name} tests: {c['passed']} passed, {c['failed']} failed, "
+                                      f"{c['skipped']} skipped" for name, c in _COUNTS.items()))
