@@ -7,8 +7,9 @@ and one row made of several rounds. Checked on any machine
 import numpy as np
 
 import codec
-from cascade import cascade_levels, forest_json
 from codec.integrations.paging import page_tables_from_block_table
+
+from .cascade import cascade_levels, forest_json
 
 WORKLOADS = {  # name: (what N counts, default N)
     "loogle": ("documents of 12k-30k tokens, 8 questions of 20-200 tokens each (8·N requests)", 4),

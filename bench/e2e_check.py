@@ -16,7 +16,7 @@ As a program it compares two runs of bench/e2e_decode.py backend by backend
 (e.g. tensor-parallel against one GPU) and fails past a tolerance, on either
 error, or when the runs share too little history to compare (a wrong
 attention parts them at once: its first token, the prefill's, still agrees):
-  python3 bench/e2e_check.py REF_traces.json GOT_traces.json [--max-rel-l2 2e-2] [--max-centered 0.3]"""
+  python3 -m bench.e2e_check REF_traces.json GOT_traces.json [--max-rel-l2 2e-2] [--max-centered 0.3]"""
 
 import argparse
 import json

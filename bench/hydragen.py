@@ -16,7 +16,7 @@ once, outside the timed call, as Hydragen keeps a prefix contiguous."""
 
 import torch
 
-from cascade import request_paths
+from .cascade import request_paths
 
 
 def _node_requests(forest):

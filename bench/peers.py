@@ -36,7 +36,7 @@ Every peer's output is checked against CoDec's (which `codec bench` checked
 against the fp64 reference): relative L2 error, no NaN. `<peer>_ms` is the
 best variant of a family whose error is within 1e-2 (`<peer>_variant` names it).
 
-  python3 bench/peers.py --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex] [--flush write]
+  python3 -m bench.peers --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex] [--flush write]
 """
 import argparse
 import json
@@ -46,10 +46,13 @@ import subprocess
 import sys
 import time
 
+if not __package__:  # python3 bench/peers.py: its imports are the bench package's
+    raise SystemExit("run it from the repository root as a module: python3 -m bench.peers ...")
+
 import numpy as np
 import torch
 
-from cascade import cascade_levels
+from .cascade import cascade_levels
 
 FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
 WARMUP = 5
@@ -272,7 +275,7 @@ def run_workload(name, d, timer, results, peers):
         del qp
 
     if "hydragen" in peers:
-        from hydragen import Hydragen
+        from .hydragen import Hydragen
         for kernel in ("flash", "matmul"):
             hyd = Hydragen(data["forest"], k, v, hq, meta["sm_scale"], kernel)
             measure("hydragen", kernel, lambda: hyd(q), ref)

@@ -16,23 +16,24 @@ cli: the kernel time of `codec bench` against the same plan and data run
   its time; this script runs it through BatchPrefixDecodeWrapper with the same
   timing protocol and reports the ratio (target: within 3%).
 
-  python3 bench/python_api.py --out OUT [--codec build-gpu/codec] [--workloads batch:64,long]
+  python3 -m bench.python_api --out OUT [--codec build-gpu/codec] [--workloads batch:64,long]
 """
 
 import argparse
 import json
 import os
 import subprocess
-import sys
 import time
+
+if not __package__:  # python3 bench/python_api.py: its imports are the bench package's
+    raise SystemExit("run it from the repository root as a module: python3 -m bench.python_api ...")
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import Timer, load_dump, log, rel_l2  # noqa: E402
+import codec
 
-import codec  # noqa: E402
+from .peers import Timer, load_dump, log, rel_l2
 
 HQ, HKV, DIM, PAGE, PROMPT = 32, 8, 128, 16, 4096
 

@@ -77,7 +77,7 @@ fi
 if step python; then
   run pytest python3 -m pytest -rs -q -p no:cacheprovider ${CODEC_PYTESTS:-tests/python}
   # --tp's two gloo ranks on the CPU engine, which the run above skips where a
-  # GPU is visible; CI has no torch, so this machine's CPUs are where it runs
+  # GPU is visible (CI runs it too, on its CPUs)
   [ -n "${CODEC_PYTESTS:-}" ] || run pytest_gloo env CUDA_VISIBLE_DEVICES= python3 -m pytest -rs -q -p no:cacheprovider \
     tests/python/test_bench_e2e.py -k test_two_tensor_parallel_ranks_decode_as_one_process
 fi
@@ -166,12 +166,12 @@ export PYTHONPATH="$PWD/build-gpu/pat:$PYTHONPATH"
 if step peers; then
   install_wheels
   mkdir -p "$out/peers"
-  run peers/peers python3 bench/peers.py --codec build-gpu/codec --out "$out/peers" \
+  run peers/peers python3 -m bench.peers --codec build-gpu/codec --out "$out/peers" \
     ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"} ${CODEC_PEERS:+--peers "$CODEC_PEERS"}
 fi
 if step pybench; then
   install_wheels
-  run python_api python3 bench/python_api.py --codec build-gpu/codec --out "$out"
+  run python_api python3 -m bench.python_api --codec build-gpu/codec --out "$out"
 fi
 if step e2e; then
   # Each workload in each mode of CODEC_E2E_MODES (default eager): eager, graphs (the engine's CUDA graphs of
@@ -188,7 +188,7 @@ if step e2e; then
     esac
     mkdir -p "$out/e2e/$m"
     workloads=$(echo ${CODEC_E2E_WORKLOADS:-loogle:2} | tr -s ' ' ,)  # one process, one model, for the mode's
-    run "e2e/$m/run" python3 bench/e2e_decode.py --out "$out/e2e/$m" --workload "$workloads" "${flags[@]}" \
+    run "e2e/$m/run" python3 -m bench.e2e_decode --out "$out/e2e/$m" --workload "$workloads" "${flags[@]}" \
       ${backends:+--backends "$backends"} ${CODEC_E2E_ARGS:-}
   done
 fi

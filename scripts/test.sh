@@ -3,8 +3,10 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer; coverage-guided fuzzing of
 # every reader of outside input (CODEC_FUZZ_SECONDS per target, default 60);
 # the C++ package (install, a consumer project); the Python package (`pip
-# install .` into a virtual environment, then pytest). Fails on the first failure. GPU tests report
-# themselves skipped without a GPU; torch tests without torch.
+# install .` into a virtual environment with torch, transformers and
+# accelerate, then pytest: the torch tests and the transformers engine's run
+# on the CPU engine). Fails on the first failure. GPU tests report themselves
+# skipped, with the reason, without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
@@ -29,7 +31,12 @@ venv=build/venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q "scikit-build-core>=0.10" "nanobind>=2.0" "numpy>=1.22" "pytest>=7"
+# The GPU machine's versions, from PyPI: every torch test and the transformers
+# engine's tests run on the CPU (first time ~1-2 min and 4.9 GB, the CUDA
+# libraries of PyPI's torch wheel included; then a check that they are there).
+"$venv/bin/python" -m pip install -q torch==2.11.0 transformers==5.17.0 accelerate==1.15.0
 # No build isolation: the build tools above, and the build folder
 # (build/python-*) kept between runs.
 "$venv/bin/python" -m pip install -q --no-build-isolation .
-"$venv/bin/python" -m pytest -rs -q -p no:cacheprovider tests/python
+# A missing one is an error, not skipped tests; the last line counts the torch and transformers tests.
+CODEC_TESTS_REQUIRE=torch,transformers,accelerate "$venv/bin/python" -m pytest -rs -q -p no:cacheprovider tests/python

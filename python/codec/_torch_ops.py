@@ -3,14 +3,18 @@ implementations, so that torch.compile(fullgraph=True) traces a decode step
 that calls BatchPrefixDecodeWrapper.run or merge_state without a graph break
 and torch.library.opcheck passes. Outside compilation the wrappers call the
 implementation directly: the dispatcher's round trip is host time a decode
-step pays per layer for nothing."""
+step pays per layer for nothing.
+
+The decode op takes an int handle where the wrapper would be (a plain value,
+constant under torch.compile) and runs the plan of the PlanSlot it names
+(_plan_slots.py): this module knows nothing of the wrapper."""
 
 from typing import Optional, Tuple
 
 import torch
 
 from . import _codec
-from .decode import wrapper_for
+from ._plan_slots import slot_for
 
 
 # The raw current stream, as torch's own generated code reads it:
@@ -43,9 +47,8 @@ def _fields(t: Optional[torch.Tensor]):
 
 def _decode_impl(q: torch.Tensor, k: torch.Tensor, v: Optional[torch.Tensor], workspace: torch.Tensor,
                  out: torch.Tensor, lse: Optional[torch.Tensor], handle: int, hnd: bool, lse_base2: bool) -> None:
-    w = wrapper_for(handle)
-    _codec.run_fields(w._plan, _fields(q), _fields(k), _fields(v), hnd, _fields(out), _fields(lse), _fields(workspace),
-                      lse_base2, _stream(q), w._num_threads)
+    slot_for(handle).run_fields(_fields(q), _fields(k), _fields(v), hnd, _fields(out), _fields(lse), _fields(workspace),
+                                lse_base2, _stream(q))
 
 
 # The workspace is written too (the partial results), so it is declared mutated.

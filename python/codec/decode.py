@@ -4,27 +4,15 @@ KV pages (a common prefix) read them once per batch."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
-import weakref
 from typing import Any, Optional, Tuple, Union
 
 from . import _codec
+from ._plan_slots import PlanSlot
 from ._tensors import current_stream, device_of, dtype_name, empty_like_rows, host_int32, is_torch, nbytes
 
-# Wrappers by handle: the torch custom op takes the handle (an int, constant
-# under torch.compile) and finds the wrapper's current plan at run time.
-_WRAPPERS: "weakref.WeakValueDictionary[int, BatchPrefixDecodeWrapper]" = weakref.WeakValueDictionary()
-_HANDLES = itertools.count(1)
 _COST_TABLES = os.path.join(os.path.dirname(__file__), "data", "cost_tables")  # the wheel's measured tables
-
-
-def wrapper_for(handle: int) -> "BatchPrefixDecodeWrapper":
-    wrapper = _WRAPPERS.get(handle)
-    if wrapper is None:
-        raise RuntimeError(f"no live BatchPrefixDecodeWrapper has handle {handle}")
-    return wrapper
 
 
 def lse_base2(lse_base: Union[str, float]) -> bool:
@@ -111,13 +99,13 @@ class BatchPrefixDecodeWrapper:
         self._num_threads = int(num_threads)
         self._planner = None
         self._config = None
-        self._plan = None
+        # The current plan, where run and the torch custom op (which takes the slot's handle) find it
+        self._slot = PlanSlot(self._num_threads)
+        self._handle = self._slot.handle
         self._planned = False
         self._in_stream = False  # the current plan is made in the stream (plan_block_table_in_stream)
         self._stream_rows = self._stream_pages = 0
         self._capacity_plan = None
-        self._handle = next(_HANDLES)
-        _WRAPPERS[self._handle] = self
 
     @property
     def is_cuda_graph_enabled(self) -> bool:
@@ -128,7 +116,7 @@ class BatchPrefixDecodeWrapper:
         """The current plan's statistics: tasks, blocks, makespan and its lower bound, the merge's predicted
         time (0 where the cost model prices none), planning time."""
         _require(self._planned, "no plan yet: call plan() first")
-        return self._planner.stream_stats() if self._in_stream else self._plan.stats
+        return self._planner.stream_stats() if self._in_stream else self._slot.plan.stats
 
     def _configure(self, num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode="NONE", window_left=-1,
                    logits_soft_cap=None, q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
@@ -214,7 +202,7 @@ class BatchPrefixDecodeWrapper:
             num_pages = int(indices_h.max()) + 1 if indices_h.size else 1
         plan = self._planner.plan(indptr_h, indices_h, last_h, int(num_pages))
         self._planner.upload(plan, self._workspace, current_stream(self._workspace))
-        self._plan = plan
+        self._slot.plan = plan
         self._planned = True
         self._in_stream = False
 
@@ -275,7 +263,7 @@ class BatchPrefixDecodeWrapper:
         self._stream_rows, self._stream_pages = int(block_table.shape[0]), int(num_pages)
         if self._capacity_plan is None:
             self._capacity_plan = self._planner.capacity_plan()
-        self._plan = self._capacity_plan
+        self._slot.plan = self._capacity_plan
         self._planned = True
         self._in_stream = True
 
@@ -354,14 +342,11 @@ class BatchPrefixDecodeWrapper:
             out = empty_like_rows(q, (q.shape[0], q.shape[1], q.shape[2]))
         if return_lse and lse is None:
             lse = empty_like_rows(q, (q.shape[0], q.shape[1]), "float32")
-        if is_torch(q):
-            from . import _torch_ops
+        if is_torch(q):  # through the custom op, which finds the plan by the slot's handle
+            from . import _torch_ops  # torch is optional: loaded once a torch tensor shows up
             _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2)
         else:
-            self._run(q, k, v, self._workspace, out, lse, base2, current_stream(q))
+            self._slot.run(q, k, v, self._hnd, out, lse, self._workspace, base2, current_stream(q))
         return (out, lse) if return_lse else out
 
     forward = run  # FlashInfer's older name
-
-    def _run(self, q: Any, k: Any, v: Any, workspace: Any, out: Any, lse: Any, base2: bool, stream: int) -> None:
-        _codec.run(self._plan, q, k, v, self._hnd, out, lse, workspace, base2, stream, self._num_threads)

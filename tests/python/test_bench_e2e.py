@@ -6,15 +6,14 @@ installed; its workloads and page tables, which need neither, are
 test_bench_e2e_batches.py's."""
 
 import json
-import os
-import sys
 
 import pytest
 
+pytestmark = pytest.mark.transformers
 torch = pytest.importorskip("torch", reason="torch is not installed: the benchmark is torch code")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-import e2e_decode  # noqa: E402
+import codec.integrations.transformers as codec_tf  # noqa: E402  (torch first: these import it)
+from bench import e2e_attention, e2e_decode, e2e_harness  # noqa: E402
 
 
 def cpu_memory():
@@ -52,10 +51,10 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     cpu_engine(monkeypatch)
     model = tiny_qwen3(hidden=256, layers=2, heads=8)
     doc, inputs = DOC, DOC_REQUESTS
-    attention = e2e_decode.TimedPlans()
-    name = e2e_decode.codec_tf.register("paged|e2e_test", attention)
-    row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=6, block_size=16,
-                                block_tables=True, cuda_graph=False, step_profile=True)
+    attention = e2e_attention.CodecAttention()
+    name = codec_tf.register("paged|e2e_test", attention)
+    row, trace = e2e_harness.run(model, name, attention, inputs, [doc], new_tokens=6, block_size=16,
+                                 block_tables=True, cuda_graph=False, step_profile=True)
     assert set(trace) == {f"prompt_{i}" for i in range(5)} and all(len(t[0]) == 6 for t in trace.values())
     phases = row["step_host_ms_median"]
     assert set(phases) == {"decode_only_steps", "prefill_tokens", "schedule", "forward", "gpu_wait", "update"}, \
@@ -171,12 +170,12 @@ def test_admitting_first_lets_every_request_decode_together(monkeypatch):
     cpu_engine(monkeypatch)
     model = tiny_qwen3(hidden=128, layers=1, heads=4)
     doc, inputs = DOC, DOC_REQUESTS
-    attention = e2e_decode.TimedPlans()
-    name = e2e_decode.codec_tf.register("paged|e2e_sched", attention)
+    attention = e2e_attention.CodecAttention()
+    name = codec_tf.register("paged|e2e_sched", attention)
     most = {}
-    for sched in ("fifo", e2e_decode.admit_first_scheduler()):
-        row, trace = e2e_decode.run(model, name, attention, inputs, [doc], new_tokens=8, block_size=16,
-                                    block_tables=True, cuda_graph=False, scheduler=sched, cache_blocks=16)
+    for sched in ("fifo", e2e_harness.admit_first_scheduler()):
+        row, trace = e2e_harness.run(model, name, attention, inputs, [doc], new_tokens=8, block_size=16,
+                                     block_tables=True, cuda_graph=False, scheduler=sched, cache_blocks=16)
         assert len(trace) == 5 and all(len(t[0]) == 8 for t in trace.values())
         most[sched] = row["decode_requests_per_step_max"]
     assert most == {"fifo": 4, "codec_e2e_admit_first": 5}
@@ -189,10 +188,10 @@ def test_admitting_first_yields_to_decoding_requests_when_the_cache_runs_low(mon
     cpu_engine(monkeypatch)
     model = tiny_qwen3(hidden=128, layers=1, heads=4)
     inputs = [[(7 * i + j) % 900 + 10 for j in range(40)] for i in range(16)]
-    attention = e2e_decode.TimedPlans()
-    name = e2e_decode.codec_tf.register("paged|e2e_waves", attention)
-    row, trace = e2e_decode.run(model, name, attention, inputs, [], new_tokens=40, block_size=16, block_tables=True,
-                                cuda_graph=False, scheduler=e2e_decode.admit_first_scheduler(), cache_blocks=16)
+    attention = e2e_attention.CodecAttention()
+    name = codec_tf.register("paged|e2e_waves", attention)
+    row, trace = e2e_harness.run(model, name, attention, inputs, [], new_tokens=40, block_size=16, block_tables=True,
+                                 cuda_graph=False, scheduler=e2e_harness.admit_first_scheduler(), cache_blocks=16)
     assert len(trace) == 16 and all(len(t[0]) == 40 for t in trace.values())
     assert row["decode_requests_per_step_max"] < 16
 
@@ -225,7 +224,7 @@ def test_two_tensor_parallel_ranks_decode_as_one_process(monkeypatch, tmp_path):
     assert tp["tp"] == 2 and tp["rows"]["codec"]["decode_requests_per_step_max"] == 3
     assert tp["rows"]["codec"]["heads"] == [2, 1] and one_row["heads"] == [4, 2]  # rank 0 planned half the heads
     assert tp["rows"]["codec"]["attention_rel_l2_max"] < 1e-2  # each rank's heads against float64
-    import e2e_check
+    from bench import e2e_check
     one, two = (str(tmp_path / f"e2e_sysprompt_3{t}_traces.json") for t in ("", "_tp2"))
     assert e2e_check.main([one, two, "--max-rel-l2", "1e-2"]) == 0
     zeros = tmp_path / "noop_as_codec.json"  # the negative control: the floor's traces in codec's place

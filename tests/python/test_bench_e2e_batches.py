@@ -3,14 +3,10 @@ each workload's prompts and the prefixes they share, a decode graph's page
 tables with its padding requests, FlashInfer cascade's levels of a step, and
 rounds combined into one row. On any machine."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-import e2e_batches  # noqa: E402
+from bench import e2e_batches
 
 
 @pytest.mark.parametrize("workload,requests,prefixes,samples", [("loogle:2", 16, 2, 1), ("sysprompt:5", 5, 1, 1),

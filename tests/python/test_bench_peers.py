@@ -5,25 +5,21 @@ the cascade levels FlashInfer's cascade gets (bench/cascade.py: each level's
 groups cover every request once; their KV lists and last page lengths are
 the forest's nodes)."""
 
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 
 import codec
 from batches import random_batch, reference, rel_l2
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
-from cascade import cascade_levels, forest_json  # noqa: E402
+from bench.cascade import cascade_levels, forest_json
 
 
 def hydragen_and_torch():
     torch = pytest.importorskip("torch", reason="torch is not installed: the Hydragen-style peer is torch code")
-    from hydragen import Hydragen
+    from bench.hydragen import Hydragen
     return Hydragen, torch
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("kernel", ["matmul", "flash"])
 @pytest.mark.parametrize("seed,hq,hkv,page_size,requests,fork", [
     (1, 8, 2, 16, 6, 0.2), (2, 32, 8, 16, 9, 0.3), (3, 4, 4, 5, 7, 0.0), (4, 16, 1, 1, 5, 0.5), (5, 8, 2, 3, 1, 0.0)])
@@ -37,6 +33,7 @@ def test_hydragen_matches_float64(seed, hq, hkv, page_size, requests, fork, kern
     assert rel_l2(out, reference(b)[0]) <= 1e-5
 
 
+@pytest.mark.torch
 def test_hydragen_refuses_an_unknown_kernel():
     Hydragen, torch = hydragen_and_torch()
     b = random_batch(1, 8, 2, 64, 16, requests=2)

@@ -1,14 +1,10 @@
 """bench/e2e_check.py: logprobs compared only on the steps whose token history
 the two runs share."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from e2e_check import compare_on_shared_history  # noqa: E402
+from bench.e2e_check import compare_on_shared_history
 
 
 def test_steps_after_the_runs_part_are_not_compared():

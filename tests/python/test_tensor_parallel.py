@@ -57,6 +57,7 @@ def tp_worker(rank, world, port, out_path):
         dist.destroy_process_group()
 
 
+@pytest.mark.torch
 def test_two_gloo_processes_equal_one(tmp_path):
     torch = pytest.importorskip("torch", reason="torch is not installed: the gloo run needs torch.distributed")
     import socket

@@ -15,7 +15,8 @@ import pytest
 import codec
 from batches import CACHE_FORMS, TOLERANCE, cache_of, random_batch, reference, rel_l2, store
 
-torch = pytest.importorskip("torch", reason="torch is not installed: the torch tests run on the GPU machine")
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch", reason="torch is not installed (scripts/test.sh installs it)")
 needs_cuda = pytest.mark.skipif(not (torch.cuda.is_available() and codec.cuda_available()),
                                 reason="no CUDA device (or this build has no CUDA engine)")
 TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}

@@ -6,8 +6,6 @@ batching (where torch and transformers are installed: on the CPU engine in
 fp32, and on the GPU in bf16)."""
 
 import importlib.util
-import os
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -155,18 +153,19 @@ def assert_same_generations(got, ref, device):
         assert same >= 0.85, f"only {same:.0%} of the requests generated the reference's tokens"
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("block_tables", [False, True], ids=["read-index", "block-table"])
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tables, monkeypatch):
     torch, ctf, model = engine_setup(device, monkeypatch)
     paths = []
 
-    class Recording(ctf.PagedAttention):  # which decode path each decode step took
+    class Recording(ctf.CodecDecode):  # which decode path each decode step took
         def plan(self, cache, step, query, scale):
             paths.append(step.write_slots is not None)
             super().plan(cache, step, query, scale)
 
-    name = ctf.register("paged|codec_test", Recording())
+    name = ctf.register("paged|codec_test", ctf.PagedAttention(Recording()))
     inputs = shared_prompts(1)
     ref = generate(model, "paged|sdpa", inputs, device)
     got = generate(model, name, inputs, device, block_tables=block_tables)
@@ -174,6 +173,7 @@ def test_paged_codec_equals_paged_sdpa_in_continuous_batching(device, block_tabl
     assert_same_generations(got, ref, device)
 
 
+@pytest.mark.transformers
 def test_a_failed_graph_plan_is_raised_for_its_cache():
     """Replays never call Python: an error their in-stream plans met waits in
     the graph wrapper until an eager step or generate_batch asks, and comes
@@ -194,15 +194,17 @@ def test_a_failed_graph_plan_is_raised_for_its_cache():
                 raise ValueError(f"an in-stream plan failed: {error}")
 
     attention, good, bad = ctf.PagedAttention(), Cache(), Cache()
-    attention._graph_wrappers[good] = Wrapper(None)
-    attention._graph_wrappers[bad] = Wrapper("block table row 0 column 0 holds page 99")
+    attention.decode_backend._graph_wrappers[good] = Wrapper(None)
+    attention.decode_backend._graph_wrappers[bad] = Wrapper("block table row 0 column 0 holds page 99")
     attention.check_stream_plans(good)
     with pytest.raises(RuntimeError, match=r"paged\|codec in a CUDA graph: an in-stream plan failed: .*page 99"):
         attention.check_stream_plans()
     attention.check_stream_plans()  # taken
-    assert attention in ctf._ATTENTIONS  # what generate_batch checks after its requests finish
+    from codec.integrations.transformers.attention import _ATTENTIONS
+    assert attention in _ATTENTIONS  # what generate_batch checks after its requests finish
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("async_batching", [False, True])
 def test_decode_graphs_plan_every_replay_in_the_stream(async_batching, monkeypatch):
     """The engine's CUDA graphs of decode steps (use_cuda_graph=(False,
@@ -217,17 +219,17 @@ def test_decode_graphs_plan_every_replay_in_the_stream(async_batching, monkeypat
     torch, ctf, model = engine_setup("cuda", monkeypatch)
     captured, wrappers = [], []
 
-    class Recording(ctf.PagedAttention):
+    class Recording(ctf.CodecDecode):
         def plan_in_stream(self, cache, step, query, scale):
             captured.append(step.block_table.shape[0])  # the graph's batch
             super().plan_in_stream(cache, step, query, scale)
             wrappers.append(self.graph_wrapper(cache, step.block_table))
 
-    class Zeros(ctf.PagedAttention):
-        def decode(self, cache, q, pages, out):
+    class Zeros(ctf.CodecDecode):
+        def run(self, cache, step, q, pages, out):
             out.zero_()
 
-    name = ctf.register("paged|codec_graphs", Recording())
+    name = ctf.register("paged|codec_graphs", ctf.PagedAttention(Recording()))
     inputs = shared_prompts(3)
     eager = generate(model, name, inputs, "cuda", block_tables=True)
     assert not captured
@@ -237,10 +239,9 @@ def test_decode_graphs_plan_every_replay_in_the_stream(async_batching, monkeypat
     stats = wrappers[-1].plan_stats
     assert stats["plans"] >= 8 and stats["num_requests"] == len(inputs), stats  # every replay planned
     wrappers[-1].check_stream_plans()
-    zeros = generate(model, ctf.register("paged|codec_graph_zeros", Zeros()), inputs, "cuda", block_tables=True,
+    zeros = generate(model, ctf.register("paged|codec_graph_zeros", ctf.PagedAttention(Zeros())), inputs, "cuda", block_tables=True,
                      cuda_graph=(False, True), async_batching=async_batching)
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-    from e2e_check import compare_on_shared_history
+    from bench.e2e_check import compare_on_shared_history
     same, control = compare_on_shared_history(eager, got), compare_on_shared_history(eager, zeros)
     assert same["mean_shared_steps"] >= 7 and same["logprob_rel_l2"] <= 2e-2, same  # of 10 tokens per request
     assert control["mean_shared_steps"] < 0.5 * same["mean_shared_steps"], (control, same)
@@ -276,33 +277,36 @@ def test_async_warm_up_waves_never_split_a_prompt(budget, count):
     assert done == [len(p) for p in prefixes]
 
 
+@pytest.mark.transformers
 def test_warm_up_waves_read_the_managers_engine():
     """The backend's waves take the block size, the step's tokens and the
     async flag from the manager's batch processor."""
-    ctf = load_backend()
+    load_backend()
+    from codec.integrations.transformers.driver import _prefix_waves
     prefixes = [[1] * 100, [2] * 40]
 
     def manager(use_async):
         cache = SimpleNamespace(block_size=16, max_batch_tokens=64)
         return SimpleNamespace(batch_processor=SimpleNamespace(use_async_batching=use_async, cache=cache))
 
-    assert ctf._prefix_waves(manager(False), prefixes) == [prefixes]
-    assert ctf._prefix_waves(manager(True), prefixes) == prefix_waves(prefixes, 16, 64, async_batching=True)
-    assert ctf._prefix_waves(manager(True), []) == []
+    assert _prefix_waves(manager(False), prefixes) == [prefixes]
+    assert _prefix_waves(manager(True), prefixes) == prefix_waves(prefixes, 16, 64, async_batching=True)
+    assert _prefix_waves(manager(True), []) == []
 
 
+@pytest.mark.transformers
 def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):
     """With the engine's asynchronous batching, a shared prefix longer than
     one step's tokens (its prefill chunked) still prefills once: the
     requests that share it prefill as many tokens as without it."""
     torch, ctf, model = engine_setup("cuda", monkeypatch)
-    rows, causal = [], ctf._causal_attention
+    rows, causal = [], ctf.causal_attention
 
     def recording(q, keys, values, scale):
         rows.append(q.shape[1])
         return causal(q, keys, values, scale)
 
-    monkeypatch.setattr(ctf, "_causal_attention", recording)
+    monkeypatch.setattr(ctf.attention, "causal_attention", recording)
     rng = np.random.default_rng(5)
     doc = [int(x) for x in rng.integers(1, 999, 2500)]  # past the step's 1024 tokens: prefilled in chunks
     inputs = [doc + [int(x) for x in rng.integers(1, 999, 5 + i)] for i in range(4)]
@@ -315,6 +319,7 @@ def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):
     assert prefilled[True] == prefilled[False] < 2 * len(doc) * len(model.model.layers), prefilled
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_shared_prefixes_prefill_once(device, monkeypatch):
     """With the documents' prefix prefilled first (shared_prefixes), the
@@ -322,13 +327,13 @@ def test_shared_prefixes_prefill_once(device, monkeypatch):
     path's causal attention past a cache (rows aligned to the keys' end),
     and generate what paged|sdpa generates without it."""
     torch, ctf, model = engine_setup(device, monkeypatch)
-    chunks, causal = [], ctf._causal_attention
+    chunks, causal = [], ctf.causal_attention
 
     def recording(q, keys, values, scale):  # (query rows, keys) of every prefill chunk
         chunks.append((q.shape[1], keys.shape[1]))
         return causal(q, keys, values, scale)
 
-    monkeypatch.setattr(ctf, "_causal_attention", recording)
+    monkeypatch.setattr(ctf.attention, "causal_attention", recording)
     inputs = shared_prompts(2)
     ref = generate(model, "paged|sdpa", inputs, device)
     name = ctf.register("paged|codec_prefixes")
@@ -341,6 +346,7 @@ def test_shared_prefixes_prefill_once(device, monkeypatch):
         generate(model, name, inputs, device, block_tables=True, shared_prefixes=[[]])
 
 
+@pytest.mark.transformers
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_requests_past_the_block_tables_decode_on_the_slot_list(device, monkeypatch):
     """Block tables sized for 64 tokens (enable_block_tables(manager, 20)): a
@@ -351,7 +357,7 @@ def test_requests_past_the_block_tables_decode_on_the_slot_list(device, monkeypa
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     paths = []
 
-    class Recording(ctf.PagedAttention):
+    class Recording(ctf.CodecDecode):
         def plan(self, cache, step, query, scale):
             paths.append(step.write_slots is not None)
             super().plan(cache, step, query, scale)
@@ -359,7 +365,7 @@ def test_requests_past_the_block_tables_decode_on_the_slot_list(device, monkeypa
     rng = np.random.default_rng(5)
     inputs = [[int(x) for x in rng.integers(1, 999, n)] for n in (40, 58)]  # the second passes 64 tokens
     ref = generate(model, "paged|sdpa", inputs, device)
-    model.set_attn_implementation(ctf.register("paged|codec_fallback", Recording()))
+    model.set_attn_implementation(ctf.register("paged|codec_fallback", ctf.PagedAttention(Recording())))
     gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
     cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=1024, return_logprobs=True,
                                   use_cuda_graph=False)

@@ -1,0 +1,203 @@
+"""The decode-attention backends of bench/e2e_decode.py, measured alike in
+the engine: a backend-neutral base (``InEngineAttention``) and its siblings,
+CoDec (``CodecAttention``), the no-op floor (``NoopAttention``) and its
+busy-GPU variant (``BusyAttention``); FlashInfer's decode and cascade are
+siblings too (e2e_flashinfer.py).
+
+Each is the callable registered with the engine for its name. It composes
+the library's per-layer attention (``codec.integrations.transformers.
+PagedAttention``: the new tokens' KV into the cache, prefill chunks by a
+causal SDPA, the same for every backend) and is that attention's decode
+backend: the library calls ``plan`` at a step's first layer and ``run`` at
+every layer, and the base times them and checks the outputs before a
+subclass's ``plan_step``, ``plan_captured`` and ``attend`` do the work."""
+
+import time
+
+import numpy as np
+import torch
+
+from codec.integrations.transformers import CodecDecode, GraphStep, PagedAttention
+
+
+class InEngineAttention:
+    """One decode backend in the engine, with what the benchmark records of
+    it: the host time of each step's plan (``plan_ms``) and of all its
+    layers' attention calls (``host_ms``), when each step starts and
+    whether all its rows decode (``starts``), the decode requests per step
+    (``rows``), the GPU time of every layer's decode call (CUDA events
+    around it: kernels and any gaps between them), and the decode outputs of
+    the first steps against attention in float64 over the engine's own
+    cache (``errors``). Steps captured in a CUDA graph are not recorded:
+    their replays run without Python."""
+
+    checked_steps = 3  # decode steps checked against float64 attention (the prefixes' warm-up has one)
+    checked_requests = 8  # of each, at most this many requests, spread over the batch
+
+    def __init__(self) -> None:
+        self.layer = PagedAttention(self)  # the library's per-layer attention, its decode rows handed to this
+        self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms = [], [], [], [], [], []
+        self.stream_plans, self.replay_plans = {}, {}  # a run's plans made in graphs' streams, before their replays
+        self.scale, self.heads = None, None
+
+    def clear(self):
+        """Before a run: no records."""
+        for x in (self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms):
+            x.clear()
+        self.stream_plans, self.replay_plans = {}, {}
+
+    def finish(self):
+        """After a run: what the backend has to add to its records (stream_plans, replay_plans)."""
+
+    # What the engine calls: the library's layer, timed.
+    def __call__(self, module, *args, **kwargs):
+        t = time.perf_counter()
+        out = self.layer(module, *args, **kwargs)
+        step = self.layer.current_step(kwargs["cache"])
+        if isinstance(step, GraphStep):  # a capture: no step of its own
+            return out
+        if module.layer_idx == 0:  # a step starts: when, and whether all its rows decode
+            self.starts.append((t, step.all_decode))
+            self.host_ms.append(0.0)
+        self.host_ms[-1] += (time.perf_counter() - t) * 1e3
+        return out
+
+    # The library's decode backend (codec.integrations.transformers.DecodeBackend).
+    def plan(self, cache, step, query, scale):
+        self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]  # this rank's, under --tp
+        t0 = time.perf_counter()
+        self.plan_step(cache, step, query, scale)
+        self.plan_ms.append((time.perf_counter() - t0) * 1e3)
+        self.events.append([])
+        self.rows.append(int(step.decode.size))
+
+    def plan_in_stream(self, cache, step, query, scale):
+        self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]
+        self.plan_captured(cache, step, query, scale)
+
+    def run(self, cache, step, q, pages, out):
+        if isinstance(step, GraphStep) or not q.is_cuda:  # captured (replays run without Python), or the CPU engine
+            self.attend(cache, step, q, pages, out)
+        else:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.attend(cache, step, q, pages, out)
+            end.record()
+            self.events[-1].append((start, end))
+        if not isinstance(step, GraphStep) and len(self.plan_ms) <= self.checked_steps:
+            self.check(step, q, pages, out, cache.block_size)
+
+    def check_stream_plans(self, cache=None):
+        """Errors of plans made in a graph's stream (none but CoDec's are)."""
+
+    # What a backend says: how it plans a step and computes its decode rows.
+    def plan_step(self, cache, step, query, scale):
+        """Plans an eager step's decode rows (the step's page tables) for every layer."""
+        raise NotImplementedError
+
+    def plan_captured(self, cache, step, query, scale):
+        """Plans a decode step the engine captures in a CUDA graph, for every replay."""
+        raise NotImplementedError
+
+    def attend(self, cache, step, q, pages, out):
+        """The decode rows q (n, Hq, D) over the layer's cache pages into out (n, Hq, D)."""
+        raise NotImplementedError
+
+    # The records, read after a run.
+    def check(self, step, q, pages, out, block_size):
+        """The relative L2 error of the decode rows' outputs against attention
+        in float64 over the engine's own cache, for a few requests of the step:
+        unlike the logprobs of a random model, it tells a wrong attention."""
+        n = step.indptr.size - 1
+        for r in np.unique(np.linspace(0, n - 1, min(n, self.checked_requests)).astype(np.int64)):
+            ids = torch.from_numpy(step.indices[step.indptr[r]:step.indptr[r + 1]].astype(np.int64)).to(q.device)
+            length = (ids.numel() - 1) * block_size + int(step.last_page_len[r])
+            k, v = (p[ids].flatten(0, 1)[:length].double() for p in pages)  # (L, Hkv, D)
+            group = q.shape[1] // k.shape[1]
+            qr = q[r].double().view(k.shape[1], group, -1)  # (Hkv, group, D)
+            p = torch.softmax(torch.einsum("hgd,lhd->hgl", qr, k) * self.scale, dim=-1)
+            ref = torch.einsum("hgl,lhd->hgd", p, v).reshape(out.shape[1:])
+            self.errors.append(float(torch.linalg.vector_norm(out[r].double() - ref) / torch.linalg.vector_norm(ref)))
+
+    def decode_step_ms(self):
+        """The host interval from each decode-only step's first layer to the next step's."""
+        return [(b[0] - a[0]) * 1e3 for a, b in zip(self.starts, self.starts[1:]) if a[1]]
+
+    def decode_host_ms(self):
+        """The host time of each decode-only step's attention calls, all layers (the plan included)."""
+        return [h for h, (_, decode_only) in zip(self.host_ms, self.starts) if decode_only]
+
+    def attention_ms(self):
+        """The decode attention's GPU time of each planned step (after a synchronize)."""
+        return [sum(a.elapsed_time(b) for a, b in step) for step in self.events if step]
+
+
+class CodecAttention(InEngineAttention):
+    """paged|codec's decode: the library's CodecDecode, planned on the host
+    for eager steps and in the stream for captured ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.codec = CodecDecode()
+        self.graph_wrapper_used = None
+
+    def clear(self):
+        super().clear()
+        self.graph_wrapper_used = None
+
+    def plan_step(self, cache, step, query, scale):
+        self.codec.plan(cache, step, query, scale)
+
+    def plan_captured(self, cache, step, query, scale):
+        self.codec.plan_in_stream(cache, step, query, scale)
+        self.graph_wrapper_used = self.codec.graph_wrapper(cache, step.block_table)
+
+    def attend(self, cache, step, q, pages, out):
+        self.codec.run(cache, step, q, pages, out)
+
+    def check_stream_plans(self, cache=None):
+        self.codec.check_stream_plans(cache)
+
+    def finish(self):
+        """The count and host time of the plans its graphs made in the stream, which the GPU waits for."""
+        if self.graph_wrapper_used is not None:
+            self.graph_wrapper_used.check_stream_plans()
+            stats = self.graph_wrapper_used.plan_stats
+            self.stream_plans = {"plans": stats["plans"], "searches": stats["searches"],  # the others reused splits
+                                 "plan_ms_mean": stats["plan_ms_total"] / max(stats["plans"], 1),
+                                 "plan_ms_max": stats["plan_ms_max"]}
+            self.graph_wrapper_used = None
+
+
+class NoopAttention(InEngineAttention):
+    """No decode attention (rows of zeros, no plan): the engine's cost without it."""
+
+    def plan_step(self, cache, step, query, scale):
+        pass
+
+    def plan_captured(self, cache, step, query, scale):
+        pass
+
+    def attend(self, cache, step, q, pages, out):
+        out.zero_()
+
+
+class BusyAttention(NoopAttention):
+    """noop with the GPU kept busy: a spin kernel (torch.cuda._sleep) of `us`
+    microseconds per layer in place of the decode attention, no memory read."""
+
+    def __init__(self, us) -> None:
+        super().__init__()
+        self.us, self.cycles_per_us = us, None
+
+    def attend(self, cache, step, q, pages, out):
+        if self.cycles_per_us is None:  # calibrated once: the spin counts clock cycles
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(1 << 20)
+            start.record()
+            torch.cuda._sleep(1 << 24)
+            end.record()
+            end.synchronize()
+            self.cycles_per_us = (1 << 24) / (start.elapsed_time(end) * 1e3)
+        torch.cuda._sleep(int(self.us * self.cycles_per_us))
+        out.zero_()

@@ -1,0 +1,111 @@
+"""The per-layer attention of ``paged|codec`` (``PagedAttention``, what
+``register`` gives transformers): each layer writes the new tokens' K and V
+into the engine's paged cache, runs the step's decode rows through its
+``DecodeBackend`` (CoDec's by default), planned once at the step's first
+layer (``steps.build_step``), and the rows of prefill chunks through a
+causal ``scaled_dot_product_attention`` over the request's own KV, since the
+engine passes no mask to implementations outside its own names."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Optional, Tuple, Union
+
+import torch
+from torch.nn.attention.bias import causal_lower_right
+
+from .codec_decode import NAME, CodecDecode
+from .steps import DecodeBackend, GraphStep, Step, build_step
+
+_ATTENTIONS: "weakref.WeakSet[PagedAttention]" = weakref.WeakSet()  # whose graph plans generate_batch checks
+
+
+def causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of a prefill chunk's rows q (Hq, Lq, D), the last Lq of the
+    request's Lk tokens, over keys and values (Hkv, Lk, D), causally: row i
+    sees keys up to Lk - Lq + i (torch's lower-right causal bias, which runs
+    the fused kernels without a mask in memory)."""
+    lq, lk = q.shape[1], keys.shape[1]
+    mask = None if lq == lk else causal_lower_right(lq, lk)
+    return torch.nn.functional.scaled_dot_product_attention(
+        q[None], keys[None], values[None], attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)[0]
+
+
+class PagedAttention:
+    """The attention function that ``register`` gives transformers: the
+    decode rows of every step on ``decode_backend`` (``CodecDecode()`` by
+    default; a benchmark passes its own to compare backends in the same
+    engine), a causal SDPA for prefill chunks."""
+
+    def __init__(self, decode_backend: Optional[DecodeBackend] = None) -> None:
+        _ATTENTIONS.add(self)
+        self.decode_backend = decode_backend if decode_backend is not None else CodecDecode()
+        self._steps: "weakref.WeakKeyDictionary[Any, Union[Step, GraphStep]]" = weakref.WeakKeyDictionary()
+
+    def current_step(self, cache: Any) -> Optional[Union[Step, GraphStep]]:
+        """The step an engine cache's layers are running (None before its first)."""
+        return self._steps.get(cache)
+
+    def check_stream_plans(self, cache: Any = None) -> None:
+        """The decode backend's ``check_stream_plans``: RuntimeError for an
+        error a graph replay's plan met, for one engine cache or all."""
+        self.decode_backend.check_stream_plans(cache)
+
+    def __call__(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                 attention_mask: Any, scaling: Optional[float] = None, cache: Any = None,
+                 cu_seq_lens_q: torch.Tensor = None, cu_seq_lens_k: Any = None, read_index: Any = None,
+                 write_index: Any = None, block_table: Optional[torch.Tensor] = None,
+                 **kwargs: Any) -> Tuple[torch.Tensor, None]:
+        """query (1, Hq, T, D), key and value (1, Hkv, T, D) of the step's T new tokens; returns (T, Hq, D)."""
+        if cache is None:
+            raise ValueError(f"`{NAME}` needs the paged cache of continuous batching; use `sdpa` for a plain forward")
+        if isinstance(cu_seq_lens_k, dict):
+            cu_seq_lens_k = cu_seq_lens_k["full_attention"]
+        group, layer_in_group = cache.layer_index_to_group_indices[module.layer_idx]
+        k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
+        scale = module.scaling if scaling is None else scaling
+        read_slots = read_index[group] if read_index else None
+        step = self._steps.get(cache)
+        if module.layer_idx == 0 or step is None:  # a new step: its rows, and the plan every layer shares
+            step = self._steps[cache] = build_step(self.decode_backend, cache, query, scale, cu_seq_lens_q,
+                                                   cu_seq_lens_k, read_slots,
+                                                   None if block_table is None else block_table[group])
+        # The new tokens' KV into the cache, at their slots: the engine's, or on
+        # the block-table path (which lists none) the step's
+        slots = write_index[group] if step.write_slots is None else step.write_slots
+        k_cache.index_copy_(0, slots, key[0].transpose(0, 1))
+        v_cache.index_copy_(0, slots, value[0].transpose(0, 1))
+        out = torch.empty((query.shape[2], query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
+        q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
+        if step.decode.size:
+            shape = (-1, cache.block_size, cache.num_key_value_heads, cache.head_dim)
+            pages = (k_cache.view(shape), v_cache.view(shape))
+            if step.all_decode:
+                self.decode_backend.run(cache, step, q, pages, out)
+            else:
+                rows = torch.empty((step.decode.size,) + tuple(q.shape[1:]), dtype=q.dtype, device=q.device)
+                self.decode_backend.run(cache, step, q[step.decode_rows], pages, rows)
+                out[step.decode_rows] = rows
+        for q0, q1, k0, k1 in step.prefill:  # prefill chunks: causal attention over the request's own KV
+            if read_slots is None or read_slots.numel() == 0:  # no cache read this step: the new tokens are all
+                keys, values = key[0, :, q0:q1], value[0, :, q0:q1]
+            else:
+                keys = k_cache[read_slots[k0:k1]].transpose(0, 1)  # (Hkv, Lk, D)
+                values = v_cache[read_slots[k0:k1]].transpose(0, 1)
+            out[q0:q1] = causal_attention(query[0, :, q0:q1], keys, values, scale).transpose(0, 1)
+        return out, None
+
+
+def register(name: str = NAME, attention: Optional[Callable[..., Tuple[torch.Tensor, None]]] = None) -> str:
+    """Registers the CoDec attention with transformers under ``name`` (keep
+    "flash" out of it) and returns the name for
+    ``model.set_attn_implementation``. ``attention`` is what the engine
+    calls per layer: a ``PagedAttention()`` by default, or one with another
+    decode backend, or a callable that wraps one."""
+    if "flash" in name:
+        raise ValueError(f"{name!r}: a name containing 'flash' turns on the engine's flash-only paths")
+    if not name.startswith("paged|"):
+        raise ValueError(f"{name!r}: continuous batching runs 'paged|...' implementations only")
+    from transformers import AttentionInterface
+    AttentionInterface.register(name, attention if attention is not None else PagedAttention())
+    return name

@@ -1,0 +1,86 @@
+"""CoDec as the ``DecodeBackend`` of ``paged|codec``: one
+``BatchPrefixDecodeWrapper`` (and workspace) per engine cache, planned once
+per step for every layer; for steps captured in the engine's CUDA graphs, a
+CUDA-graph wrapper that plans every replay in the stream."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Tuple, Union
+
+import torch
+
+from ...decode import BatchPrefixDecodeWrapper
+from .steps import GraphStep, Step
+
+NAME = "paged|codec"  # keeps "flash" out of the name: the engine turns on flash-only paths for such names
+WORKSPACE_BYTES = 256 << 20
+
+
+class CodecDecode:
+    """The decode rows of every step on CoDec (``steps.DecodeBackend``)."""
+
+    workspace_bytes = WORKSPACE_BYTES
+    # A graph's plan is copied whole every replay, its arrays sized by the capacity this workspace gives:
+    # 64 MiB holds ~120k partial slots (loogle:8 plans need ~30-65k) in a ~2 MB plan (256 MiB: ~6.5 MB).
+    graph_workspace_bytes = 64 << 20
+
+    def __init__(self) -> None:
+        self._wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
+        self._graph_wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
+
+    def wrapper(self, cache: Any) -> BatchPrefixDecodeWrapper:
+        """The wrapper (and workspace) of an engine cache, made at its first use."""
+        w = self._wrappers.get(cache)
+        if w is None:
+            if getattr(cache, "num_sliding_attention_groups", 0):
+                raise ValueError(f"{NAME}: models with sliding-window layers are not supported")
+            workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=cache.device)
+            w = self._wrappers[cache] = BatchPrefixDecodeWrapper(workspace)
+        return w
+
+    def graph_wrapper(self, cache: Any, block_table: torch.Tensor) -> BatchPrefixDecodeWrapper:
+        """The CUDA-graph wrapper of an engine cache, for steps its graphs capture: plans
+        packed at a capacity of the engine's block table (every row and column it has)."""
+        w = self._graph_wrappers.get(cache)
+        if w is None:
+            cols = block_table.shape[-1]
+            # the rows of the engine's whole table (this step's is a view of its first rows)
+            rows = block_table.untyped_storage().nbytes() // (4 * cache.num_groups * cols)
+            workspace = torch.empty(self.graph_workspace_bytes, dtype=torch.uint8, device=cache.device)
+            w = self._graph_wrappers[cache] = BatchPrefixDecodeWrapper(
+                workspace, use_cuda_graph=True, max_batch_size=rows, max_num_pages=rows * cols)
+        return w
+
+    def plan(self, cache: Any, step: Step, query: torch.Tensor, scale: float) -> None:
+        """Plans the step's decode requests once, for every layer."""
+        self.wrapper(cache).plan(step.indptr, step.indices, step.last_page_len, query.shape[1],
+                                 cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
+                                 sm_scale=scale, num_pages=cache.num_blocks + 2)
+
+    def plan_in_stream(self, cache: Any, step: GraphStep, query: torch.Tensor, scale: float) -> None:
+        """Plans a captured step in the stream, from its device block table: every replay re-plans."""
+        w = self.graph_wrapper(cache, step.block_table)
+        w.plan_block_table_in_stream(step.block_table, step.cu_seq_lens_k, query.shape[1], cache.num_key_value_heads,
+                                     cache.head_dim, cache.block_size, num_pages=cache.num_blocks + 2,
+                                     cumulative=True, q_data_type=query.dtype, sm_scale=scale)
+
+    def run(self, cache: Any, step: Union[Step, GraphStep], q: torch.Tensor,
+            pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
+        """Attention of the planned decode rows q (n, Hq, D) into out (n, Hq, D)."""
+        wrappers = self._graph_wrappers if isinstance(step, GraphStep) else self._wrappers
+        wrappers[cache].run(q, pages, out=out)
+
+    def check_stream_plans(self, cache: Any = None) -> None:
+        """Raises RuntimeError with the first error a graph replay's plan met
+        (its step's decode rows ran as zeros) since the last check, for one
+        engine cache or all. Replays never call Python: eager steps and
+        ``generate_batch`` check."""
+        caches = list(self._graph_wrappers.keys()) if cache is None else [cache]
+        for c in caches:
+            w = self._graph_wrappers.get(c)
+            if w is not None:
+                try:
+                    w.check_stream_plans()
+                except ValueError as e:
+                    raise RuntimeError(f"{NAME} in a CUDA graph: {e}") from None
