@@ -37,9 +37,10 @@ run() {  # run NAME CMD...: log to $out/NAME.log, remember failures
   tail -n 25 "$out/$name.log"
 }
 # The clocks and power limit too: compute- and L2-bound workloads move with the SM clock, DRAM-bound ones do not.
+# The tree's commit: CODEC_TREE_COMMIT where the caller knows it (a device copy's .git may be stale).
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit \
     --format=csv,noheader; nvcc --version | tail -2;
-  git rev-parse HEAD 2>/dev/null; date -u; } > "$out/machine.txt" 2>&1
+  echo "${CODEC_TREE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; date -u; } > "$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 
 if step build; then

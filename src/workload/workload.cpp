@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "codec/core/error.hpp"
@@ -11,12 +12,18 @@ namespace codec {
 void Workload::validate() const {
   const std::int32_t num_nodes = std::int32_t(nodes.size());
   std::unordered_map<std::string, std::int32_t> ids;
+  // Every node's tokens get synthetic int32 ids (materialize), so no path's sum can overflow either.
+  constexpr std::int64_t kMaxTokens = std::numeric_limits<std::int32_t>::max();
+  std::int64_t total = 0;
   for (std::int32_t i = 0; i < num_nodes; ++i) {
     const WorkloadNode& node = nodes[std::size_t(i)];
     // Parents before children is what makes every path walk terminate.
     CODEC_CHECK(node.parent >= -1 && node.parent < i, "node '", clip(node.id), "' (index ", i, ") has parent index ",
                 node.parent, "; expected -1 (a root) or an index below ", i, " (parents come first)");
     CODEC_CHECK(node.tokens >= 0, "node '", clip(node.id), "' has tokens ", node.tokens, "; expected >= 0");
+    CODEC_CHECK(node.tokens <= kMaxTokens - total, "more than ", kMaxTokens, " tokens over all nodes (node '",
+                clip(node.id), "' brings ", node.tokens, "): synthetic int32 token ids allow at most ", kMaxTokens);
+    total += node.tokens;
     const auto [it, fresh] = ids.emplace(node.id, i);
     CODEC_CHECK(fresh, "duplicate node id '", clip(node.id), "' at indices ", it->second, " and ", i);
   }

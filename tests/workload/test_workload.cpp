@@ -394,6 +394,8 @@ TEST(Json, BadInputs) {
       {doc(a, R"([{"nod": "a"}])"), "bad.json: requests[0]: unknown field 'nod'"},
       {doc(a, R"({"node": "a"})"), "bad.json: requests: expected an array, got object"},
       {R"({"requests": []})", "bad.json: top level: missing field 'nodes'"},
+      {doc(R"({"id": "a", "tokens": 2147483647}, {"id": "b", "tokens": 9223372036854775807})", R"([{"node": "a"}])"),
+       "bad.json: workload 'bad': more than 2147483647 tokens over all nodes (node 'b' brings 9223372036854775807)"},
       {"[1, 2]", "bad.json: top level: expected an object, got array"},
       {R"({"nodes": [{"id": "a", "tok)", "bad.json: invalid JSON at byte 28: "},
       {"", "bad.json: invalid JSON at byte 1: "},
