@@ -21,7 +21,7 @@ class BoundSearch {
   // Σ over one member's tasks (all kv heads) of their predicted cost, times
   // the blocks each takes the place of: the block time the member takes.
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {
-    const NodeClass::Prices p = prices(c, splits, cost_, align_, busy);
+    const NodeClass::Prices& p = prices(c, splits, cost_, align_, busy);
     const int full = p.chunks - 1;
     double total = c.tiling.hi * (full * p.full_hi + p.last_hi);
     if (c.tiling.lo) total += c.tiling.lo * (full * p.full_lo + p.last_lo);
@@ -67,7 +67,7 @@ class BoundSearch {
   // Places (blocks) taken by the chunks of one member (all its row tiles and
   // kv heads) dearer than limit: a wide chunk takes span of them.
   double dear_chunks(const NodeClass& c, int splits, double limit) const {
-    const NodeClass::Prices p = prices(c, splits, cost_, align_);
+    const NodeClass::Prices& p = prices(c, splits, cost_, align_);
     const int full = p.chunks - 1;
     double n = c.tiling.hi * (full * (p.full_hi > limit) + (p.last_hi > limit));
     if (c.tiling.lo) n += c.tiling.lo * (full * (p.full_lo > limit) + (p.last_lo > limit));

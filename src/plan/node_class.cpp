@@ -24,7 +24,7 @@ void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& 
   groups.clear();
   for (std::size_t ci = 0; ci < classes.size(); ++ci) {
     const NodeClass& c = classes[ci];
-    const NodeClass::Prices p = prices(c, splits[ci], cost, align, busy);
+    const NodeClass::Prices& p = prices(c, splits[ci], cost, align, busy);
     const std::int64_t members = std::int64_t(c.nodes.size()) * kv_heads;
     for (const bool hi : {true, false}) {
       const int tiles = hi ? c.tiling.hi : c.tiling.lo;

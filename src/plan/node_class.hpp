@@ -70,6 +70,7 @@ struct NodeClass {
     int chunks = 0;  // chunking(tokens, splits, align).count, asked for as often
   };
   mutable std::vector<Prices> prices_by_splits, busy_prices_by_splits;
+  mutable Prices spill_prices;  // the prices of the last split count past the memo (prices below)
 };
 
 // Fills p, the prices of split count `splits`, at `busy` (prices below).
@@ -80,15 +81,16 @@ void fill_prices(const NodeClass& c, int splits, const CostModel& cost, int alig
 // share of the class's tails. The search asks for the same prices thousands of
 // times a plan: the memo's lookup is inlined, the pricing is not. The memo
 // holds split counts below kMemoSplits (a 65,536-token node at an alignment
-// of 16 has 4,096), so that its size does not grow with a node's tokens; the
-// rare larger count is priced afresh each time.
+// of 16 has 4,096), so that its size does not grow with a node's tokens; a
+// larger count is priced afresh into the class's spill entry. As with the
+// memo, whose growth moves its entries, a caller reads the prices it gets
+// before asking for others.
 constexpr int kMemoSplits = 4096;
-[[gnu::always_inline]] inline NodeClass::Prices prices(const NodeClass& c, int splits, const CostModel& cost,
-                                                       int align, int busy = 0) {
+[[gnu::always_inline]] inline const NodeClass::Prices& prices(const NodeClass& c, int splits, const CostModel& cost,
+                                                              int align, int busy = 0) {
   if (splits >= kMemoSplits) [[unlikely]] {
-    NodeClass::Prices p;
-    fill_prices(c, splits, cost, align, busy, p);
-    return p;
+    fill_prices(c, splits, cost, align, busy, c.spill_prices);
+    return c.spill_prices;
   }
   std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
   if (splits >= int(memo.size())) [[unlikely]]

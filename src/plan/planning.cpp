@@ -453,7 +453,7 @@ class Planning {
     for (std::size_t ci = 0; ci < classes_.size(); ++ci) {
       const NodeClass& c = classes_[ci];
       load += search_.member_cost(c, s[ci], busy) * double(c.nodes.size());
-      const NodeClass::Prices p = prices(c, s[ci], cost_, align_, busy);
+      const NodeClass::Prices& p = prices(c, s[ci], cost_, align_, busy);
       dearest = std::max({dearest, p.full_hi, p.last_hi});
     }
     return std::max(load / slice_blocks_, dearest);
