@@ -23,9 +23,19 @@ constexpr int kRowBlock = 2;     // rows sharing each loaded K/V element: 2 × 6
 struct Scratch {
   std::vector<float> q, o, s, k, v;
   std::vector<SoftmaxState> softmax;
+  std::vector<PlanView::Visible> seen;  // a masked task's rows: the node tokens each sees before its bits
+  std::vector<int> query;               // and their requests (query tokens)
   Scratch(int rows, int dim)
       : q(std::size_t(rows) * dim), o(std::size_t(rows) * dim), s(std::size_t(rows) * kTileTokens),
-        k(std::size_t(kTileTokens) * dim), v(std::size_t(kTileTokens) * dim), softmax(rows) {}
+        k(std::size_t(kTileTokens) * dim), v(std::size_t(kTileTokens) * dim), softmax(rows), seen(rows),
+        query(rows) {}
+};
+
+// The keys of a tile that a masked task's rows see (PlanView::masks).
+struct TileMask {
+  const PlanView* plan = nullptr;  // null: every row sees every key
+  int node = 0;
+  int t0 = 0;  // the tile's first token of the node
 };
 
 // Stores n floats as the output dtype O (fp32 or the KV dtype).
@@ -51,7 +61,7 @@ class CpuRunner {
     const int D = p_.head_dim, G = p_.group, rows = t.row_end - t.row_begin;
     const std::int32_t* reqs = p_.node_reqs + p_.node_req_begin[t.node];
     const std::int32_t* pages = p_.node_pages + p_.node_page_begin[t.node];
-    // prologue: load the rows' queries, pre-scaled
+    // prologue: load the rows' queries, pre-scaled, and where the plan masks, what each row sees
     for (int r = 0; r < rows; ++r) {
       const int v = t.row_begin + r;
       const T* src = q_ + io_.q.offset(reqs[v / G], t.kv_head * G + v % G);
@@ -59,7 +69,11 @@ class CpuRunner {
       for (int d = 0; d < D; ++d) dst[d] = to_float(src[d]) * sm_scale_;
       std::fill_n(&sc.o[std::size_t(r) * D], D, 0.f);
       sc.softmax[r] = SoftmaxState{};
+      sc.query[r] = reqs[v / G];
+      sc.seen[r] = p_.visible(t.node, reqs[v / G], t.kv_begin, t.kv_end);
     }
+    TileMask mask;
+    if (p_.masks) mask = {&p_, t.node, 0};
     // With many rows, K is stored transposed (kt[d][j]) so scores accumulate
     // across a row of tokens with vector FMAs and no horizontal sums; with few
     // rows (a flat task has G) the strided transpose costs more than it saves.
@@ -72,14 +86,15 @@ class CpuRunner {
         for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
       for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]);
     };
-    auto attend = [&](int r, int r_end, int n) {  // rows [r, r_end) to the tile's n tokens
-      for (; r + kRowBlock <= r_end; r += kRowBlock) tile_rows<kRowBlock>(sc, r, n, transposed);
-      for (; r < r_end; ++r) tile_rows<1>(sc, r, n, transposed);
+    auto attend = [&](int r, int r_end, int n, const TileMask& m) {  // rows [r, r_end) to the tile's n tokens
+      for (; r + kRowBlock <= r_end; r += kRowBlock) tile_rows<kRowBlock>(sc, r, n, transposed, m);
+      for (; r < r_end; ++r) tile_rows<1>(sc, r, n, transposed, m);
     };
     for (int t0 = t.kv_begin; t0 < t.kv_end; t0 += kTileTokens) {
       const int n = std::min(kTileTokens, t.kv_end - t0);
       for (int j = 0; j < n; ++j) load(j, pages[(t0 + j) / p_.page_size], (t0 + j) % p_.page_size);
-      attend(0, rows, n);
+      mask.t0 = t0;
+      attend(0, rows, n, mask);
     }
     // each request's rows to its share of the request's tail (PlanView::task_tails)
     if (const PlanView::TailRange tails = p_.task_tails(t); tails.end > tails.begin) {
@@ -90,7 +105,7 @@ class CpuRunner {
         for (int i = std::max(p_.tail_indptr[e], tails.begin); i < end; i += kTileTokens) {
           const int n = std::min(kTileTokens, end - i);
           for (int j = 0; j < n; ++j) load(j, p_.tail_tokens[i + j].page, p_.tail_tokens[i + j].slot);
-          attend(r, r_end, n);
+          attend(r, r_end, n, TileMask{});  // a plan with masks takes in no tails
         }
         r = r_end;
       }
@@ -114,7 +129,7 @@ class CpuRunner {
   // One converted KV tile applied to R consecutive rows: each K and V element
   // loaded from L1 feeds R FMAs (R accumulators per vector lane).
   template <int R>
-  void tile_rows(Scratch& sc, int r0, int n, bool transposed) const {
+  void tile_rows(Scratch& sc, int r0, int n, bool transposed, const TileMask& mask) const {
     const int D = p_.head_dim;
     float* s[R];
     for (int i = 0; i < R; ++i) s[i] = &sc.s[std::size_t(r0 + i) * kTileTokens];
@@ -141,10 +156,23 @@ class CpuRunner {
         }
       }
     }
+    // masked keys score −inf: they weigh 0 and move no max
+    if (mask.plan)
+      for (int i = 0; i < R; ++i) {
+        const PlanView::Visible seen = sc.seen[r0 + i];
+        for (int j = 0; j < n; ++j) {
+          const int t = mask.t0 + j;
+          if (t < seen.begin || t >= seen.end || !mask.plan->sees(mask.node, sc.query[r0 + i], t)) s[i][j] = kNegInf;
+        }
+      }
     float factor[R];
     for (int i = 0; i < R; ++i) {
       SoftmaxState& st = sc.softmax[r0 + i];
       factor[i] = st.rescale(*std::max_element(s[i], s[i] + n));
+      if (st.m == kNegInf) {  // every key so far masked: the row stays the empty state
+        std::fill_n(s[i], n, 0.f);
+        continue;
+      }
       float sum = 0.f;
       for (int j = 0; j < n; ++j) sum += (s[i][j] = std::exp(s[i][j] - st.m));  // s becomes p
       st.l += sum;

@@ -9,7 +9,7 @@
 namespace codec {
 
 ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
-                                    const void* q) {
+                                    const void* q, const QueryBatch& queries) {
   table.validate();
   kv.validate();
   heads.validate();
@@ -21,10 +21,19 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
   CODEC_CHECK(table.num_pages <= kv.num_pages, "reference: page table addresses ", table.num_pages,
               " pages but the KV pool has ", kv.num_pages);
   const int B = table.num_requests(), Hq = heads.num_qo_heads, D = heads.head_dim, G = heads.group();
-  const double scale = heads.scale();
+  std::vector<std::int64_t> kv_len(static_cast<std::size_t>(B));
+  for (int r = 0; r < B; ++r) kv_len[std::size_t(r)] = table.request_tokens(r);
+  queries.validate(kv_len);
+  const std::vector<std::int64_t> mask_byte = mask_byte_offsets(kv_len, queries);
+  const int rows = queries.num_queries(B);
+  std::vector<int> request_of(static_cast<std::size_t>(rows));  // each row's request, and its token index there
+  std::vector<int> token_of(static_cast<std::size_t>(rows));
+  for (int r = 0, row = 0; r < B; ++r)
+    for (int i = 0; i < queries.q_len(r); ++i, ++row) request_of[std::size_t(row)] = r, token_of[std::size_t(row)] = i;
+  const double scale = heads.scale(), inf = std::numeric_limits<double>::infinity();
   ReferenceResult res;
-  res.out.assign(std::size_t(B) * Hq * D, 0.0);
-  res.lse.assign(std::size_t(B) * Hq, 0.0);
+  res.out.assign(std::size_t(rows) * Hq * D, 0.0);
+  res.lse.assign(std::size_t(rows) * Hq, -inf);
 
   dispatch_dtype(kv.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -32,25 +41,30 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
     const T* V = static_cast<const T*>(kv.v);
     const T* Q = static_cast<const T*>(q);
 #pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t rh = 0; rh < std::int64_t(B) * Hq; ++rh) {
-      const int r = int(rh / Hq), h = int(rh % Hq), kvh = h / G;
-      const std::int64_t n = table.request_tokens(r);
+    for (std::int64_t rh = 0; rh < std::int64_t(rows) * Hq; ++rh) {
+      const int row = int(rh / Hq), h = int(rh % Hq), kvh = h / G;
+      const int r = request_of[std::size_t(row)], i = token_of[std::size_t(row)];
+      const std::int64_t n = kv_len[std::size_t(r)];
       std::vector<double> qd(D), s(n);
       for (int d = 0; d < D; ++d) qd[d] = to_float(Q[rh * D + d]);
       auto token_offset = [&](std::int64_t t) {
         return kv.offset(table.indices[table.indptr[r] + t / table.page_size], int(t % table.page_size), kvh);
       };
-      double m = -std::numeric_limits<double>::infinity();
+      double m = -inf;
       for (std::int64_t t = 0; t < n; ++t) {
+        s[t] = -inf;
+        if (!queries.sees(r, i, t, n, mask_byte[std::size_t(r)])) continue;
         const std::int64_t off = token_offset(t);
         double dot = 0;
         for (int d = 0; d < D; ++d) dot += qd[d] * to_float(K[off + d]);
         s[t] = dot * scale;
         m = std::max(m, s[t]);
       }
+      if (m == -inf) continue;  // no key seen: the empty state
       double l = 0;
       double* out = &res.out[rh * D];
       for (std::int64_t t = 0; t < n; ++t) {
+        if (s[t] == -inf) continue;
         const double p = std::exp(s[t] - m);
         l += p;
         const std::int64_t off = token_offset(t);
@@ -68,6 +82,7 @@ ErrorStats compare(const float* out, const std::vector<double>& ref) {
   double diff2 = 0, ref2 = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double x = out[i];
+    if (std::isinf(ref[i]) && x == ref[i]) continue;  // an empty row's lse, −inf on both sides
     if (std::isnan(x) || std::isinf(x)) {
       e.has_nan = true;
       if (e.worst_index < 0) e.worst_index = std::int64_t(i);

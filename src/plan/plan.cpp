@@ -36,6 +36,13 @@ constexpr void for_each_array(F&& f) {
   f(&PlanArrays::tail_indptr, &PlanView::tail_indptr,
     [](C c) { return c.tail_tokens > 0 ? c.node_reqs + 1 : std::int64_t(0); });
   f(&PlanArrays::tail_tokens, &PlanView::tail_tokens, [](C c) { return c.tail_tokens; });
+  // masks: none at a capacity yet (check_fits)
+  f(&PlanArrays::node_kv_begin, &PlanView::node_kv_begin, [](C) { return std::int64_t(0); });
+  f(&PlanArrays::query_lo, &PlanView::query_lo, [](C) { return std::int64_t(0); });
+  f(&PlanArrays::query_hi, &PlanView::query_hi, [](C) { return std::int64_t(0); });
+  f(&PlanArrays::query_bits_pos, &PlanView::query_bits_pos, [](C) { return std::int64_t(0); });
+  f(&PlanArrays::query_bits_word, &PlanView::query_bits_word, [](C) { return std::int64_t(0); });
+  f(&PlanArrays::mask_words, &PlanView::mask_words, [](C) { return std::int64_t(0); });
 }
 
 constexpr int count_arrays() {
@@ -76,6 +83,8 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
   };
   for (const auto& [name, v] : sizes)
     CODEC_CHECK(v.first <= v.second, "plan has ", v.first, " ", name, ", more than its capacity of ", v.second);
+  CODEC_CHECK(a.query_lo.empty(), "plan has masks (query tokens that see part of their request's keys); a plan at a "
+              "capacity (CUDA graphs) takes none yet");
   CODEC_CHECK(std::int64_t(a.block_indptr.size()) - 1 == c.blocks, "plan has ", a.block_indptr.size() - 1,
               " blocks; a plan at this capacity must have exactly ", c.blocks);
   const std::int64_t wide = a.wide_indptr.empty() ? 0 : std::int64_t(a.wide_indptr.size()) - 1;
@@ -89,6 +98,22 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
   CODEC_CHECK(a.tail_indptr.empty() == (c.tail_tokens == 0), "plan ",
               a.tail_indptr.empty() ? "has no tail_indptr" : "has a tail_indptr", ", but its capacity holds ",
               c.tail_tokens, " tail tokens");
+}
+
+// The masks' arrays, where there are some, have an entry per node and per request.
+void check_masks(const PlanArrays& a) {
+  if (a.query_lo.empty()) {
+    CODEC_CHECK(a.node_kv_begin.empty() && a.query_hi.empty() && a.query_bits_pos.empty() &&
+                    a.query_bits_word.empty() && a.mask_words.empty(),
+                "plan has parts of masks but no query_lo");
+    return;
+  }
+  const std::size_t requests = a.partial_indptr.empty() ? 0 : a.partial_indptr.size() - 1;
+  CODEC_CHECK(a.node_kv_begin.size() == a.node_splits.size() && a.query_lo.size() == requests &&
+                  a.query_hi.size() == requests && a.query_bits_pos.size() == requests &&
+                  a.query_bits_word.size() == requests,
+              "plan masks of ", a.node_kv_begin.size(), " nodes and ", a.query_lo.size(), " requests, for ",
+              a.node_splits.size(), " nodes and ", requests, " requests");
 }
 
 // tail_indptr, where there is one, has an entry per node request and one more.
@@ -165,6 +190,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
            const PlanCapacity* capacity)
     : heads_(heads), dtype_(dtype), has_capacity_(capacity != nullptr), stats_(stats) {
   check_tails(a);
+  check_masks(a);
   if (capacity) {
     capacity->validate();
     check_fits(a, *capacity);
@@ -189,6 +215,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   counts_.page_size = page_size;
   counts_.single_task_blocks = !capacity && counts_.num_wide_blocks == 0;
   counts_.tails = capacity ? capacity->tail_tokens > 0 : !a.tail_indptr.empty();
+  counts_.masks = !a.query_lo.empty();
   for (int b = 0; b <= counts_.num_blocks && counts_.single_task_blocks; ++b)
     counts_.single_task_blocks = a.block_indptr[std::size_t(b)] == std::min(b, counts_.num_tasks);
 
@@ -208,6 +235,19 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
     extent_.needs_merge = extent_.needs_merge || n != 1;
   }
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
+  if (counts_.masks) {
+    const PlanView v = view();
+    for (const Task& t : a.tasks) {
+      bool masked = false;
+      for (int row = t.row_begin; row < t.row_end && !masked; ++row) {
+        const int q = v.node_reqs[t.req_begin + row / v.group];
+        const PlanView::Visible seen = v.visible(t.node, q, t.kv_begin, t.kv_end);
+        masked = seen.begin != t.kv_begin || seen.end != t.kv_end ||
+                 (v.query_bits_word[q] >= 0 && v.query_bits_pos[q] < v.node_kv_begin[t.node] + t.kv_end);
+      }
+      extent_.masked_tasks += masked;
+    }
+  }
 }
 
 PlanArrays PlanArrays::none(int blocks, int wide_blocks, bool tails) {
@@ -247,6 +287,7 @@ std::size_t Plan::packed_bytes(const PlanCapacity& capacity) { return offsets_of
 void Plan::pack_into(const PlanArrays& arrays, const PlanCapacity& capacity, std::span<std::byte> out) {
   capacity.validate();
   check_tails(arrays);
+  check_masks(arrays);
   check_fits(arrays, capacity);
   const auto offsets = offsets_of(nullptr, &capacity);
   CODEC_CHECK(out.size() >= offsets.back(), "Plan::pack_into: ", out.size(), " bytes, less than the ", offsets.back(),

@@ -43,10 +43,10 @@ std::int64_t min_slots(const Forest& forest, const HeadConfig& heads) {
 }
 
 Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
-               const PlannerOptions& opt) {
+               const PlannerOptions& opt, const QueryBatch& queries) {
   const auto start = std::chrono::steady_clock::now();
   PlanArrays a;
-  const PlanStats stats = planning::plan_arrays(forest, heads, cost, opt, a);
+  const PlanStats stats = planning::plan_arrays(forest, heads, cost, opt, a, queries);
   Plan plan(heads, dtype, forest.page_size, a, stats, opt.capacity ? &*opt.capacity : nullptr);
   plan.stats().plan_ms = planning::ms_since(start);
   return plan;

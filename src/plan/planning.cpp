@@ -16,6 +16,7 @@
 #include "plan/lpt.hpp"
 #include "plan/merge_price.hpp"
 #include "plan/node_class.hpp"
+#include "plan/query_forest.hpp"
 #include "plan/slice_schedule.hpp"
 
 namespace codec::planning {
@@ -552,18 +553,28 @@ class Planning {
 }  // namespace
 
 PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostModel& cost, const PlannerOptions& opt,
-                      PlanArrays& a) {
+                      PlanArrays& a, const QueryBatch& queries) {
   heads.validate();
   opt.validate();
   forest.validate();
-  Planning planning(forest, heads, cost, opt);
+  queries.validate(request_lengths(forest));
+  // Several tokens a request: the forest of the query tokens. Masks first:
+  // with them no wide task takes in a tail (its rows see every tail token).
+  const Forest expanded = queries.one_token_each() ? Forest() : query_forest(forest, queries);
+  const Forest& rows = queries.one_token_each() ? forest : expanded;
+  query_masks(forest, queries, a);
+  PlannerOptions options = opt;
+  if (!a.query_lo.empty()) options.wide_tail_tokens = 0;
+  Planning planning(rows, heads, cost, options);
   planning.classify();
   planning.bound();
   planning.choose_splits();
   planning.node_tables(a);
   planning.place_tasks(a);
   planning.reduction_schedule(a);
-  return planning.stats(a);
+  PlanStats stats = planning.stats(a);
+  stats.batch_requests = forest.num_requests();
+  return stats;
 }
 
 }  // namespace codec::planning

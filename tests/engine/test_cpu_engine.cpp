@@ -13,6 +13,7 @@
 #include "codec/plan/planner.hpp"
 #include "support/planning.hpp"
 #include "support/random_batch.hpp"
+#include "support/random_queries.hpp"
 #include "support/throws_with.hpp"
 
 namespace codec {
@@ -108,6 +109,93 @@ TEST(CpuEngine, MatchesReferenceAcrossHeadsDtypesAndPageSizes) {
   };
   for (const EngineCase& c : cases)
     for (std::uint64_t seed = 1; seed <= 3; ++seed) check_case(c, seed);
+}
+
+// Several query tokens a request under each mask, against fp64: query
+// lengths up to 1, 4, 16 and 64 tokens (past a request's own last node into
+// shared ones), page sizes 1 to 64, custom masks hiding keys in shared nodes
+// and rows that see nothing, random draft trees; shared and flat plans, split
+// at random. The plan's requests are then the query tokens: q and out have a
+// row per token.
+TEST(CpuEngine, QueryTokensUnderEachMaskMatchTheReference) {
+  const EngineCase cases[] = {
+      {{8, 2, 64}, DType::f32, 1, 5, 5, 0.2, 12},
+      {{32, 8, 128}, DType::bf16, 16, 4, 6, 0.3, 3},
+      {{12, 4, 64}, DType::f16, 7, 5, 7, 0.3, 4},
+      {{16, 1, 256}, DType::bf16, 3, 3, 4, 0.2, 6},
+  };
+  int masked_plans = 0;
+  for (const EngineCase& c : cases)
+    for (const QueryMask mask : {QueryMask::none, QueryMask::causal, QueryMask::custom, QueryMask::draft})
+      for (const int max_q : {1, 4, 16, 64})
+        for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+          test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes, c.requests,
+                                                         c.fork_prob, c.max_node_pages);
+          const test::RandomBatch b = test::make_random_batch(spec);
+          const test::RandomQueries q = test::make_random_queries(b, mask, max_q, seed);
+          const std::string what = spec.describe() + " mask " + std::to_string(int(mask)) + " max_q " +
+                                   std::to_string(max_q);
+          const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, q.q.data(), q.view());
+          const Forest forest = derive_forest(b.table());
+          const RooflineCostModel cost(RooflineParams::h200(), c.heads, c.dtype);
+          PlannerOptions opt;
+          opt.num_blocks = 1 + int(seed * 7 % 29);
+          opt.chunk_align = 1 + int(seed % 8);
+          opt.max_tile_rows = 16 << (seed % 3);
+          const Plan shared = make_plan(forest, c.heads, c.dtype, cost, opt, q.view());
+          ASSERT_EQ(shared.num_requests(), q.num_queries()) << what;
+          masked_plans += shared.view().masks;
+          expect_matches(run(shared, b.kv(), q.q.data()), ref, what + " shared");
+          opt.split = SplitPolicy::fixed;
+          opt.fixed_splits = 3;
+          expect_matches(run(make_plan(flatten(forest), c.heads, c.dtype, cost, opt, q.view()), b.kv(), q.q.data()),
+                         ref, what + " flat, 3 splits");
+        }
+  EXPECT_GE(masked_plans, 70);  // the masks did apply (of 80 plans whose mask can hide a key)
+}
+
+// A prefill chunk of hundreds of tokens over a cached prefix: one request's
+// own last node holds them all, and its causal mask cuts every KV tile.
+TEST(CpuEngine, ALongChunkOverACachedPrefix) {
+  test::RandomBatchSpec spec = test::engine_spec(4, {8, 2, 128}, DType::bf16, 16, 3, 3, 0.0, 20);
+  spec.max_tail = 700;
+  const test::RandomBatch b = test::make_random_batch(spec);
+  test::RandomQueries q = test::make_random_queries(b, QueryMask::causal, 1, 4);
+  const PageTable table = b.table();
+  q.qo_indptr = {0};
+  for (int r = 0; r < table.num_requests(); ++r)  // every request's last 300 tokens (or all it has)
+    q.qo_indptr.push_back(q.qo_indptr.back() + int(std::min<std::int64_t>(300, table.request_tokens(r))));
+  q.q.resize(std::size_t(q.num_queries()) * 8 * 128 * 2);
+  std::mt19937 rng(9);
+  for (std::byte& x : q.q) x = std::byte(rng() % 64);  // small bf16 values: exponent bits stay low
+  const ReferenceResult ref = reference_attention(table, b.kv(), spec.heads, q.q.data(), q.view());
+  PlannerOptions opt;
+  opt.num_blocks = 5;
+  const Plan plan = make_plan(derive_forest(table), spec.heads, spec.dtype,
+                              RooflineCostModel(RooflineParams::cpu(2), spec.heads, spec.dtype), opt, q.view());
+  EXPECT_GT(plan.extent().masked_tasks, 0);
+  expect_matches(run(plan, b.kv(), q.q.data()), ref, "300-token chunks");
+}
+
+TEST(CpuEngine, BadQueryBatchesAreRefusedByName) {
+  const test::RandomBatch b = test::make_random_batch(test::engine_spec(2, {8, 2, 64}, DType::bf16, 16, 3, 3, 0.0, 2));
+  const Forest forest = derive_forest(b.table());
+  const RooflineCostModel cost(RooflineParams::cpu(2), {8, 2, 64}, DType::bf16);
+  PlannerOptions opt;
+  opt.num_blocks = 2;
+  auto plan = [&](std::vector<std::int32_t> qo_indptr, QueryMask mask = QueryMask::causal,
+                  std::vector<std::uint8_t> bits = {}) {
+    return [=, &forest, &cost] { make_plan(forest, {8, 2, 64}, DType::bf16, cost, opt, {qo_indptr, mask, bits}); };
+  };
+  const std::int64_t kv0 = forest.request_tokens(0);
+  EXPECT_TRUE(test::throws_with(plan({0, 1, 2}), "qo_indptr has 3 entries, expected 4"));
+  EXPECT_TRUE(test::throws_with(plan({1, 2, 3, 4}), "qo_indptr[0] = 1 must be 0"));
+  EXPECT_TRUE(test::throws_with(plan({0, 2, 2, 3}), "qo_indptr[2] = 2 must be greater than qo_indptr[1] = 2"));
+  EXPECT_TRUE(test::throws_with(plan({0, std::int32_t(kv0) + 1, std::int32_t(kv0) + 2, std::int32_t(kv0) + 3}),
+                                "request 0 has " + std::to_string(kv0 + 1) + " query tokens but " +
+                                    std::to_string(kv0) + " KV tokens"));
+  EXPECT_TRUE(test::throws_with(plan({0, 1, 2, 3}, QueryMask::draft, {1, 1}), "mask has 2 bytes, expected 3"));
+  EXPECT_TRUE(test::throws_with(plan({0, 1, 2, 3}, QueryMask::causal, {1}), "mask has 1 bytes, expected 0"));
 }
 
 // Plans with wide tasks (PlannerOptions::wide_tile_rows, the CUDA engine's

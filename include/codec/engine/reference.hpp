@@ -7,17 +7,21 @@
 
 #include "codec/core/heads.hpp"
 #include "codec/forest/page_table.hpp"
+#include "codec/plan/queries.hpp"
 
 namespace codec {
 
 struct ReferenceResult {
-  std::vector<double> out;  // [B, Hq, D]
-  std::vector<double> lse;  // [B, Hq], natural log
+  std::vector<double> out;  // [rows, Hq, D]
+  std::vector<double> lse;  // [rows, Hq], natural log
 };
 
-// q: [B, Hq, D] in kv.dtype, contiguous. Multithreaded over (request, head).
+// q: [num_queries, Hq, D] in kv.dtype, contiguous: a row per request, or with
+// several query tokens a request (`queries`) a row per token, each seeing the
+// keys its mask leaves it (QueryBatch::sees); a row that sees none gets o = 0
+// and lse = −inf. out and lse have q's rows. Multithreaded over (row, head).
 ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
-                                    const void* q);
+                                    const void* q, const QueryBatch& queries = {});
 
 struct ErrorStats {
   double rel_l2 = 0;   // ‖out − ref‖₂ / ‖ref‖₂
@@ -27,6 +31,7 @@ struct ErrorStats {
   bool within(double tol) const { return !has_nan && rel_l2 <= tol; }
   std::string describe() const;
 };
+// An infinite reference element (an empty row's lse) matches only itself.
 ErrorStats compare(const float* out, const std::vector<double>& ref);
 
 // Relative L2 tolerance of docs/BENCHMARKS.md for outputs computed from `dtype` inputs.

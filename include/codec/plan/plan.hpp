@@ -112,6 +112,40 @@ struct PlanView {
   const std::int32_t* tail_indptr = nullptr;  // [node_reqs + 1] where `tails`, else none
   const TokenRef* tail_tokens = nullptr;
 
+  // Masks (QueryBatch): where some query token sees less than its request's
+  // whole path. A plan's requests are then query tokens (its rows of q and
+  // out). Node `node`'s token t is at position node_kv_begin[node] + t of
+  // every path through it; request q sees the positions [query_lo[q],
+  // query_hi[q]) and, from query_bits_pos[q] on, only those whose bit is set
+  // in mask_words[query_bits_word[q] ..] (bit k, the low bit first, for
+  // position query_bits_pos[q] + k); query_bits_word[q] < 0: no bits.
+  bool masks = false;
+  const std::int32_t* node_kv_begin = nullptr;    // [num_nodes] where `masks`
+  const std::int32_t* query_lo = nullptr;         // [num_requests] where `masks`
+  const std::int32_t* query_hi = nullptr;
+  const std::int32_t* query_bits_pos = nullptr;
+  const std::int32_t* query_bits_word = nullptr;
+  const std::uint32_t* mask_words = nullptr;
+
+  // The tokens [begin, end) of `node` (its own positions, clipped to
+  // [lo, hi)) that request q sees before its bits: a row's work in a task.
+  struct Visible {
+    int begin = 0, end = 0;
+  };
+  CODEC_HD Visible visible(int node, int q, int lo, int hi) const {
+    if (!masks) return {lo, hi};
+    const int base = node_kv_begin[node];
+    const int b = query_lo[q] - base > lo ? query_lo[q] - base : lo;
+    const int e = query_hi[q] - base < hi ? query_hi[q] - base : hi;
+    return {b, e > b ? e : b};
+  }
+  // Whether request q sees token t of `node`, inside its visible range.
+  CODEC_HD bool sees(int node, int q, int t) const {
+    if (!masks || query_bits_word[q] < 0) return true;
+    const int k = node_kv_begin[node] + t - query_bits_pos[q];
+    return k < 0 || (mask_words[query_bits_word[q] + k / 32] >> (k % 32) & 1u);
+  }
+
   // The tail tokens task t takes in, tail_tokens[begin .. end): the tails of
   // the requests with a row in it, concatenated, cut into the node's chunks'
   // count of equal parts, chunk c taking part c, so that every chunk of the
@@ -143,7 +177,8 @@ struct PlanView {
 
 struct PlanStats {
   int num_nodes = 0;
-  int num_requests = 0;
+  int num_requests = 0;     // the plan's requests: its query tokens (q's rows), one per request of a one-token batch
+  int batch_requests = 0;   // the batch's requests (QueryBatch: each of one or more query tokens)
   int num_units = 0;     // (node, kv head, row tile) before KV splitting
   int num_tasks = 0;     // after splitting
   int num_wide_tasks = 0;  // of them, those of wide blocks
@@ -181,6 +216,9 @@ struct PlanArrays {
   std::vector<PartialRef> partials;
   std::vector<std::int32_t> tail_indptr;  // empty: no tails
   std::vector<TokenRef> tail_tokens;
+  // empty: no masks (PlanView::masks)
+  std::vector<std::int32_t> node_kv_begin, query_lo, query_hi, query_bits_pos, query_bits_word;
+  std::vector<std::uint32_t> mask_words;
 };
 
 // Sizes a plan's arrays may take. A plan packed at a capacity keeps every
@@ -234,6 +272,8 @@ struct PlanExtent {
   // a capacity: a run captured in a graph with it must merge for any plan
   // uploaded in its place.
   bool needs_merge = false;
+  // Tasks some of whose rows see only part of the task's keys (PlanView::masks).
+  int masked_tasks = 0;
 };
 
 // Workspace of a run: fp32 partial outputs [num_slots, head_dim], then fp32
@@ -290,7 +330,7 @@ class Plan {
  private:
   // The arrays of PlanArrays (and pointers of PlanView), packed in the order
   // plan.cpp's table lists them; offsets_ holds each one's byte offset.
-  static constexpr int kNumArrays = 13;
+  static constexpr int kNumArrays = 19;
   HeadConfig heads_;
   DType dtype_ = DType::bf16;
   bool has_capacity_ = false;

@@ -11,6 +11,7 @@
 #include "codec/cost/cost_model.hpp"
 #include "codec/forest/forest.hpp"
 #include "codec/plan/plan.hpp"
+#include "codec/plan/queries.hpp"
 
 namespace codec {
 
@@ -95,8 +96,11 @@ struct PlannerOptions {
 std::int64_t min_slots(const Forest& forest, const HeadConfig& heads);
 
 // `dtype` is that of the KV cache and queries the plan will run on; a run checks it.
+// With several query tokens a request (`queries`), the plan's requests are
+// the query tokens (q's and out's rows), and a token that sees less than its
+// request's path is masked (PlanView::masks).
 Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const CostModel& cost,
-               const PlannerOptions& options);
+               const PlannerOptions& options, const QueryBatch& queries = {});
 
 // Plans an engine's successive batches (its decode steps), searching split
 // counts only when the forest changes shape. As every request grows by a

@@ -83,6 +83,9 @@ void check_workspace(const Plan& plan, std::span<std::byte> workspace, const cha
 
 void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cuda");
+  CODEC_CHECK(plan.extent().masked_tasks == 0, "run_cuda: the plan has ", plan.extent().masked_tasks,
+              " masked tasks (query tokens that see only part of a task's keys: a causal, draft or custom mask "
+              "over several query tokens); the CUDA engine runs plans without masked tasks so far");
   CODEC_CHECK(kv.dtype == DType::f16 || kv.dtype == DType::bf16, "run_cuda: kv.dtype ", to_string(kv.dtype),
               " is not supported on CUDA (fp16 or bf16)");
   check_io(plan, io, /*out_f32=*/false, "run_cuda");
