@@ -18,12 +18,14 @@ from . import _codec
 from .decode import BatchPrefixDecodeWrapper
 from .forest import Forest, KVForest, KVUpdate, PageTables, copy_pages, derive_forest
 from .parallel import HeadSlice, tensor_parallel_slice
+from .prefill import BatchPrefixPrefillWrapper
 from .state import merge_state
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BatchPrefixDecodeWrapper",
+    "BatchPrefixPrefillWrapper",
     "Forest",
     "HeadSlice",
     "KVForest",

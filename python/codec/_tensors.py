@@ -79,16 +79,21 @@ def dtype_name(dtype: Any, argument: str) -> str:
     return _DTYPE_NAMES[name.lower()]
 
 
-def host_int32(x: Any, argument: str) -> np.ndarray:
-    """A 1-D int32 numpy array with x's values; device tensors are copied once."""
+def host_array(x: Any) -> np.ndarray:
+    """x's values as a numpy array; device tensors are copied once."""
     if is_torch(x):
-        if x.is_floating_point() or x.is_complex():
-            raise TypeError(f"{argument} has dtype {x.dtype}; expected an integer tensor (int32)")
         x = x.detach().to("cpu").numpy()
     elif framework(x) == "cupy":
         import cupy
         x = cupy.asnumpy(x)
-    a = np.asarray(x)
+    return np.asarray(x)
+
+
+def host_int32(x: Any, argument: str) -> np.ndarray:
+    """A 1-D int32 numpy array with x's values; device tensors are copied once."""
+    if is_torch(x) and (x.is_floating_point() or x.is_complex()):
+        raise TypeError(f"{argument} has dtype {x.dtype}; expected an integer tensor (int32)")
+    a = host_array(x)
     if a.ndim != 1:
         raise ValueError(f"{argument} has shape {a.shape}; expected a 1-D array")
     if a.dtype != np.int32:

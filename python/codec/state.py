@@ -7,7 +7,7 @@ from typing import Any, Tuple, Union
 
 from . import _codec
 from ._tensors import current_stream, empty_like_rows, is_torch
-from .decode import lse_base2
+from ._paged import lse_base2
 
 
 def merge_state(v_a: Any, s_a: Any, v_b: Any, s_b: Any, lse_base: Union[str, float] = "e") -> Tuple[Any, Any]:

@@ -15,12 +15,14 @@
 #include "codec/forest/forest.hpp"
 #include "codec/forest/forest_manager.hpp"
 #include "codec/plan/planner.hpp"
+#include "codec/plan/queries.hpp"
 
 namespace codec::bindings {
 
 nb::dict stats_of(const PlanStats& s) {
   nb::dict d;
-  d["num_requests"] = s.num_requests;
+  d["num_requests"] = s.num_requests;  // query rows
+  d["batch_requests"] = s.batch_requests;
   d["num_nodes"] = s.num_nodes;
   d["num_tasks"] = s.num_tasks;
   d["num_wide_tasks"] = s.num_wide_tasks;
@@ -58,16 +60,34 @@ Planner::Planner(const std::string& engine, int device, int num_qo_heads, int nu
   if (engine_.cuda) staging_ = std::make_unique<CudaPlanStaging>();
 }
 
+namespace {
+
+QueryMask query_mask(const std::string& name) {
+  if (name == "none") return QueryMask::none;
+  if (name == "causal") return QueryMask::causal;
+  if (name == "custom") return QueryMask::custom;
+  if (name == "draft") return QueryMask::draft;
+  CODEC_FAIL("mask '", clip(name), "' is not none, causal, custom or draft");
+}
+
+}  // namespace
+
 std::unique_ptr<PyPlan> Planner::plan(const HostInts& indptr, const HostInts& indices, const HostInts& last_page_len,
-                                      std::int64_t num_pages) const {
+                                      std::int64_t num_pages, const std::optional<HostInts>& qo_indptr,
+                                      const std::string& mask, const std::optional<HostBytes>& mask_bits) const {
   const PageTable table{{indptr.data(), indptr.size()}, {indices.data(), indices.size()},
                         {last_page_len.data(), last_page_len.size()}, setup_.shape.page_size, num_pages};
+  QueryBatch queries;
+  queries.mask = query_mask(mask);
+  if (qo_indptr) queries.qo_indptr = {qo_indptr->data(), qo_indptr->size()};
+  if (mask_bits) queries.mask_bits = {mask_bits->data(), mask_bits->size()};
   nb::gil_scoped_release release;
   table.validate();
   const Forest forest = derive_forest(table);
-  const PlannerOptions options = setup_.options_for(forest, std::int64_t(indices.size()));
+  queries.validate(request_lengths(forest));
+  const PlannerOptions options = setup_.options_for(forest, std::int64_t(indices.size()), queries);
   return std::make_unique<PyPlan>(
-      PyPlan{make_plan(forest, setup_.heads(), setup_.kv_dtype(), *setup_.cost, options), engine_});
+      PyPlan{make_plan(forest, setup_.heads(), setup_.kv_dtype(), *setup_.cost, options, queries), engine_});
 }
 
 std::string Planner::describe() const {
@@ -133,6 +153,7 @@ void bind_planning(nb::module_& m) {
       .def_prop_ro("num_kv_heads", [](const PyPlan& p) { return p.plan.heads().num_kv_heads; })
       .def_prop_ro("head_dim", [](const PyPlan& p) { return p.plan.heads().head_dim; })
       .def_prop_ro("max_page", [](const PyPlan& p) { return p.plan.extent().max_page; })
+      .def_prop_ro("masked_tasks", [](const PyPlan& p) { return p.plan.extent().masked_tasks; })
       .def_prop_ro("engine", [](const PyPlan& p) { return p.engine.name(); })
       .def_prop_ro("stats", [](const PyPlan& p) { return stats_of(p.plan.stats()); });
 
@@ -144,7 +165,8 @@ void bind_planning(nb::module_& m) {
            nb::arg("max_requests"), nb::arg("max_page_entries"), nb::arg("num_threads"), nb::arg("cost_table") = "",
            nb::arg("cost_table_dirs") = std::vector<std::string>())
       .def("plan", &Planner::plan, nb::arg("indptr"), nb::arg("indices"), nb::arg("last_page_len"),
-           nb::arg("num_pages"))
+           nb::arg("num_pages"), nb::arg("qo_indptr").none() = nb::none(), nb::arg("mask") = "causal",
+           nb::arg("mask_bits").none() = nb::none())
       .def("upload", &Planner::upload, nb::arg("plan"), nb::arg("workspace"), nb::arg("stream"))
       .def("stream_plan", &Planner::stream_plan, nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("cumulative"),
            nb::arg("num_pages"), nb::arg("workspace"), nb::arg("stream"))

@@ -38,8 +38,12 @@ class Planner {
           std::int64_t max_page_entries, int num_threads, const std::string& cost_table,
           const std::vector<std::string>& cost_table_dirs);
 
+  // qo_indptr: several query tokens a request (QueryBatch), under `mask`
+  // ("none", "causal", "custom" or "draft", with mask_bits packed as
+  // FlashInfer packs them); None: one token each.
   std::unique_ptr<PyPlan> plan(const HostInts& indptr, const HostInts& indices, const HostInts& last_page_len,
-                               std::int64_t num_pages) const;
+                               std::int64_t num_pages, const std::optional<HostInts>& qo_indptr,
+                               const std::string& mask, const std::optional<HostBytes>& mask_bits) const;
   // Writes the plan into the workspace on `stream` (CUDA); the CPU engine reads the host plan.
   void upload(const PyPlan& p, const Writable& workspace, std::uintptr_t stream);
   // Plans a device block table in stream order (CudaStreamPlanner): the plan

@@ -27,6 +27,7 @@ namespace nb = nanobind;
 using Array = nb::ndarray<nb::ro>;  // any dtype, shape, device: an input
 using Writable = nb::ndarray<>;     // an output: read-only arrays are refused
 using HostInts = nb::ndarray<const std::int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;  // page tables
+using HostBytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;  // packed masks
 
 constexpr int kDlCpu = 1, kDlCuda = 2, kDlCudaHost = 3;  // DLPack device types
 

@@ -129,12 +129,13 @@ PlannerSetup make_planner_setup(const PlannerSetupArgs& args) {
   return s;
 }
 
-PlannerOptions PlannerSetup::options_for(const Forest& forest, std::int64_t page_entries) const {
+PlannerOptions PlannerSetup::options_for(const Forest& forest, std::int64_t page_entries,
+                                         const QueryBatch& queries) const {
   const HeadConfig h = heads();
-  const int batch = forest.num_requests();
+  const int batch = queries.num_queries(forest.num_requests());  // the plan's requests: its query tokens
   PlannerOptions options = this->options;
   if (options.capacity) {
-    CODEC_CHECK(batch <= workspace.max_batch_size, "the batch has ", batch, " requests, more than max_batch_size ",
+    CODEC_CHECK(batch <= workspace.max_batch_size, "the batch has ", batch, " query rows (a request's query tokens each), more than max_batch_size ",
                 workspace.max_batch_size, " of this CUDA-graph workspace");
     CODEC_CHECK(page_entries <= workspace.max_num_pages, "kv_indices has ", page_entries,
                 " entries, more than max_num_pages ", workspace.max_num_pages, " of this CUDA-graph workspace");
@@ -142,7 +143,7 @@ PlannerOptions PlannerSetup::options_for(const Forest& forest, std::int64_t page
   if (workspace.bytes == 0) return options;  // each plan gets the workspace it needs
   // The slots the workspace holds for this batch; a batch that needs more
   // even unsplit is refused naming the bytes it needs.
-  const std::int64_t need = min_slots(forest, h);
+  const std::int64_t need = min_slots(forest, h, queries);
   std::int64_t slots = 0;
   std::size_t need_bytes = 0;
   if (target == PlanTarget::cpu) {

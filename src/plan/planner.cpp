@@ -35,10 +35,14 @@ void PlannerOptions::validate() const {
   }
 }
 
-std::int64_t min_slots(const Forest& forest, const HeadConfig& heads) {
-  std::int64_t rows = 0;
-  for (const ForestNode& n : forest.nodes)
-    if (n.num_tokens > 0) rows += n.num_reqs;
+std::int64_t min_slots(const Forest& forest, const HeadConfig& heads, const QueryBatch& queries) {
+  std::int64_t rows = 0;  // query tokens over the nodes with tokens
+  for (const ForestNode& n : forest.nodes) {
+    if (n.num_tokens == 0) continue;
+    if (queries.one_token_each()) rows += n.num_reqs;
+    else
+      for (int k = 0; k < n.num_reqs; ++k) rows += queries.q_len(forest.reqs[n.req_begin + k]);
+  }
   return rows * heads.num_qo_heads;
 }
 

@@ -23,6 +23,7 @@
 #include "codec/cost/cost_model.hpp"
 #include "codec/forest/forest.hpp"
 #include "codec/plan/planner.hpp"
+#include "codec/plan/queries.hpp"
 
 namespace codec {
 
@@ -97,7 +98,7 @@ struct PlannerSetup {
   // for it (PlannerOptions::max_slots). Throws codec::Error naming the bytes
   // the batch needs where even its unsplit plan does not fit, and at a
   // capacity the maximum a batch exceeds.
-  PlannerOptions options_for(const Forest& forest, std::int64_t page_entries) const;
+  PlannerOptions options_for(const Forest& forest, std::int64_t page_entries, const QueryBatch& queries = {}) const;
 };
 
 PlannerSetup make_planner_setup(const PlannerSetupArgs& args);

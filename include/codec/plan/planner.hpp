@@ -92,8 +92,8 @@ struct PlannerOptions {
 };
 
 // Partial slots of the forest's unsplit plan: the fewest any plan of it uses
-// (one per qo head of each request on each node with tokens).
-std::int64_t min_slots(const Forest& forest, const HeadConfig& heads);
+// (one per qo head of each query token on each node with tokens).
+std::int64_t min_slots(const Forest& forest, const HeadConfig& heads, const QueryBatch& queries = {});
 
 // `dtype` is that of the KV cache and queries the plan will run on; a run checks it.
 // With several query tokens a request (`queries`), the plan's requests are

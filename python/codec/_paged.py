@@ -1,0 +1,205 @@
+"""The machinery both wrappers share (decode.py, prefill.py): the workspace
+and its engine, the planner made for a shape, a plan's upload, and run."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Optional, Tuple, Union
+
+from . import _codec
+from ._plan_slots import PlanSlot
+from ._tensors import current_stream, device_of, dtype_name, empty_like_rows, host_int32, is_torch, nbytes
+
+_COST_TABLES = os.path.join(os.path.dirname(__file__), "data", "cost_tables")  # the wheel's measured tables
+
+
+def lse_base2(lse_base: Union[str, float]) -> bool:
+    if lse_base in ("e", math.e):
+        return False
+    if lse_base in (2, 2.0, "2"):
+        return True
+    raise ValueError(f"lse_base {lse_base!r} is not 'e' (natural log) or 2")
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+_require = require
+
+
+class PagedWrapper:
+    """A workspace and the plans written into it: the CPU engine for a host
+    workspace, the CUDA engine for a device one. ``run`` computes the rows of
+    the current plan: a row per request, or per query token of a batch of
+    several a request."""
+
+    def __init__(self, workspace_buffer: Any, kv_layout: str, use_cuda_graph: bool, backend: str,
+                 max_batch_size: Optional[int], max_num_pages: Optional[int], num_threads: int) -> None:
+        _require(kv_layout in ("NHD", "HND"), f"kv_layout {kv_layout!r} is not 'NHD' or 'HND'")
+        _require(backend == "auto", f"backend {backend!r}: CoDec has one backend, 'auto'")
+        shape = getattr(workspace_buffer, "shape", None)
+        if shape is None or len(shape) != 1:
+            raise ValueError(f"workspace_buffer must be a 1-D uint8 tensor or array, not {shape}")
+        self._device = device_of(workspace_buffer)
+        if use_cuda_graph:
+            _require(self._device[0] == "cuda", "use_cuda_graph needs a CUDA workspace_buffer")
+            _require(isinstance(max_batch_size, int) and max_batch_size >= 1,
+                     f"use_cuda_graph needs max_batch_size >= 1 (got {max_batch_size!r})")
+            _require(isinstance(max_num_pages, int) and max_num_pages >= 1,
+                     f"use_cuda_graph needs max_num_pages >= 1 (got {max_num_pages!r})")
+        self._workspace = workspace_buffer
+        self._hnd = kv_layout == "HND"
+        self._kv_layout = kv_layout
+        self._use_cuda_graph = bool(use_cuda_graph)
+        self._max_batch_size = max_batch_size if use_cuda_graph else 0
+        self._max_num_pages = max_num_pages if use_cuda_graph else 0
+        self._num_threads = int(num_threads)
+        self._planner = None
+        self._config = None
+        # The current plan, where run and the torch custom op (which takes the slot's handle) find it
+        self._slot = PlanSlot(self._num_threads)
+        self._handle = self._slot.handle
+        self._planned = False
+        self._in_stream = False  # the current plan is made in the stream (plan_block_table_in_stream)
+        self._stream_rows = self._stream_pages = 0
+        self._capacity_plan = None
+
+    @property
+    def is_cuda_graph_enabled(self) -> bool:
+        return self._use_cuda_graph
+
+    @property
+    def plan_stats(self) -> dict:
+        """The current plan's statistics: tasks, blocks, makespan and its lower bound, the merge's predicted
+        time (0 where the cost model prices none), planning time."""
+        _require(self._planned, "no plan yet: call plan() first")
+        return self._planner.stream_stats() if self._in_stream else self._slot.plan.stats
+
+    def _configure(self, num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode="NONE", window_left=-1,
+                   logits_soft_cap=None, q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
+                   rope_scale=None, rope_theta=None) -> None:
+        """Checks plan's arguments and makes the planner for them (kept while they stay the same)."""
+        _require(pos_encoding_mode == "NONE",
+                 f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
+        _require(window_left in (-1, None), f"window_left {window_left}: sliding windows are not supported")
+        _require(logits_soft_cap in (None, 0, 0.0), f"logits_soft_cap {logits_soft_cap}: not supported")
+        _require(rope_scale is None and rope_theta is None, "rope_scale and rope_theta: CoDec applies no RoPE")
+        q_dtype = dtype_name(q_data_type, "q_data_type")
+        kv_source = kv_data_type if kv_data_type is not None else data_type
+        kv_dtype = q_dtype if kv_source is None else dtype_name(kv_source, "kv_data_type")
+        _require(q_dtype == kv_dtype, f"q_data_type {q_dtype} and kv_data_type {kv_dtype} differ: "
+                 "CoDec computes with q and KV in one dtype")
+        for name, value in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
+                            ("head_dim", head_dim), ("page_size", page_size)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        config = (num_qo_heads, num_kv_heads, head_dim, page_size, kv_dtype, scale)
+        if self._planner is None or config != self._config:
+            _require(not (self._use_cuda_graph and self._planner is not None),
+                     f"this CUDA-graph wrapper was planned for (num_qo_heads, num_kv_heads, head_dim, page_size, "
+                     f"dtype, sm_scale) = {self._config}; a graph cannot change them: got {config}")
+            # The library picks the cost model: the table measured for this GPU (the package's copies first), else
+            # the roofline.
+            self._planner = _codec.Planner(
+                self._device[0], self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
+                kv_dtype, scale, nbytes(self._workspace), self._max_batch_size, self._max_num_pages or 0,
+                self._num_threads, cost_table_dirs=[_COST_TABLES])
+            self._config = config
+
+    def _plan_pages(self, indptr: Any, indices: Any, last_page_len: Any, num_pages: Optional[int],
+                    qo_indptr: Any = None, mask: str = "causal", mask_bits: Any = None) -> None:
+        """Plans the page table (host copies of any tensors), with qo_indptr
+        several query tokens a request under `mask`, and uploads the plan."""
+        indptr_h = host_int32(indptr, "indptr")
+        indices_h = host_int32(indices, "indices")
+        last_h = host_int32(last_page_len, "last_page_len")
+        qo_h = None if qo_indptr is None else host_int32(qo_indptr, "qo_indptr")
+        if num_pages is None:
+            num_pages = int(indices_h.max()) + 1 if indices_h.size else 1
+        plan = self._planner.plan(indptr_h, indices_h, last_h, int(num_pages), qo_h, mask, mask_bits)
+        self._planner.upload(plan, self._workspace, current_stream(self._workspace))
+        self._slot.plan = plan
+        self._planned = True
+        self._in_stream = False
+
+    def run(
+        self,
+        q: Any,
+        paged_kv_cache: Any,
+        *args: Any,
+        q_scale: Optional[float] = None,
+        k_scale: Optional[float] = None,
+        v_scale: Optional[float] = None,
+        out: Any = None,
+        lse: Any = None,
+        return_lse: bool = False,
+        enable_pdl: Optional[bool] = None,
+        window_left: Optional[int] = None,
+        lse_base: Union[str, float] = "e",
+    ) -> Union[Any, Tuple[Any, Any]]:
+        """Attention of every request's query rows over its KV.
+
+        Uses the caller's current CUDA stream, allocates nothing but out and
+        lse when they are not passed, never synchronises, and can be captured
+        in a CUDA graph; the plan serves every layer.
+
+        Args:
+            q: (rows, num_qo_heads, head_dim) in the planned dtype, a row per
+                request, or per query token where the plan has several a
+                request; any row and head strides with a contiguous last
+                dimension.
+            paged_kv_cache: FlashInfer's single tensor (pages, 2, page_size,
+                num_kv_heads, head_dim) for NHD or (pages, 2, num_kv_heads,
+                page_size, head_dim) for HND, or a (k_cache, v_cache) tuple of
+                (pages, page_size, num_kv_heads, head_dim) / (pages,
+                num_kv_heads, page_size, head_dim) tensors with equal strides
+                (vLLM's (2, blocks, ...) cache as (kv[0], kv[1])). Any page,
+                token and head strides; the last dimension contiguous.
+            out: (rows, num_qo_heads, head_dim), the planned dtype (float32
+                too on the CPU engine); allocated when None.
+            lse: (rows, num_qo_heads) float32; allocated when None and
+                return_lse.
+            lse_base: "e" (default: the natural log of this library's C++ API
+                and vLLM's merge_attn_states) or 2 (what FlashInfer's wrappers
+                return).
+            q_scale, k_scale, v_scale, enable_pdl, window_left: FlashInfer's;
+                scales are not supported, PDL is always on where the GPU has it.
+
+        Returns:
+            out, or (out, lse) when return_lse.
+        """
+        if args:
+            raise TypeError(f"run() takes q and paged_kv_cache positionally, not {len(args)} more arguments")
+        _require(q_scale is None and k_scale is None and v_scale is None,
+                 "q_scale, k_scale, v_scale: CoDec takes unscaled q and KV (fold a scale into sm_scale)")
+        _require(window_left in (None, -1), f"window_left {window_left}: sliding windows are not supported")
+        del enable_pdl
+        _require(self._planned, "run() before plan(): plan the batch first")
+        base2 = lse_base2(lse_base)
+        if isinstance(paged_kv_cache, (tuple, list)):
+            _require(len(paged_kv_cache) == 2, f"paged_kv_cache tuple has {len(paged_kv_cache)} entries; expected (k_cache, v_cache)")
+            k, v = paged_kv_cache
+        else:
+            k, v = paged_kv_cache, None
+        if self._in_stream:
+            pool = k.shape[0]
+            _require(q.shape[0] >= self._stream_rows, f"q has {q.shape[0]} rows, fewer than the "
+                     f"{self._stream_rows} rows of the block table planned in the stream")
+            _require(pool >= self._stream_pages, f"the KV cache has {pool} pages, fewer than the num_pages "
+                     f"{self._stream_pages} planned in the stream")
+        if out is None:
+            out = empty_like_rows(q, (q.shape[0], q.shape[1], q.shape[2]))
+        if return_lse and lse is None:
+            lse = empty_like_rows(q, (q.shape[0], q.shape[1]), "float32")
+        if is_torch(q):  # through the custom op, which finds the plan by the slot's handle
+            from . import _torch_ops  # torch is optional: loaded once a torch tensor shows up
+            _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2)
+        else:
+            self._slot.run(q, k, v, self._hnd, out, lse, self._workspace, base2, current_stream(q))
+        return (out, lse) if return_lse else out
+
+    forward = run  # FlashInfer's older name

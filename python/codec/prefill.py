@@ -1,0 +1,168 @@
+"""BatchPrefixPrefillWrapper: attention of several query tokens a request
+over paged KV (draft tokens to verify, a draft tree, a chunk of a prompt over
+its cached prefix) in the shape of FlashInfer's
+BatchPrefillWithPagedKVCacheWrapper, where requests that share KV pages read
+them once per batch."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from ._paged import PagedWrapper, require as _require
+from ._tensors import host_array, host_int32
+
+
+def _packed(bits: Any, name: str) -> np.ndarray:
+    """A packed mask as uint8 bytes on the host."""
+    packed = host_array(bits)
+    _require(packed.dtype == np.uint8 and packed.ndim == 1, f"{name} must be a 1-D uint8 tensor or array, not "
+             f"{packed.dtype} of shape {packed.shape}")
+    return np.ascontiguousarray(packed)
+
+
+def _pack_rows(mask: Any, sizes: np.ndarray, name: str) -> np.ndarray:
+    """Bool matrices of `sizes` elements each, flattened and concatenated, to
+    FlashInfer's packed layout: each in little bit order from a byte boundary."""
+    flat = host_array(mask).reshape(-1)
+    _require(flat.dtype == np.bool_, f"{name} must be bool, not {flat.dtype} (a packed mask goes in packed_custom_mask)")
+    _require(flat.size == int(sizes.sum()), f"{name} has {flat.size} elements; the requests' matrices take "
+             f"{int(sizes.sum())}")
+    ends = np.cumsum(sizes)
+    return np.concatenate([np.packbits(flat[e - n:e], bitorder="little") for n, e in zip(sizes, ends)] or
+                          [np.zeros(0, np.uint8)])
+
+
+class BatchPrefixPrefillWrapper(PagedWrapper):
+    """Attention of several query tokens a request over a paged KV cache, with
+    every KV page that several requests share read once per batch (CoDec).
+    The interface is FlashInfer's ``BatchPrefillWithPagedKVCacheWrapper``:
+    ``plan`` once per batch (every layer reuses it), then ``run`` per layer;
+    an engine switches by import and class name.
+
+    Request r's query tokens are rows ``qo_indptr[r]:qo_indptr[r+1]`` of q and
+    out, and the last of its KV (write them into the cache first). Which keys
+    a token sees: all (``causal=False``, the default as in FlashInfer), those
+    up to its own position (``causal=True``: token i of a request of kv_len
+    keys and q_len tokens sees key j iff j <= kv_len - q_len + i), a custom
+    mask over every key, or a draft mask over the request's own new tokens.
+    A shared node is read once for every token of every request through it;
+    masks cost only in the tasks they cut.
+
+    Args:
+        float_workspace_buffer: a uint8 tensor or array: on the host the CPU
+            engine, on a CUDA device the CUDA engine (which so far runs plans
+            whose masks cut no task: ``causal=False``, or one token a request).
+        kv_layout: "NHD" or "HND", as the decode wrapper's.
+        use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
+        paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf,
+        mask_indptr_buf, backend: FlashInfer's; CUDA graphs of multi-token
+            plans are not supported yet, the buffers are not needed.
+        num_threads: CPU engine threads (0: OpenMP's default).
+    """
+
+    def __init__(
+        self,
+        float_workspace_buffer: Any,
+        kv_layout: str = "NHD",
+        use_cuda_graph: bool = False,
+        qo_indptr_buf: Any = None,
+        paged_kv_indptr_buf: Any = None,
+        paged_kv_indices_buf: Any = None,
+        paged_kv_last_page_len_buf: Any = None,
+        custom_mask_buf: Any = None,
+        mask_indptr_buf: Any = None,
+        backend: str = "auto",
+        *,
+        num_threads: int = 0,
+    ) -> None:
+        _require(not use_cuda_graph, "use_cuda_graph: CUDA graphs of multi-token plans are not supported yet")
+        del qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, paged_kv_last_page_len_buf
+        del custom_mask_buf, mask_indptr_buf
+        super().__init__(float_workspace_buffer, kv_layout, False, backend, None, None, num_threads)
+
+    def plan(
+        self,
+        qo_indptr: Any,
+        paged_kv_indptr: Any,
+        paged_kv_indices: Any,
+        paged_kv_last_page_len: Any,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim_qk: int,
+        page_size: int,
+        head_dim_vo: Optional[int] = None,
+        custom_mask: Any = None,
+        packed_custom_mask: Any = None,
+        causal: bool = False,
+        pos_encoding_mode: str = "NONE",
+        use_fp16_qk_reduction: bool = False,
+        sm_scale: Optional[float] = None,
+        window_left: int = -1,
+        logits_soft_cap: Optional[float] = None,
+        rope_scale: Optional[float] = None,
+        rope_theta: Optional[float] = None,
+        q_data_type: Any = "float16",
+        kv_data_type: Any = None,
+        o_data_type: Any = None,
+        non_blocking: bool = True,
+        *,
+        draft_mask: Any = None,
+        num_pages: Optional[int] = None,
+    ) -> None:
+        """Plans the batch.
+
+        Args:
+            qo_indptr: (batch + 1,) int32 from 0, increasing: request r's query
+                tokens are rows qo_indptr[r]:qo_indptr[r+1] (at most its KV).
+            paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len: the
+                page table in CSR form, as the decode wrapper's.
+            num_qo_heads, num_kv_heads, head_dim_qk, page_size: the shape;
+                head_dim_vo must equal head_dim_qk (or be None).
+            custom_mask: bool, each request's (q_len, kv_len) matrix
+                flattened row-major, requests concatenated; True keeps a key.
+                It overrides ``causal``, as in FlashInfer.
+            packed_custom_mask: the same bits packed, uint8: each request's
+                matrix in little bit order from a byte boundary (FlashInfer's
+                ``segment_packbits`` layout; its mask_indptr is implied by
+                the lengths and not taken).
+            causal: each token sees the keys up to its own position.
+            draft_mask: a draft tree: bool, each request's (q_len, q_len)
+                matrix over its own new tokens (True: token i sees new token
+                j), every earlier key seen; what engines build for tree
+                verification. Not with custom masks.
+            q_data_type, kv_data_type, o_data_type, sm_scale, num_pages: as
+                the decode wrapper's; o_data_type must be q's (or None).
+            pos_encoding_mode, use_fp16_qk_reduction, window_left,
+            logits_soft_cap, rope_scale, rope_theta: FlashInfer's; CoDec
+                supports their defaults only.
+        """
+        _require(head_dim_vo in (None, head_dim_qk), f"head_dim_vo {head_dim_vo} differs from head_dim_qk "
+                 f"{head_dim_qk}: V and K of different widths are not supported yet")
+        _require(not use_fp16_qk_reduction, "use_fp16_qk_reduction: CoDec accumulates in fp32")
+        self._configure(num_qo_heads, num_kv_heads, head_dim_qk, page_size, pos_encoding_mode, window_left,
+                        logits_soft_cap, q_data_type, kv_data_type, None, sm_scale, rope_scale, rope_theta)
+        if o_data_type is not None:
+            from ._tensors import dtype_name
+            _require(dtype_name(o_data_type, "o_data_type") == self._config[4],
+                     f"o_data_type {o_data_type} differs from q's {self._config[4]}")
+        del non_blocking
+        _require(sum(m is not None for m in (custom_mask, packed_custom_mask, draft_mask)) <= 1,
+                 "give one of custom_mask, packed_custom_mask and draft_mask")
+        qo = host_int32(qo_indptr, "qo_indptr")
+        indptr = host_int32(paged_kv_indptr, "paged_kv_indptr")
+        last = host_int32(paged_kv_last_page_len, "paged_kv_last_page_len")
+        _require(qo.size == indptr.size, f"qo_indptr has {qo.size} entries, paged_kv_indptr {indptr.size}: one "
+                 "per request and one more each")
+        q_len = np.diff(qo.astype(np.int64))
+        kv_len = (np.diff(indptr.astype(np.int64)) - 1) * page_size + last
+        if custom_mask is not None or packed_custom_mask is not None:
+            mask = "custom"
+            bits = (_packed(packed_custom_mask, "packed_custom_mask") if packed_custom_mask is not None
+                    else _pack_rows(custom_mask, q_len * kv_len, "custom_mask"))
+        elif draft_mask is not None:
+            mask, bits = "draft", _pack_rows(draft_mask, q_len * q_len, "draft_mask")
+        else:
+            mask, bits = ("causal" if causal else "none"), None
+        self._plan_pages(indptr, paged_kv_indices, last, num_pages, qo, mask, bits)

@@ -1,0 +1,169 @@
+"""Several query tokens a request on the CPU engine, against float64: the
+prefill wrapper under no mask, causal, custom (bool and packed) and draft
+masks, and the decode wrapper's q_len_per_req and qo_indptr; a chunk that
+reaches from a request's own pages into a shared prefix; bad inputs refused
+by name."""
+
+import math
+
+import numpy as np
+import pytest
+
+import codec
+from batches import TOLERANCE, cache_of, random_batch, rel_l2, store, widen
+
+
+def kv_lengths(b):
+    pages = np.diff(b.indptr)
+    return (pages - 1) * b.page_size + b.last_page_len
+
+
+def masked_reference(b, q, qo_indptr, sees):
+    """float64 attention of every query token over the keys sees(r, i, j) keeps; a row that keeps none: 0, -inf."""
+    group, scale = b.num_qo_heads // b.num_kv_heads, 1.0 / math.sqrt(b.head_dim)
+    out = np.zeros((q.shape[0], b.num_qo_heads, b.head_dim))
+    lse = np.full((q.shape[0], b.num_qo_heads), -np.inf)
+    for r, n in enumerate(kv_lengths(b)):
+        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
+        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        for i, row in enumerate(range(qo_indptr[r], qo_indptr[r + 1])):
+            keep = np.array([sees(r, i, j) for j in range(n)], dtype=bool)
+            if not keep.any():
+                continue
+            for h in range(b.num_qo_heads):
+                s = keys[keep, h // group] @ q[row, h].astype(np.float64) * scale
+                m = s.max()
+                p = np.exp(s - m)
+                out[row, h] = p @ values[keep, h // group] / p.sum()
+                lse[row, h] = m + math.log(p.sum())
+    return out, lse
+
+
+def setup(seed, dtype="float32", page_size=7, max_q=9):
+    b = random_batch(seed, 8, 2, 64, page_size, dtype, nodes=4, requests=5, max_node_pages=3)
+    rng = np.random.default_rng(seed + 100)
+    lens = kv_lengths(b)
+    q_len = np.array([rng.integers(1, min(max_q, n) + 1) for n in lens])
+    qo_indptr = np.concatenate([[0], np.cumsum(q_len)]).astype(np.int32)
+    q = widen(store(rng.uniform(-3, 3, (qo_indptr[-1], 8, 64)).astype(np.float32), dtype), dtype)
+    return b, q.astype(np.float32), qo_indptr, q_len, lens, rng
+
+
+def check(out, lse, ref, dtype):
+    ref_out, ref_lse = ref
+    assert rel_l2(out.astype(np.float64) if dtype != "bfloat16" else widen(out, dtype), ref_out) <= TOLERANCE[dtype]
+    empty = np.isinf(ref_lse)
+    assert np.array_equal(np.isinf(lse), empty) and (lse[empty] < 0).all()
+    assert rel_l2(lse[~empty], ref_lse[~empty]) <= 1e-5
+
+
+@pytest.mark.parametrize("mask", ["none", "causal", "custom", "packed", "draft"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_prefill_wrapper_matches_float64_under_each_mask(mask, dtype):
+    for seed in range(3):
+        b, q, qo_indptr, q_len, lens, rng = setup(seed, dtype)
+        kwargs, sees = {}, (lambda r, i, j: True)
+        if mask == "causal":
+            kwargs["causal"] = True
+            sees = lambda r, i, j: j <= lens[r] - q_len[r] + i  # noqa: E731
+        elif mask in ("custom", "packed"):
+            bits = [rng.random((q_len[r], lens[r])) < 0.6 for r in range(len(lens))]
+            bits[0][0, :] = False  # a row that sees nothing
+            flat = np.concatenate([m.reshape(-1) for m in bits])
+            kwargs["custom_mask" if mask == "custom" else "packed_custom_mask"] = (
+                flat if mask == "custom" else np.concatenate([np.packbits(m.reshape(-1), bitorder="little")
+                                                              for m in bits]))
+            sees = lambda r, i, j: bits[r][i, j]  # noqa: E731
+        elif mask == "draft":
+            trees = []
+            for n in q_len:  # a random tree: each new token's parent among the earlier ones, or none
+                parent = [-1] + [int(rng.integers(-1, i)) for i in range(1, n)]
+                m = np.zeros((n, n), bool)
+                for i in range(n):
+                    j = i
+                    while j >= 0:
+                        m[i, j], j = True, parent[j]
+                trees.append(m)
+            kwargs["draft_mask"] = np.concatenate([m.reshape(-1) for m in trees])
+            sees = lambda r, i, j: j < lens[r] - q_len[r] or trees[r][i, j - (lens[r] - q_len[r])]  # noqa: E731
+        w = codec.BatchPrefixPrefillWrapper(np.zeros(32 << 20, np.uint8))
+        w.plan(qo_indptr, b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type=dtype, **kwargs)
+        assert w.plan_stats["num_requests"] == qo_indptr[-1] and w.plan_stats["batch_requests"] == len(lens)
+        out, lse = w.run(store(q, dtype), cache_of(b, dtype, "NHD", "interleaved"), return_lse=True)
+        check(out, lse, masked_reference(b, q, qo_indptr, sees), dtype)
+
+
+def test_decode_wrapper_takes_several_tokens_a_request_causally():
+    b, q, qo_indptr, q_len, lens, _ = setup(7, max_q=4)
+    cache = cache_of(b, "float32", "HND", "tuple")
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(32 << 20, np.uint8), kv_layout="HND")
+    causal = lambda r, i, j: j <= lens[r] - q_len[r] + i  # noqa: E731
+    w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type="float32", qo_indptr=qo_indptr)
+    out, lse = w.run(q, cache, return_lse=True)
+    check(out, lse, masked_reference(b, q, qo_indptr, causal), "float32")
+    # q_len_per_req: the same tokens for every request
+    uniform = np.arange(0, 3 * len(lens) + 1, 3, dtype=np.int32)
+    q3 = np.random.default_rng(3).uniform(-3, 3, (uniform[-1], 8, 64)).astype(np.float32)
+    w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type="float32", q_len_per_req=3)
+    out, lse = w.run(q3, cache, return_lse=True)
+    check(out, lse, masked_reference(b, q3, uniform, lambda r, i, j: j <= lens[r] - 3 + i), "float32")
+
+
+def test_a_long_chunk_reaches_into_the_shared_prefix():
+    """Two requests share 3 pages; request 1's 40 query tokens start inside them (its own part is 5 tokens)."""
+    rng = np.random.default_rng(5)
+    ps, hq, hkv, d = 16, 4, 2, 64
+    k = rng.uniform(-1, 1, (6, ps, hkv, d)).astype(np.float32)
+    v = rng.uniform(-1, 1, (6, ps, hkv, d)).astype(np.float32)
+    indptr, indices, last = np.array([0, 4, 8], np.int32), np.array([0, 1, 2, 3, 0, 1, 2, 4], np.int32), \
+        np.array([16, 5], np.int32)
+    qo_indptr = np.array([0, 1, 41], np.int32)
+    q = rng.uniform(-3, 3, (41, hq, d)).astype(np.float32)
+
+    class B:
+        num_qo_heads, num_kv_heads, head_dim, page_size = hq, hkv, d, ps
+    b = B()
+    b.indptr, b.indices, b.last_page_len, b.k, b.v = indptr, indices, last, k, v
+    w = codec.BatchPrefixPrefillWrapper(np.zeros(16 << 20, np.uint8))
+    w.plan(qo_indptr, indptr, indices, last, hq, hkv, d, ps, causal=True, q_data_type="float32")
+    out, lse = w.run(q, np.stack([k, v], axis=1), return_lse=True)
+    lens, q_len = kv_lengths(b), np.diff(qo_indptr)
+    assert lens[1] - q_len[1] < 3 * ps  # request 1's first query tokens sit in the shared pages
+    check(out, lse, masked_reference(b, q, qo_indptr, lambda r, i, j: j <= lens[r] - q_len[r] + i), "float32")
+
+
+def test_bad_query_batches_are_refused_by_name():
+    b, q, qo_indptr, q_len, lens, _ = setup(2)
+    w = codec.BatchPrefixPrefillWrapper(np.zeros(16 << 20, np.uint8))
+    plan = lambda qo, **kw: w.plan(qo, b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size,  # noqa: E731
+                                   q_data_type="float32", **kw)
+    with pytest.raises(ValueError, match="qo_indptr has 3 entries, paged_kv_indptr 6"):
+        plan(np.array([0, 1, 2], np.int32))
+    with pytest.raises(ValueError, match=r"qo_indptr\[2\] = 1 must be greater than qo_indptr\[1\] = 1"):
+        plan(np.array([0, 1, 1, 2, 3, 4], np.int32))
+    too_long = np.array([0, lens[0] + 1, lens[0] + 2, lens[0] + 3, lens[0] + 4, lens[0] + 5], np.int32)
+    with pytest.raises(ValueError, match=f"request 0 has {lens[0] + 1} query tokens but {lens[0]} KV tokens"):
+        plan(too_long)
+    with pytest.raises(ValueError, match="custom_mask has 3 elements; the requests' matrices take"):
+        plan(qo_indptr, custom_mask=np.ones(3, bool))
+    with pytest.raises(ValueError, match="mask has 1 bytes, expected"):
+        plan(qo_indptr, packed_custom_mask=np.ones(1, np.uint8))
+    with pytest.raises(ValueError, match="give one of custom_mask, packed_custom_mask and draft_mask"):
+        plan(qo_indptr, custom_mask=np.ones(3, bool), draft_mask=np.ones(3, bool))
+    w.plan(qo_indptr, b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type="float32")
+    with pytest.raises(ValueError, match=f"q.batch {len(lens)} differs|out.batch"):
+        w.run(q[:len(lens)], cache_of(b, "float32", "NHD", "interleaved"))
+
+
+@pytest.mark.torch
+def test_torch_tensors_take_the_custom_op_with_several_tokens():
+    torch = pytest.importorskip("torch")
+    b, q, qo_indptr, q_len, lens, _ = setup(4, max_q=6)
+    w = codec.BatchPrefixPrefillWrapper(torch.zeros(32 << 20, dtype=torch.uint8))
+    w.plan(torch.from_numpy(qo_indptr), torch.from_numpy(b.indptr), torch.from_numpy(b.indices),
+           torch.from_numpy(b.last_page_len), 8, 2, 64, b.page_size, causal=True, q_data_type=torch.float32)
+    out, lse = w.run(torch.from_numpy(q), torch.from_numpy(cache_of(b, "float32", "NHD", "interleaved")),
+                     return_lse=True)
+    check(out.numpy(), lse.numpy(), masked_reference(b, q, qo_indptr, lambda r, i, j: j <= lens[r] - q_len[r] + i),
+          "float32")
