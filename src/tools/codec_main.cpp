@@ -42,6 +42,11 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
   cmd->add_option("--page-size", w.page_size, "Tokens per KV page")->check(in_range(1, 1 << 20));
   cmd->add_option("--scale", w.scale, "Multiply every node's token count (default: 1 on a GPU, 1/16 on the CPU)")
       ->check(in_range(0, 1e6, true));
+  cmd->add_option("--q-len", w.q_len, "Query tokens a request, the last of its KV, causal (each request's last "
+                                      "node grows by q_len - 1 tokens; default 1: decode)")
+      ->check(in_range(1, 1 << 16));
+  cmd->add_option("--tree", w.tree, "A draft tree of each request's query tokens: W,D for D levels of W tokens, "
+                                    "each token's parent drawn from the level above (W x D tokens; 4,4 is 16)");
   cmd->add_option("--cost-table", w.cost_table,
                   "Cost table file measured by 'codec profile', or 'roofline' (default: the table measured on "
                   "this GPU under data/cost_tables if there is one, else the roofline)");

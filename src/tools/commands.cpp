@@ -48,6 +48,12 @@ struct Workspace {
   }
 };
 
+// A table row's workload: its name, and its query tokens where there are several ("loogle:8 q4", "batch:64 t4x4").
+std::string label(const Workload& w) {
+  if (w.tree_width > 0) return w.name + " t" + std::to_string(w.tree_width) + "x" + std::to_string(w.tree_depth);
+  return w.q_len > 1 ? w.name + " q" + std::to_string(w.q_len) : w.name;
+}
+
 Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& ref, int threads, int reps) {
   const PlanView p = plan.view();
   const std::size_t rows = std::size_t(p.num_requests) * p.num_qo_heads;
@@ -77,12 +83,13 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
           const Measured& flat) {
   std::filesystem::create_directories(dir);
   const HeadConfig& h = w.heads;
-  const std::int64_t B = b.num_requests();
+  const std::int64_t B = b.num_queries();  // q's rows: a request's, or its query tokens
   nlohmann::json meta = {{"workload", w.name},           {"num_qo_heads", h.num_qo_heads},
                          {"num_kv_heads", h.num_kv_heads}, {"head_dim", h.head_dim},
                          {"page_size", b.page_size},       {"sm_scale", h.scale()},
                          {"layout", "NHD"},                {"dtype", std::string(to_string(b.dtype))},
-                         {"lse_base", "e"}};
+                         {"lse_base", "e"},                {"q_len", w.q_len},
+                         {"mask", b.queries.qo_indptr.empty() ? "none" : b.queries.mask == QueryMask::draft ? "draft" : "causal"}};
   std::ofstream meta_file(dir + "/meta.json");
   meta_file << meta.dump(2) << "\n";
   CODEC_CHECK(meta_file.good(), "--dump: cannot write '", dir, "/meta.json'");
@@ -94,6 +101,12 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
   write_npy(dir + "/kv_indptr.npy", t.indptr.data(), {std::int64_t(t.indptr.size())});
   write_npy(dir + "/kv_indices.npy", t.indices.data(), {std::int64_t(t.indices.size())});
   write_npy(dir + "/kv_last_page_len.npy", t.last_page_len.data(), {std::int64_t(t.last_page_len.size())});
+  if (!b.queries.qo_indptr.empty()) {
+    const WorkloadQueries& q = b.queries;
+    write_npy(dir + "/qo_indptr.npy", q.qo_indptr.data(), {std::int64_t(q.qo_indptr.size())});
+    if (!q.mask_bits.empty())  // each request's packed [q_len, q_len] draft matrix (QueryBatch)
+      write_npy(dir + "/mask_bits.npy", q.mask_bits.data(), {std::int64_t(q.mask_bits.size())});
+  }
   write_npy(dir + "/out.npy", codec.out.data(), {B, h.num_qo_heads, h.head_dim});
   write_npy(dir + "/out_flat.npy", flat.out.data(), {B, h.num_qo_heads, h.head_dim});
   write_npy(dir + "/lse.npy", codec.lse.data(), {B, h.num_qo_heads});
@@ -156,6 +169,21 @@ Workload load_workload(const std::string& spec, const WorkloadArgs& args, double
   if (args.page_size > 0) w.page_size = args.page_size;
   const double scale = args.scale > 0 ? args.scale : default_scale;
   if (scale != 1.0) w = w.scaled(scale);
+  if (args.q_len != 1 || !args.tree.empty()) {
+    int width = 0, depth = 0;
+    if (!args.tree.empty()) {
+      const std::vector<std::string> parts = comma_list(args.tree);
+      try {
+        CODEC_CHECK(parts.size() == 2, "");
+        std::size_t used_w = 0, used_d = 0;
+        width = std::stoi(parts[0], &used_w), depth = std::stoi(parts[1], &used_d);
+        CODEC_CHECK(used_w == parts[0].size() && used_d == parts[1].size(), "");
+      } catch (const std::exception&) {
+        CODEC_FAIL("--tree '", clip(args.tree), "' is not W,D (two integers >= 1)");
+      }
+    }
+    w = w.with_queries(args.q_len, width, depth);
+  }
   w.validate();
   const Workload::Footprint f = w.footprint();
   const double need = f.tables_bytes + (with_batch ? f.batch_bytes : 0), limit = args.max_memory_gb * 1e9;
@@ -281,9 +309,10 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const PlannerOptions& opt = setup.options;
     const CostModel* cost = setup.cost.get();
     if (i == 0) std::fprintf(stderr, "cost model: %s\n", cost->describe().c_str());
-    const Plan flat = make_plan(flatten(forest), w.heads, w.dtype, *cost, opt);  // adaptive split-KV, no sharing
+    const QueryBatch queries = batch.queries.view();
+    const Plan flat = make_plan(flatten(forest), w.heads, w.dtype, *cost, opt, queries);  // split-KV, no sharing
     progress("fp64 reference");
-    const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data());
+    const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data(), queries);
     progress("timing CoDec and flat");
 #if CODEC_HAS_CUDA
     const L2Flush flush = bench.flush == "read" ? L2Flush::read : L2Flush::write;
@@ -301,15 +330,16 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const double bytes_per_token = 2.0 * w.heads.head_dim * dtype_size(w.dtype);
     const double flat_mb = flat.stats().kv_tokens_read * bytes_per_token / 1e6;
     const double unique_bytes = double(forest.unique_tokens()) * w.heads.num_kv_heads * bytes_per_token;
-    double flops = 0;  // 4 · rows · n · D over the forest's nodes
-    for (const ForestNode& n : forest.nodes) flops += 4.0 * n.num_reqs * w.heads.num_qo_heads * n.num_tokens * w.heads.head_dim;
+    double flops = 0;  // 4 · rows · n · D over the forest's nodes, a row per query token and qo head
+    for (const ForestNode& n : forest.nodes)
+      flops += 4.0 * n.num_reqs * w.q_len * w.heads.num_qo_heads * n.num_tokens * w.heads.head_dim;
     const double floor_ms = std::max(unique_bytes / kH200Bandwidth, flops / kH200Flops) * 1e3;
     for (const Variant& variant : variants) {
       const std::string& split = variant.split;
       PlannerOptions shared_opt = opt;
       apply_split(split, shared_opt);
       if (variant.wide == "off") shared_opt.wide_tile_rows = 0;
-      const Plan shared = make_plan(forest, w.heads, w.dtype, *cost, shared_opt);
+      const Plan shared = make_plan(forest, w.heads, w.dtype, *cost, shared_opt, queries);
       const Measured mc = measure(shared, "codec");
       const bool pass = mc.error.within(tol) && mf.error.within(tol) && mc.lse_error.within(tol) &&
                         mf.lse_error.within(tol);
@@ -318,6 +348,9 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
         dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, forest, mc, mf);
       const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
       rows.push_back({{"workload", w.name},
+                      {"q_len", w.q_len},
+                      {"tree", w.tree_width > 0 ? nlohmann::json::array({w.tree_width, w.tree_depth})
+                                                : nlohmann::json()},
                       {"split", split},
                       {"wide", variant.wide},
                       {"scale", scale},
@@ -354,7 +387,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"cost_model", cost->describe()},
                       {"pass", pass}});
       if (!args.json)
-        std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %6s %9.2e %9.2e %6s%s\n", w.name.c_str(),
+        std::printf("%-14s %6s %5d %10lld %9s %9s %8s %9s %9s %8s %8s %6s %9.2e %9.2e %6s%s\n", label(w).c_str(),
                     fixed(scale, 4).c_str(), batch.num_requests(), static_cast<long long>(forest.unique_tokens()),
                     fixed(mc.median_ms, 4).c_str(), fixed(mf.median_ms, 4).c_str(),
                     fixed(mf.median_ms / mc.median_ms, 2).c_str(), fixed(codec_mb, 1).c_str(),
@@ -401,12 +434,15 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
     PlannerOptions opt = setup.options;
     const CostModel* cost = setup.cost.get();
     apply_split(args.split, opt);
-    const Plan plan = make_plan(forest, w.heads, w.dtype, *cost, opt);
+    const WorkloadQueries queries = workload_queries(w);
+    const Plan plan = make_plan(forest, w.heads, w.dtype, *cost, opt, queries.view());
     const PlanStats& s = plan.stats();
     rows.push_back({{"workload", w.name},
+                    {"q_len", w.q_len},
                     {"target", target},
                     {"split", args.split},
-                    {"requests", s.num_requests},
+                    {"requests", s.batch_requests},
+                    {"query_rows", s.num_requests},
                     {"nodes", s.num_nodes},
                     {"units", s.num_units},
                     {"tasks", s.num_tasks},
@@ -426,8 +462,8 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"unique_kv_tokens", s.unique_kv_tokens},
                     {"cost_model", cost->describe()}});
     if (!args.json)
-      std::printf("%-14s %5d %6d %6d %7d %6d %6d %6d %6d %11s %11s %8s %8s %9s %8s\n", w.name.c_str(),
-                  s.num_requests, s.num_nodes, s.num_units, s.num_tasks, s.num_wide_tasks, s.num_tails, s.num_blocks,
+      std::printf("%-14s %5d %6d %6d %7d %6d %6d %6d %6d %11s %11s %8s %8s %9s %8s\n", label(w).c_str(),
+                  s.batch_requests, s.num_nodes, s.num_units, s.num_tasks, s.num_wide_tasks, s.num_tails, s.num_blocks,
                   s.max_splits,
                   fixed(s.makespan_us, 2).c_str(),
                   fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(), fixed(s.merge_us, 2).c_str(),

@@ -17,6 +17,8 @@ struct WorkloadArgs {
   std::string dtype;                  // overrides the workload's dtype
   int page_size = 0;                  // overrides the workload's page size
   double scale = 0;                   // token-count factor; 0 picks the backend's default
+  int q_len = 1;                      // query tokens a request (Workload::with_queries)
+  std::string tree;                   // "W,D": a draft tree of D levels of W tokens
   std::string cost_table;             // measured cost table instead of the roofline
   int blocks = 0;                     // planner blocks m; 0 picks the backend's default
   std::string split = "adaptive";     // CoDec plan's splitting: adaptive, none, fixed:K, exhaustive

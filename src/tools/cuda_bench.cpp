@@ -41,8 +41,8 @@ struct CudaBench::Impl {
 
   Impl(const Batch& b, L2Flush mode)
       : batch(b), flush_mode(mode), k(b.k.size()), v(b.v.size()), q(b.q.size()),
-        out(std::size_t(b.num_requests()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.dtype)),
-        lse(std::size_t(b.num_requests()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes),
+        out(std::size_t(b.num_queries()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.dtype)),
+        lse(std::size_t(b.num_queries()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes),
         sink(sizeof(std::uint32_t)) {
     CODEC_CUDA_CHECK(cudaStreamCreate(&stream));
     CODEC_CUDA_CHECK(cudaEventCreate(&start));
@@ -66,8 +66,8 @@ struct CudaBench::Impl {
   }
   // The first B requests' rows (a plan over a subset of the batch's requests runs on those).
   AttentionIO io(int B) const {
-    CODEC_CHECK(B >= 0 && B <= batch.num_requests(), "CudaBench: a plan of ", B, " requests over a batch of ",
-                batch.num_requests());
+    CODEC_CHECK(B >= 0 && B <= batch.num_queries(), "CudaBench: a plan of ", B, " rows over a batch of ",
+                batch.num_queries());
     const int Hq = batch.heads.num_qo_heads, D = batch.heads.head_dim;
     return {QueryRows::contiguous(q.ptr, batch.dtype, B, Hq, D), OutputRows::contiguous(out.ptr, batch.dtype, B, Hq, D),
             LseRows::contiguous(static_cast<float*>(lse.ptr), B, Hq)};
@@ -86,8 +86,8 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   DeviceBuffer workspace(cuda_workspace_bytes(plan));
   const std::span<std::byte> ws(workspace.bytes(), cuda_workspace_bytes(plan));
   cuda_upload_plan(plan, ws, s.stream);
-  const AttentionIO io = s.io(s.batch.num_requests());
-  const std::size_t rows = std::size_t(s.batch.num_requests()) * s.batch.heads.num_qo_heads;
+  const AttentionIO io = s.io(s.batch.num_queries());
+  const std::size_t rows = std::size_t(s.batch.num_queries()) * s.batch.heads.num_qo_heads;
   const std::size_t out_elems = rows * s.batch.heads.head_dim;
 
   // Checked run: outputs poisoned first (0xFF bytes are NaN in fp16, bf16 and fp32).

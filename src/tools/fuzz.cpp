@@ -64,7 +64,10 @@ struct Case {
        << (options.split == SplitPolicy::none    ? "none"
            : options.split == SplitPolicy::fixed ? "fixed:" + std::to_string(options.fixed_splits)
                                                  : std::string("adaptive"))
-       << (flat ? " flat" : "") << (out_f32 ? " out fp32" : "") << (lse_base == LseBase::two ? " lse base 2" : "");
+       << (flat ? " flat" : "") << (out_f32 ? " out fp32" : "") << (lse_base == LseBase::two ? " lse base 2" : "")
+       << (w.tree_width > 0 ? " tree " + std::to_string(w.tree_width) + "x" + std::to_string(w.tree_depth)
+           : w.q_len > 1    ? " q_len " + std::to_string(w.q_len)
+                            : std::string());
     return os.str();
   }
 };
@@ -171,6 +174,12 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.wide_tail_tokens = d.in(1, 64);
   // the price of tasks beside wide ones: another schedule, never other results
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.beside_wide_price = 0.1 * d.in(3, 10);
+  // several query tokens a request, causal or a draft tree (the CPU engine's masks; the CUDA engine's kernels
+  // mask no task yet)
+  if (!cuda && d.chance(0.3)) {
+    if (d.chance(0.5)) c.w = c.w.with_queries(d.chance(0.8) ? d.in(2, 16) : d.in(17, 300));
+    else c.w = c.w.with_queries(1, d.in(1, 5), d.in(1, 4));
+  }
   return c;
 }
 
@@ -217,7 +226,7 @@ struct Outcome {
 };
 
 Outcome run_cpu_case(const Case& c, const Plan& plan, const Batch& b, const Pool& pool) {
-  const int B = b.num_requests(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
+  const int B = b.num_queries(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
   const DType out_dtype = c.out_f32 ? DType::f32 : b.dtype;
   std::vector<std::byte> out(std::size_t(B) * Hq * D * dtype_size(out_dtype), std::byte{0xff});  // NaN
   std::vector<float> lse(std::size_t(B) * Hq, NAN);
@@ -244,7 +253,7 @@ struct DeviceBytes {
 };
 
 Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Pool& pool) {
-  const int B = b.num_requests(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
+  const int B = b.num_queries(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
   const std::size_t out_bytes = std::size_t(B) * Hq * D * dtype_size(b.dtype);
   DeviceBytes k(pool.k), v(pool.v), q(b.q), out(out_bytes), lse(std::size_t(B) * Hq * 4),
       ws(cuda_workspace_bytes(plan));
@@ -271,12 +280,13 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
 std::string check_case(const Case& c, bool cuda) {
   const Batch b = materialize(c.w);
   const PageTable table = b.page_table();
-  const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data());
+  const QueryBatch queries = b.queries.view();
+  const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data(), queries);
   RooflineParams params = c.roofline_cpu ? RooflineParams::cpu(2) : RooflineParams::h200();
   params.concurrent_blocks = c.options.num_blocks;
   const RooflineCostModel cost(params, c.w.heads, c.w.dtype);
   const Forest forest = derive_forest(table);
-  const Plan plan = make_plan(c.flat ? flatten(forest) : forest, c.w.heads, c.w.dtype, cost, c.options);
+  const Plan plan = make_plan(c.flat ? flatten(forest) : forest, c.w.heads, c.w.dtype, cost, c.options, queries);
   const Pool pool = relayout(b, c.layout);
 #if CODEC_HAS_CUDA
   Outcome o = cuda ? run_cuda_case(c, plan, b, pool) : run_cpu_case(c, plan, b, pool);
@@ -311,7 +321,24 @@ std::string check_refusal(std::uint64_t seed, int index, bool cuda) {
     return make_plan(derive_forest(tables.view(b.num_pages, b.page_size)), w.heads, w.dtype, cost, opt);
   };
   const int r = d.in(0, B - 1);
-  switch (d.in(0, 7)) {
+  std::vector<std::int32_t> qo_indptr;
+  std::vector<std::uint8_t> bits;
+  switch (d.in(0, 8)) {
+    case 8: {  // query tokens: not increasing, more than a request's KV, or mask bytes of the wrong length
+      for (int i = 0; i <= B; ++i) qo_indptr.push_back(i);
+      const int kind = d.in(0, 2);
+      what = kind == 0 ? "qo_indptr not increasing" : kind == 1 ? "q_len past kv_len" : "mask bytes";
+      if (kind == 0) qo_indptr[std::size_t(r + 1)] = qo_indptr[std::size_t(r)];
+      if (kind == 1)
+        for (int i = r + 1; i <= B; ++i) qo_indptr[std::size_t(i)] += std::int32_t(w.request_tokens(r));
+      if (kind == 2) bits.assign(std::size_t(d.in(0, B)), 0xff);  // a draft mask of one token a request takes B bytes
+      call = [&] {
+        make_plan(derive_forest(b.page_table()), w.heads, w.dtype, cost, opt,
+                  {qo_indptr, kind == 2 ? QueryMask::draft : QueryMask::causal, bits});
+      };
+      if (kind == 2 && int(bits.size()) == B) bits.push_back(0);
+      break;
+    }
     case 0:
       what = "last_page_len out of range";
       t.last_page_len[std::size_t(r)] = d.chance(0.5) ? 0 : b.page_size + d.in(1, 5);

@@ -37,5 +37,8 @@ void write_npy(const std::string& path, const float* data, const std::vector<std
 void write_npy(const std::string& path, const std::int32_t* data, const std::vector<std::int64_t>& shape) {
   write(path, "<i4", data, 4, shape);
 }
+void write_npy(const std::string& path, const std::uint8_t* data, const std::vector<std::int64_t>& shape) {
+  write(path, "|u1", data, 1, shape);
+}
 
 }  // namespace codec::tools

@@ -9,5 +9,6 @@ namespace codec::tools {
 
 void write_npy(const std::string& path, const float* data, const std::vector<std::int64_t>& shape);
 void write_npy(const std::string& path, const std::int32_t* data, const std::vector<std::int64_t>& shape);
+void write_npy(const std::string& path, const std::uint8_t* data, const std::vector<std::int64_t>& shape);
 
 }  // namespace codec::tools

@@ -131,6 +131,40 @@ float synthetic_kv(std::uint64_t seed, std::int32_t token, int kv_head, int dim,
   return unit(splitmix64(kv_key(seed, token, kv_head, is_v) + std::uint64_t(dim)));
 }
 
+namespace {
+
+// Each request's draft tree (WorkloadQueries), packed per request.
+std::vector<std::uint8_t> draft_tree_bits(const Workload& w) {
+  const int n = w.q_len, width = w.tree_width;
+  const std::size_t bytes = (std::size_t(n) * std::size_t(n) + 7) / 8;
+  std::vector<std::uint8_t> bits(bytes * w.requests.size(), 0);
+  std::vector<int> parent(static_cast<std::size_t>(n));
+  for (std::size_t r = 0; r < w.requests.size(); ++r) {
+    std::uint8_t* m = bits.data() + r * bytes;
+    for (int i = 0; i < n; ++i) {
+      const int level = i / width;
+      parent[std::size_t(i)] =
+          level == 0 ? -1 : (level - 1) * width + int(splitmix64(w.seed ^ (r << 20) ^ std::uint64_t(i)) % width);
+      for (int j = i; j >= 0; j = parent[std::size_t(j)]) {
+        const std::size_t bit = std::size_t(i) * std::size_t(n) + std::size_t(j);
+        m[bit / 8] |= std::uint8_t(1u << (bit % 8));
+      }
+    }
+  }
+  return bits;
+}
+
+}  // namespace
+
+WorkloadQueries workload_queries(const Workload& w) {
+  WorkloadQueries q;
+  if (w.q_len == 1) return q;
+  for (std::size_t r = 0; r <= w.requests.size(); ++r) q.qo_indptr.push_back(std::int32_t(r) * w.q_len);
+  if (w.tree_width > 0) q.mask_bits = draft_tree_bits(w);
+  q.mask = w.tree_width > 0 ? QueryMask::draft : QueryMask::causal;
+  return q;
+}
+
 PagedKV Batch::kv() const {
   return PagedKV::nhd(k.data(), v.data(), dtype, num_pages, page_size, heads.num_kv_heads, heads.head_dim);
 }
@@ -157,7 +191,9 @@ Batch materialize(const Workload& w) {
   const std::size_t esize = dtype_size(w.dtype);
   b.k.resize(std::size_t(b.num_pages * page_elems) * esize);
   b.v.resize(b.k.size());
-  b.q.resize(std::size_t(num_requests) * std::size_t(hq) * std::size_t(dim) * esize);
+  b.queries = workload_queries(w);
+  const int rows = b.num_queries();
+  b.q.resize(std::size_t(rows) * std::size_t(hq) * std::size_t(dim) * esize);
   dispatch_dtype(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* k = reinterpret_cast<T*>(b.k.data());
@@ -183,7 +219,7 @@ Batch materialize(const Workload& w) {
       }
     }
     T* q = reinterpret_cast<T*>(b.q.data());
-    for (int r = 0; r < num_requests; ++r)
+    for (int r = 0; r < rows; ++r)
       for (int h = 0; h < hq; ++h)
         fill_row(q + (std::int64_t(r) * hq + h) * dim, q_key(w.seed, r, h), dim, kQueryRange);
   });

@@ -91,7 +91,7 @@ Workload::Footprint Workload::footprint() const {
   f.tables_bytes = 2 * 4 * request_tokens_sum      // token ids: the inserted path, the manager's copy
                    + 3 * 4 * request_pages         // page lists, and the dense renumbering
                    + kManagerBytesPerPage * kv_pages;
-  const double rows = double(requests.size()) * heads.num_qo_heads * heads.head_dim;
+  const double rows = double(requests.size()) * q_len * heads.num_qo_heads * heads.head_dim;
   f.batch_bytes = 2 * kv_pages * page_size * heads.num_kv_heads * heads.head_dim * double(dtype_size(dtype))
                   + rows * (double(dtype_size(dtype)) + 8 + 3 * 4);  // q, the fp64 reference, outputs
   return f;
@@ -108,6 +108,36 @@ Workload Workload::scaled(double factor) const {
     // Scaling must not turn a non-empty node into an empty one: that would change the tree's shape.
     node.tokens = std::max<std::int64_t>(1, std::int64_t(t));
   }
+  return out;
+}
+
+Workload Workload::with_queries(int q_len_arg, int tree_width_arg, int tree_depth_arg) const {
+  const bool tree = tree_width_arg > 0 || tree_depth_arg > 0;
+  CODEC_CHECK(!tree || (tree_width_arg >= 1 && tree_depth_arg >= 1), "--tree ", tree_width_arg, ",",
+              tree_depth_arg, ": width and depth must be >= 1");
+  CODEC_CHECK(q_len_arg >= 1, "--q-len ", q_len_arg, " must be >= 1");
+  CODEC_CHECK(!tree || q_len_arg == 1, "--q-len and --tree: give one (a tree's tokens are its width x depth)");
+  const std::int64_t n = tree ? std::int64_t(tree_width_arg) * tree_depth_arg : q_len_arg;
+  CODEC_CHECK(n <= 1 << 16, "query tokens a request ", n, " must be <= 65536");
+  Workload out = *this;
+  out.q_len = int(n);
+  out.tree_width = tree_width_arg, out.tree_depth = tree_depth_arg;
+  if (n == 1) return out;
+  // A node grows for its request where that request alone ends there and nothing hangs below it.
+  std::vector<int> ending(nodes.size(), 0), children(nodes.size(), 0);
+  for (const std::int32_t node : requests) ++ending[std::size_t(node)];
+  for (const WorkloadNode& node : nodes)
+    if (node.parent >= 0) ++children[std::size_t(node.parent)];
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const auto node = std::size_t(requests[r]);
+    if (ending[node] == 1 && children[node] == 0 && nodes[node].tokens > 0) {
+      out.nodes[node].tokens += n - 1;
+    } else {
+      out.requests[r] = std::int32_t(out.nodes.size());
+      out.nodes.push_back({nodes[node].id + "~q" + std::to_string(r), std::int32_t(node), n - 1});
+    }
+  }
+  out.validate();
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "codec/core/heads.hpp"
 #include "codec/forest/forest_manager.hpp"
 #include "codec/forest/page_table.hpp"
+#include "codec/plan/queries.hpp"
 
 namespace codec {
 
@@ -30,6 +31,12 @@ struct Workload {
   DType dtype = DType::bf16;
   std::vector<WorkloadNode> nodes;   // parents before children
   std::vector<std::int32_t> requests;  // node index ending each request's path
+  // Query tokens of every request (with_queries): 1 decodes; q_len > 1 are
+  // the last q_len tokens of its KV under a causal mask, or, with a draft
+  // tree (tree_depth levels of tree_width tokens, q_len = their product),
+  // under the tree's mask.
+  int q_len = 1;
+  int tree_width = 0, tree_depth = 0;
 
   // Throws codec::Error naming the field and value (unknown parent, cycle,
   // negative tokens, no requests, empty request, heads, page size, dtype).
@@ -38,6 +45,12 @@ struct Workload {
   std::int64_t unique_tokens() const;
   // Multiplies every node's token count by factor (a non-empty node keeps ≥ 1 token).
   Workload scaled(double factor) const;
+  // The workload with q_len query tokens a request (codec bench --q-len), or
+  // a draft tree of tree_depth levels of tree_width tokens (--tree W,D): each
+  // request's last node grows by the tokens past its first query token, or,
+  // where that node is not the request's alone, a private child of them is
+  // added; the first query token is the last token the request had.
+  Workload with_queries(int q_len, int tree_width = 0, int tree_depth = 0) const;
   // Host memory, in bytes, that building its page tables takes (token ids,
   // page lists, the forest manager's pages; `workload_page_tables`), and what
   // `materialize` takes besides (the K and V pools, queries, the fp64
@@ -64,13 +77,27 @@ Workload resolve_workload(const std::string& spec);
 
 // A workload's batch in memory: K/V page pools (NHD) and queries filled with
 // seeded random values, page tables from the forest manager.
+// A workload's query tokens (Workload::q_len) as a plan takes them: request
+// r's rows qo_indptr[r] .. qo_indptr[r + 1] (none: one each), causal, or the
+// masks of its draft trees (a token of level l > 0 the child of one of level
+// l − 1 drawn from the seed; each sees its ancestors and itself).
+struct WorkloadQueries {
+  std::vector<std::int32_t> qo_indptr;
+  QueryMask mask = QueryMask::causal;
+  std::vector<std::uint8_t> mask_bits;
+  QueryBatch view() const { return {qo_indptr, mask, mask_bits}; }
+};
+WorkloadQueries workload_queries(const Workload& workload);
+
 struct Batch {
   HeadConfig heads;
+  WorkloadQueries queries;  // q has a row per query token
+  int num_queries() const { return queries.qo_indptr.empty() ? num_requests() : queries.qo_indptr.back(); }
   DType dtype = DType::bf16;
   int page_size = 0;
   std::int64_t num_pages = 0;
   std::vector<std::byte> k, v;   // [num_pages, page_size, Hkv, D] in dtype
-  std::vector<std::byte> q;      // [B, Hq, D] in dtype
+  std::vector<std::byte> q;      // [num_queries, Hq, D] in dtype
   ForestManager::Tables tables;  // one page list per request, in request order
   PageTable page_table() const { return tables.view(num_pages, page_size); }
   PagedKV kv() const;

@@ -74,6 +74,37 @@ TEST(CodecCli, CpuRunsShowNoH200Floor) {
   EXPECT_GT(rows[0]["floor_ms"].get<double>(), 0);
 }
 
+// Several query tokens a request on the CPU engine: causal (--q-len) and a
+// draft tree (--tree), checked against fp64; their rows and the dump's files.
+TEST(CodecCli, QueryTokensRunAndDumpOnTheCpu) {
+  for (const std::string& args : {std::string("--q-len 5"), std::string("--tree 3,2")}) {
+    const auto dir = scratch("queries");
+    const Result r = run_codec("bench --backend cpu --workload depth:3,loogle:4 --scale 0.05 --reps 1 --json " +
+                               args + " --dump " + dir.string());
+    ASSERT_EQ(r.code, 0) << args << "\n" << r.output;
+    const nlohmann::json rows = nlohmann::json::parse(r.output.substr(r.output.find("[\n")));
+    ASSERT_EQ(rows.size(), 2u);
+    for (const auto& row : rows) {
+      EXPECT_EQ(row["q_len"], args == "--q-len 5" ? 5 : 6) << args;
+      EXPECT_TRUE(row["pass"].get<bool>()) << args << " " << row;
+    }
+    EXPECT_TRUE(std::filesystem::exists(dir / "depth:3" / "qo_indptr.npy")) << args;
+    EXPECT_EQ(std::filesystem::exists(dir / "depth:3" / "mask_bits.npy"), args != "--q-len 5") << args;
+    std::filesystem::remove_all(dir);
+  }
+  const Result plan = run_codec("plan --workload loogle:8 --q-len 4 --target h200 --json");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  const nlohmann::json p = nlohmann::json::parse(plan.output);
+  EXPECT_EQ(p[0]["query_rows"].get<int>(), 4 * p[0]["requests"].get<int>());
+  for (const auto& [args, named] : {std::pair{"--tree 4", "--tree '4' is not W,D"},
+                                    {"--tree 0,3", "--tree 0,3: width and depth must be >= 1"},
+                                    {"--q-len 2 --tree 2,2", "--q-len and --tree: give one"}}) {
+    const Result bad = run_codec(std::string("plan --workload depth:2 ") + args);
+    EXPECT_EQ(bad.code, 2) << args << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(named), std::string::npos) << args << "\n" << bad.output;
+  }
+}
+
 // Plans for the H200 made without a GPU use the grid the kernel would run:
 // 132 SMs × 4 PAC blocks at head_dim 64, × 2 at 128 and 256.
 TEST(CodecCli, OfflineH200PlansUseTheKernelsBlocksPerSm) {

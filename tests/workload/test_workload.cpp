@@ -358,6 +358,30 @@ TEST(Json, DefaultsAndModelObject) {
   EXPECT_EQ(d.heads.num_qo_heads, 32);
 }
 
+// Query tokens: a request's own last node grows past its first query
+// token; one shared by another request, or with children, gets a private
+// child instead; every request then has q_len - 1 more tokens.
+TEST(Workload, WithQueriesGrowsEachRequestsOwnEnd) {
+  Workload w;
+  w.nodes = {{"doc", -1, 100}, {"q1", 0, 7}, {"q2", 0, 9}};
+  w.requests = {1, 2, 2, 0};  // q1 alone, q2 twice, the document itself (it has children)
+  const Workload q = w.with_queries(4);
+  EXPECT_EQ(q.q_len, 4);
+  EXPECT_EQ(q.nodes[1].tokens, 10);  // q1 grew
+  EXPECT_EQ(q.nodes[2].tokens, 9);   // q2 is shared: its requests get children
+  ASSERT_EQ(q.nodes.size(), 6u);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(q.request_tokens(r), w.request_tokens(r) + 3) << "request " << r;
+  EXPECT_EQ(q.nodes[std::size_t(q.requests[3])].parent, 0);
+  const Workload t = w.with_queries(1, 4, 3);
+  EXPECT_EQ(t.q_len, 12);
+  EXPECT_EQ(t.request_tokens(0), w.request_tokens(0) + 11);
+  const Batch b = materialize(t);
+  EXPECT_EQ(b.num_queries(), 48);
+  EXPECT_EQ(b.queries.mask, QueryMask::draft);
+  EXPECT_EQ(b.queries.mask_bits.size(), 4u * 18);  // 144 bits a request
+  EXPECT_TRUE(throws_with([&] { w.with_queries(0); }, "--q-len 0 must be >= 1"));
+}
+
 // One bad input per test row; each message names the source, the field and the value.
 TEST(Json, BadInputs) {
   const std::string a = R"({"id": "a", "parent": null, "tokens": 4})";
