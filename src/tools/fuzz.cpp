@@ -332,7 +332,7 @@ std::string check_refusal(std::uint64_t seed, int index, bool cuda) {
       if (kind == 1)
         for (int i = r + 1; i <= B; ++i) qo_indptr[std::size_t(i)] += std::int32_t(w.request_tokens(r));
       if (kind == 2) bits.assign(std::size_t(d.in(0, B)), 0xff);  // a draft mask of one token a request takes B bytes
-      call = [&] {
+      call = [&, kind] {  // kind by value: the call comes after this block
         make_plan(derive_forest(b.page_table()), w.heads, w.dtype, cost, opt,
                   {qo_indptr, kind == 2 ? QueryMask::draft : QueryMask::causal, bits});
       };
