@@ -7,6 +7,16 @@
 #include "codec/core/error.hpp"
 
 namespace codec {
+namespace {
+
+// Where token t of request r, KV head kvh, starts in the pool. A function, not
+// a lambda in the OpenMP loop: clang refuses a nested lambda's reference to
+// the enclosing function's parameters there.
+std::int64_t token_offset(const PageTable& table, const PagedKV& kv, int r, std::int64_t t, int kvh) {
+  return kv.offset(table.indices[table.indptr[r] + t / table.page_size], int(t % table.page_size), kvh);
+}
+
+}  // namespace
 
 ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
                                     const void* q, const QueryBatch& queries) {
@@ -47,14 +57,11 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
       const std::int64_t n = kv_len[std::size_t(r)];
       std::vector<double> qd(D), s(n);
       for (int d = 0; d < D; ++d) qd[d] = to_float(Q[rh * D + d]);
-      auto token_offset = [&](std::int64_t t) {
-        return kv.offset(table.indices[table.indptr[r] + t / table.page_size], int(t % table.page_size), kvh);
-      };
       double m = -inf;
       for (std::int64_t t = 0; t < n; ++t) {
         s[t] = -inf;
         if (!queries.sees(r, i, t, n, mask_byte[std::size_t(r)])) continue;
-        const std::int64_t off = token_offset(t);
+        const std::int64_t off = token_offset(table, kv, r, t, kvh);
         double dot = 0;
         for (int d = 0; d < D; ++d) dot += qd[d] * to_float(K[off + d]);
         s[t] = dot * scale;
@@ -67,7 +74,7 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
         if (s[t] == -inf) continue;
         const double p = std::exp(s[t] - m);
         l += p;
-        const std::int64_t off = token_offset(t);
+        const std::int64_t off = token_offset(table, kv, r, t, kvh);
         for (int d = 0; d < D; ++d) out[d] += p * to_float(V[off + d]);
       }
       for (int d = 0; d < D; ++d) out[d] /= l;
