@@ -52,8 +52,7 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
 
     Args:
         float_workspace_buffer: a uint8 tensor or array: on the host the CPU
-            engine, on a CUDA device the CUDA engine (which so far runs plans
-            whose masks cut no task: ``causal=False``, or one token a request).
+            engine, on a CUDA device the CUDA engine.
         kv_layout: "NHD" or "HND", as the decode wrapper's.
         use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
         paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf,

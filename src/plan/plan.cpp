@@ -237,16 +237,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
   if (counts_.masks) {
     const PlanView v = view();
-    for (const Task& t : a.tasks) {
-      bool masked = false;
-      for (int row = t.row_begin; row < t.row_end && !masked; ++row) {
-        const int q = v.node_reqs[t.req_begin + row / v.group];
-        const PlanView::Visible seen = v.visible(t.node, q, t.kv_begin, t.kv_end);
-        masked = seen.begin != t.kv_begin || seen.end != t.kv_end ||
-                 (v.query_bits_word[q] >= 0 && v.query_bits_pos[q] < v.node_kv_begin[t.node] + t.kv_end);
-      }
-      extent_.masked_tasks += masked;
-    }
+    for (const Task& t : a.tasks) extent_.masked_tasks += v.masked(t);
   }
 }
 

@@ -174,9 +174,8 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.wide_tail_tokens = d.in(1, 64);
   // the price of tasks beside wide ones: another schedule, never other results
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.beside_wide_price = 0.1 * d.in(3, 10);
-  // several query tokens a request, causal or a draft tree (the CPU engine's masks; the CUDA engine's kernels
-  // mask no task yet)
-  if (!cuda && d.chance(0.3)) {
+  // several query tokens a request, causal or a draft tree
+  if (d.chance(0.3)) {
     if (d.chance(0.5)) c.w = c.w.with_queries(d.chance(0.8) ? d.in(2, 16) : d.in(17, 300));
     else c.w = c.w.with_queries(1, d.in(1, 5), d.in(1, 4));
   }

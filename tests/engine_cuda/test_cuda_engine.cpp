@@ -26,6 +26,7 @@
 #include "codec/plan/planner.hpp"
 #include "support/planning.hpp"
 #include "support/random_batch.hpp"
+#include "support/random_queries.hpp"
 #include "support/throws_with.hpp"
 
 namespace codec {
@@ -425,6 +426,148 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
     check(opt, "split none");
   }
   EXPECT_GT(wide_only_merged, 0) << "no plan ran the merge straight after the wide kernel";
+}
+
+// Masked tasks of a plan by the kernel path that runs them: the wide
+// kernel, the narrow kernel's wgmma path (17 rows or more, sm_90a) and its
+// packs of small tasks (the rest run on its mma.sync path).
+struct MaskedPaths {
+  int masked = 0, wide = 0, wgmma = 0, packed = 0;
+  void tally(const Plan& plan) {
+    const PlanView p = plan.view();
+    const CudaPackLimits limits = cuda_pac_pack_limits(p.head_dim);
+    for (int w = 0; w < p.num_wide_blocks; ++w)
+      for (int i = p.wide_indptr[w]; i < p.wide_indptr[w + 1]; ++i) wide += p.masked(p.tasks[i]);
+    for (int b = 0; b < p.num_blocks; ++b) {
+      const int begin = p.single_task_blocks ? std::min(b, p.num_tasks) : p.block_indptr[b];
+      const int end = p.single_task_blocks ? std::min(b + 1, p.num_tasks) : p.block_indptr[b + 1];
+      for (int i = begin; i < end;) {  // runs of tasks that fit a pack, as the kernel reads them
+        int run = 0;
+        auto fits = [&](const Task& t) {
+          return t.row_end - t.row_begin <= limits.rows && t.kv_end - t.kv_begin <= limits.tokens;
+        };
+        while (i + run < end && run < limits.tasks && fits(p.tasks[i + run])) ++run;
+        const int count = run >= 2 ? run : 1;
+        for (int k = i; k < i + count; ++k) {
+          const Task& t = p.tasks[k];
+          if (!p.masked(t)) continue;
+          packed += count >= 2;
+          wgmma += count == 1 && t.row_end - t.row_begin >= 17;
+        }
+        i += count;
+      }
+    }
+    masked += plan.extent().masked_tasks;
+  }
+};
+
+// Several query tokens a request under each mask (support/random_queries.hpp:
+// causal chunks reaching back into shared nodes, draft trees, custom masks
+// that hide keys of shared nodes and leave rows nothing), on the device's
+// plan, with every node of many rows wide, and flat with 3 splits: masked
+// tasks on every kernel path against fp64, and the kernels' rows that see no
+// key come out as zeros with lse −inf.
+TEST(CudaEngine, QueryTokensUnderEachMaskMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    HeadConfig heads;
+    DType dtype;
+    int page_size;
+    Layout layout;
+    int nodes, requests;
+    double fork_prob;
+    int max_node_pages;
+  };
+  const Case cases[] = {
+      {{8, 2, 64}, DType::f16, 1, Layout::nhd, 5, 5, 0.2, 40},
+      {{32, 8, 128}, DType::bf16, 16, Layout::hnd, 4, 6, 0.3, 6},
+      {{40, 8, 128}, DType::f16, 7, Layout::padded, 5, 7, 0.3, 9},
+      {{16, 1, 256}, DType::bf16, 3, Layout::interleaved, 3, 4, 0.2, 30},
+  };
+  MaskedPaths paths;
+  bool wide_here = false;
+  for (const Case& c : cases)
+    for (const QueryMask mask : {QueryMask::none, QueryMask::causal, QueryMask::custom, QueryMask::draft})
+      for (const int max_q : {4, 16, 64})
+        for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+          const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, c.nodes,
+                                                               c.requests, c.fork_prob, c.max_node_pages);
+          const test::RandomBatch b = test::make_random_batch(spec);
+          const test::RandomQueries q = test::make_random_queries(b, mask, max_q, seed);
+          const std::string what = spec.describe() + " " + to_string(c.layout) + " mask " +
+                                   std::to_string(int(mask)) + " max_q " + std::to_string(max_q);
+          const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, q.q.data(), q.view());
+          DeviceBatch d = upload(b, c.layout);
+          d.q = std::make_unique<DeviceBuffer>(q.q.data(), q.q.size());
+          const Forest forest = derive_forest(b.table());
+          const RooflineCostModel roofline = h200_cost(c.heads, c.dtype);
+          auto check = [&](const Forest& f, const CostModel& cost, const PlannerOptions& o, const std::string& how) {
+            const Plan plan = make_plan(f, c.heads, c.dtype, cost, o, q.view());
+            ASSERT_EQ(plan.num_requests(), q.num_queries()) << what;
+            paths.tally(plan);
+            expect_matches(run_gpu(plan, d), ref, c.dtype, what + " " + how);
+          };
+          PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
+          check(forest, roofline, opt, "device");
+          if (cuda_device_info(c.heads, c.dtype).wide) {
+            wide_here = true;
+            PlannerOptions wide = opt;
+            wide.wide_min_rows = 0;
+            wide.wide_min_tokens = 0;
+            check(forest, test::WidePriced(roofline, 0.5), wide, "wide");
+          }
+          opt.split = SplitPolicy::fixed;
+          opt.fixed_splits = 3;
+          opt.num_blocks = opt.wide_tile_rows > 0 ? 4 : 3;  // whole wide blocks where there are any
+          opt.chunk_align = 1 + int(seed % 16);
+          check(flatten(forest), roofline, opt, "flat, fixed 3");
+        }
+  std::cout << "masked tasks: " << paths.masked << " (wide " << paths.wide << ", wgmma " << paths.wgmma
+            << ", packed " << paths.packed << ")\n";
+  EXPECT_GT(paths.packed, 0);
+  if (wide_here) {
+    EXPECT_GT(paths.wide, 0);
+    EXPECT_GT(paths.wgmma, 0);
+  }
+}
+
+// A prefill chunk of hundreds of tokens a request over cached prefixes: the
+// causal mask cuts every KV tile of each request's own last node, whose
+// thousand-odd rows also run as wide tasks where the device has them.
+TEST(CudaEngine, LongChunksOverCachedPrefixes) {
+  SKIP_WITHOUT_GPU();
+  for (const DType dtype : {DType::bf16, DType::f16}) {
+    const HeadConfig heads{32, 8, 128};
+    test::RandomBatchSpec spec = test::engine_spec(4, heads, dtype, 16, 3, 3, 0.0, 40);
+    spec.max_tail = 700;
+    const test::RandomBatch b = test::make_random_batch(spec);
+    test::RandomQueries q = test::make_random_queries(b, QueryMask::causal, 1, 4);
+    const PageTable table = b.table();
+    q.qo_indptr = {0};
+    for (int r = 0; r < table.num_requests(); ++r)  // every request's last 300 tokens (or all it has)
+      q.qo_indptr.push_back(q.qo_indptr.back() + int(std::min<std::int64_t>(300, table.request_tokens(r))));
+    q.q.resize(std::size_t(q.num_queries()) * heads.num_qo_heads * heads.head_dim * 2);
+    std::mt19937 rng(9);
+    for (std::byte& x : q.q) x = std::byte(rng() % 64);  // small values: the exponent bits stay low
+    const ReferenceResult ref = reference_attention(table, b.kv(), heads, q.q.data(), q.view());
+    DeviceBatch d = upload(b, Layout::nhd);
+    d.q = std::make_unique<DeviceBuffer>(q.q.data(), q.q.size());
+    const Forest forest = derive_forest(table);
+    const RooflineCostModel roofline = h200_cost(heads, dtype);
+    PlannerOptions opt = cuda_planner_options(heads, dtype);
+    const Plan plan = make_plan(forest, heads, dtype, roofline, opt, q.view());
+    EXPECT_GT(plan.extent().masked_tasks, 0);
+    expect_matches(run_gpu(plan, d), ref, dtype, spec.describe() + " 300-token chunks");
+    if (cuda_device_info(heads, dtype).wide) {  // every node of many rows wide
+      opt.wide_min_rows = 0;
+      opt.wide_min_tokens = 0;
+      const Plan wide = make_plan(forest, heads, dtype, test::WidePriced(roofline, 0.5), opt, q.view());
+      MaskedPaths paths;
+      paths.tally(wide);
+      EXPECT_GT(paths.wide, 0);
+      expect_matches(run_gpu(wide, d), ref, dtype, spec.describe() + " 300-token chunks, wide");
+    }
+  }
 }
 
 // Which kernels run_cuda launches, decided on the host (no GPU needed): a

@@ -1,8 +1,8 @@
-"""Several query tokens a request on the CPU engine, against float64: the
-prefill wrapper under no mask, causal, custom (bool and packed) and draft
-masks, and the decode wrapper's q_len_per_req and qo_indptr; a chunk that
-reaches from a request's own pages into a shared prefix; bad inputs refused
-by name."""
+"""Several query tokens a request against float64: the prefill wrapper under
+no mask, causal, custom (bool and packed) and draft masks on the CPU engine
+and (torch tensors) the CUDA engine, and the decode wrapper's q_len_per_req
+and qo_indptr; a chunk that reaches from a request's own pages into a shared
+prefix; bad inputs refused by name."""
 
 import math
 
@@ -52,46 +52,74 @@ def setup(seed, dtype="float32", page_size=7, max_q=9):
 
 def check(out, lse, ref, dtype):
     ref_out, ref_lse = ref
-    assert rel_l2(out.astype(np.float64) if dtype != "bfloat16" else widen(out, dtype), ref_out) <= TOLERANCE[dtype]
+    assert rel_l2(widen(out, dtype) if out.dtype == np.uint16 else out.astype(np.float64), ref_out) <= TOLERANCE[dtype]
     empty = np.isinf(ref_lse)
     assert np.array_equal(np.isinf(lse), empty) and (lse[empty] < 0).all()
     assert rel_l2(lse[~empty], ref_lse[~empty]) <= 1e-5
 
 
-@pytest.mark.parametrize("mask", ["none", "causal", "custom", "packed", "draft"])
+def mask_case(mask, rng, q_len, lens):
+    """The plan's keyword arguments for `mask` over random bits or trees, and which keys each token sees."""
+    if mask == "none":
+        return {}, lambda r, i, j: True
+    if mask == "causal":
+        return {"causal": True}, lambda r, i, j: j <= lens[r] - q_len[r] + i
+    if mask in ("custom", "packed"):
+        bits = [rng.random((q_len[r], lens[r])) < 0.6 for r in range(len(lens))]
+        bits[0][0, :] = False  # a row that sees nothing
+        arg = (np.concatenate([m.reshape(-1) for m in bits]) if mask == "custom"
+               else np.concatenate([np.packbits(m.reshape(-1), bitorder="little") for m in bits]))
+        return {"custom_mask" if mask == "custom" else "packed_custom_mask": arg}, lambda r, i, j: bits[r][i, j]
+    trees = []
+    for n in q_len:  # a random tree: each new token's parent among the earlier ones, or none
+        parent = [-1] + [int(rng.integers(-1, i)) for i in range(1, n)]
+        m = np.zeros((n, n), bool)
+        for i in range(n):
+            j = i
+            while j >= 0:
+                m[i, j], j = True, parent[j]
+        trees.append(m)
+    return ({"draft_mask": np.concatenate([m.reshape(-1) for m in trees])},
+            lambda r, i, j: j < lens[r] - q_len[r] or trees[r][i, j - (lens[r] - q_len[r])])
+
+
+MASKS = ["none", "causal", "custom", "packed", "draft"]
+
+
+@pytest.mark.parametrize("mask", MASKS)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_prefill_wrapper_matches_float64_under_each_mask(mask, dtype):
     for seed in range(3):
         b, q, qo_indptr, q_len, lens, rng = setup(seed, dtype)
-        kwargs, sees = {}, (lambda r, i, j: True)
-        if mask == "causal":
-            kwargs["causal"] = True
-            sees = lambda r, i, j: j <= lens[r] - q_len[r] + i  # noqa: E731
-        elif mask in ("custom", "packed"):
-            bits = [rng.random((q_len[r], lens[r])) < 0.6 for r in range(len(lens))]
-            bits[0][0, :] = False  # a row that sees nothing
-            flat = np.concatenate([m.reshape(-1) for m in bits])
-            kwargs["custom_mask" if mask == "custom" else "packed_custom_mask"] = (
-                flat if mask == "custom" else np.concatenate([np.packbits(m.reshape(-1), bitorder="little")
-                                                              for m in bits]))
-            sees = lambda r, i, j: bits[r][i, j]  # noqa: E731
-        elif mask == "draft":
-            trees = []
-            for n in q_len:  # a random tree: each new token's parent among the earlier ones, or none
-                parent = [-1] + [int(rng.integers(-1, i)) for i in range(1, n)]
-                m = np.zeros((n, n), bool)
-                for i in range(n):
-                    j = i
-                    while j >= 0:
-                        m[i, j], j = True, parent[j]
-                trees.append(m)
-            kwargs["draft_mask"] = np.concatenate([m.reshape(-1) for m in trees])
-            sees = lambda r, i, j: j < lens[r] - q_len[r] or trees[r][i, j - (lens[r] - q_len[r])]  # noqa: E731
+        kwargs, sees = mask_case(mask, rng, q_len, lens)
         w = codec.BatchPrefixPrefillWrapper(np.zeros(32 << 20, np.uint8))
         w.plan(qo_indptr, b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type=dtype, **kwargs)
         assert w.plan_stats["num_requests"] == qo_indptr[-1] and w.plan_stats["batch_requests"] == len(lens)
         out, lse = w.run(store(q, dtype), cache_of(b, dtype, "NHD", "interleaved"), return_lse=True)
         check(out, lse, masked_reference(b, q, qo_indptr, sees), dtype)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_prefill_wrapper_matches_float64_under_each_mask(mask, dtype):
+    """The same on the CUDA engine, torch tensors on the device: the kernels' masked tasks."""
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device (or this build has no CUDA engine)")
+
+    def device(x):  # an array in `dtype` storage (bfloat16 as its bits) as a CUDA tensor
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        return (t.view(torch.bfloat16) if dtype == "bfloat16" else t).cuda()
+
+    for seed in range(3):
+        b, q, qo_indptr, q_len, lens, rng = setup(seed, dtype, max_q=40)
+        kwargs, sees = mask_case(mask, rng, q_len, lens)
+        w = codec.BatchPrefixPrefillWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"))
+        w.plan(*(torch.from_numpy(x).cuda() for x in (qo_indptr, b.indptr, b.indices, b.last_page_len)), 8, 2, 64,
+               b.page_size, q_data_type=getattr(torch, dtype), **kwargs)
+        out, lse = w.run(device(store(q, dtype)), device(cache_of(b, dtype, "NHD", "interleaved")), return_lse=True)
+        check(out.float().cpu().numpy(), lse.cpu().numpy(), masked_reference(b, q, qo_indptr, sees), dtype)
 
 
 def test_decode_wrapper_takes_several_tokens_a_request_causally():

@@ -139,6 +139,18 @@ struct PlanView {
     const int e = query_hi[q] - base < hi ? query_hi[q] - base : hi;
     return {b, e > b ? e : b};
   }
+  // Whether some row of task t sees less than all of the task's keys.
+  CODEC_HD bool masked(const Task& t) const {
+    if (!masks) return false;
+    for (int row = t.row_begin; row < t.row_end; ++row) {
+      const int q = node_reqs[t.req_begin + row / group];
+      const Visible seen = visible(t.node, q, t.kv_begin, t.kv_end);
+      if (seen.begin != t.kv_begin || seen.end != t.kv_end ||
+          (query_bits_word[q] >= 0 && query_bits_pos[q] < node_kv_begin[t.node] + t.kv_end))
+        return true;
+    }
+    return false;
+  }
   // Whether request q sees token t of `node`, inside its visible range.
   CODEC_HD bool sees(int node, int q, int t) const {
     if (!masks || query_bits_word[q] < 0) return true;

@@ -83,9 +83,6 @@ void check_workspace(const Plan& plan, std::span<std::byte> workspace, const cha
 
 void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cuda");
-  CODEC_CHECK(plan.extent().masked_tasks == 0, "run_cuda: the plan has ", plan.extent().masked_tasks,
-              " masked tasks (query tokens that see only part of a task's keys: a causal, draft or custom mask "
-              "over several query tokens); the CUDA engine runs plans without masked tasks so far");
   CODEC_CHECK(kv.dtype == DType::f16 || kv.dtype == DType::bf16, "run_cuda: kv.dtype ", to_string(kv.dtype),
               " is not supported on CUDA (fp16 or bf16)");
   check_io(plan, io, /*out_f32=*/false, "run_cuda");
@@ -289,6 +286,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     programmatic = major >= 9;
   }
   const float lse_scale = codec::lse_scale(io.lse_base);
+  const bool masked = plan.extent().masked_tasks > 0;  // the kernels' masked instances (tile/row_masks.cuh)
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
@@ -307,9 +305,9 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .part_lse = part_lse,
                                  .sm_scale = plan.heads().scale()};
     if constexpr (D == 128) {  // with wide blocks validate_run made sure of sm_90 and a build for sm_90a
-      if (launches.wide) cuda::launch_pac_wide<D, T>(params, stream);
+      if (launches.wide) cuda::launch_pac_wide<D, T>(params, masked, stream);
     }
-    if (launches.pac) cuda::launch_pac<D, T>(params, launches.wide, stream);
+    if (launches.pac) cuda::launch_pac<D, T>(params, launches.wide, masked, stream);
     if (launches.merge)
       cuda::launch_merge<D, T>({.plan = device,
                                 .part_o = part_o,

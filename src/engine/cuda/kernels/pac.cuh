@@ -47,6 +47,7 @@
 #include "engine/cuda/tile/attend_mma.cuh"
 #include "engine/cuda/tile/attend_wgmma.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
+#include "engine/cuda/tile/row_masks.cuh"
 
 namespace codec::cuda {
 
@@ -143,7 +144,7 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
   }
 }
 
-template <int D, typename T>
+template <int D, typename T, bool kMasked>
 __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
@@ -194,6 +195,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // computed: placed before the copies, they held every copy of a task back
   // by two round trips (bc7d159).
   const bool single_row = tid < rows && plan.num_partials(reqs[(task.row_begin + tid) / G]) == 1;
+  const int lane_rows[2] = {rtile * 16 + tid % 32 / 4, rtile * 16 + tid % 32 / 4 + 8};  // softmax.cuh's layout
+  const auto mask = task_mask<kMasked>(plan, task, lane_rows);
 
   // main loop: refill the stage tile t − 1 used as soon as every warp is done
   // with it, then wait for tile t, then attend to it. Refilling before waiting
@@ -220,12 +223,14 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     const T* sv = sk + Tr::kTileTokens * D;
 #if CODEC_WGMMA
     if (wg) {
-      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, p.sm_scale, state, o);
+      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, p.sm_scale, mask,
+                              t * Tr::kTileTokens, state, o);
       continue;
     }
 #endif
     if (has_rows && token0 < tile_tokens)
-      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, p.sm_scale, state, o);
+      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, p.sm_scale, mask,
+                                  t * Tr::kTileTokens, state, o);
   }
   cp_async_wait<0>();
   __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
@@ -307,7 +312,7 @@ __device__ __forceinline__ int pack_size(const PlanView& plan, int i, int end) {
 // Q and tokens [16w, 16w + 16) of every stage, streams its task 16 tokens a
 // step, kStages − 1 steps ahead, synchronising with __syncwarp only, and
 // writes its rows from registers: no staging, no barrier until the pack ends.
-template <int D, typename T>
+template <int D, typename T, bool kMasked>
 __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
@@ -342,6 +347,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
 #pragma unroll
     for (int h = 0; h < 2; ++h) fr.row[h] = lane / 4 + 8 * h;
     fr.look_up(plan, task);
+    const auto mask = task_mask<kMasked>(plan, task, fr.row);
 
     SoftmaxState state[2];
     float o[D / 2] = {};
@@ -352,7 +358,8 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
       const T* sk = kv.stage(t);
       attend_tile_mma<D, T, 1>(sq, sk, sk + Tr::kTileTokens * D, warp, row0,
-                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, state, o);
+                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, mask,
+                               t * Tr::kTokenStep - row0, state, o);
     }
     cp_async_wait<0>();
     store_fragment_rows<D, T>(p, task, fr, state, o);
@@ -369,7 +376,9 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
 // PAC blocks that still have several tasks to run. The trigger carries no
 // memory visibility; the merge's griddepcontrol.wait waits for this whole grid
 // to complete and flush.
-template <int D, typename T>
+//
+// kMasked: the instance for plans with masked tasks (tile/row_masks.cuh).
+template <int D, typename T, bool kMasked>
 __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
     pac_kernel(const __grid_constant__ PacParams p) {
   // wgmma's 128-byte swizzle needs its operand blocks on 1024-byte boundaries
@@ -395,8 +404,8 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
     const int pack = pack_size<D, T>(plan, i, end);
     const int count = pack >= 2 ? pack : 1;  // a lone small task keeps all 4 warps
     if (i + count == end) pdl_launch_dependents();
-    if (count >= 2) pac_pack<D, T>(p, i, count, geo, smem);
-    else pac_task<D, T>(p, task, geo, smem);
+    if (count >= 2) pac_pack<D, T, kMasked>(p, i, count, geo, smem);
+    else pac_task<D, T, kMasked>(p, task, geo, smem);
     i += count;
   }
   // After a wide grid (pac_wide.cuh), this grid completes only once that one
@@ -427,16 +436,16 @@ void set_smem_limit(int bytes) {
                                         int(cudaSharedmemCarveoutMaxShared)));
   if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
 }
-template <int D, typename T>
+template <int D, typename T, bool kMasked = false>
 void set_pac_smem_limit() {
-  set_smem_limit<pac_kernel<D, T>>(PacTraits<D, T>::kSmemBytes);
+  set_smem_limit<pac_kernel<D, T, kMasked>>(PacTraits<D, T>::kSmemBytes);
 }
 
 // Whether this build holds a kernel image the current device can run.
 template <int D, typename T>
 bool pac_has_image() {
   cudaFuncAttributes attributes{};
-  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T>);
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T, false>);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();  // an answer, not a failure: clear it
     return false;
@@ -445,22 +454,25 @@ bool pac_has_image() {
   return true;
 }
 
-// Resident PAC blocks per SM on the current device (registers and shared memory).
+// Resident PAC blocks per SM on the current device (registers and shared
+// memory). The masked instance has the same launch bounds, hence as many.
 template <int D, typename T>
 int pac_blocks_per_sm() {
   set_pac_smem_limit<D, T>();
   int blocks = 0;
-  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T>, PacTraits<D, T>::kThreads,
+  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T, false>, PacTraits<D, T>::kThreads,
                                                                  PacTraits<D, T>::kSmemBytes));
   return blocks;
 }
 
 // One block per plan block. `programmatic`: a dependent launch of the wide
-// kernel just launched on the stream (pac_wide.cuh), sm_90 only.
+// kernel just launched on the stream (pac_wide.cuh), sm_90 only. `masked`:
+// the plan has masked tasks.
 template <int D, typename T>
-void launch_pac(const PacParams& params, bool programmatic, cudaStream_t stream) {
+void launch_pac(const PacParams& params, bool programmatic, bool masked, cudaStream_t stream) {
   using Tr = PacTraits<D, T>;
-  set_pac_smem_limit<D, T>();
+  if (masked) set_pac_smem_limit<D, T, true>();
+  else set_pac_smem_limit<D, T>();
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -471,7 +483,7 @@ void launch_pac(const PacParams& params, bool programmatic, cudaStream_t stream)
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = programmatic ? 1 : 0;
-  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, pac_kernel<D, T>, params));
+  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, masked ? pac_kernel<D, T, true> : pac_kernel<D, T, false>, params));
   CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
 }
 

@@ -43,6 +43,7 @@
 #include "engine/cuda/primitives/warp.cuh"
 #include "engine/cuda/primitives/wgmma.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
+#include "engine/cuda/tile/row_masks.cuh"
 #include "engine/cuda/tile/softmax.cuh"
 
 namespace codec::cuda {
@@ -273,7 +274,7 @@ __device__ __forceinline__ void pack_p(std::uint32_t (&a)[kSteps][4], const floa
 }
 
 // Consumer warpgroup `wg` (0 or 1: rows 64 · wg ..) over the block's tasks.
-template <int D, typename T>
+template <int D, typename T, bool kMasked>
 __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int end, const WideSmem<D, T>& sm) {
   using Tr = WideTraits<D, T>;
   constexpr int N = Tr::kTileTokens, kSteps = N / 16;
@@ -292,6 +293,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 #pragma unroll
     for (int h = 0; h < 2; ++h) fr.row[h] = Tr::kConsumerRows * wg + 16 * warp + lane / 4 + 8 * h;
     fr.look_up(plan, task);
+    const auto mask = task_mask<kMasked>(plan, task, fr.row);
 
     const RingUse qb(i - begin, Tr::kQBuffers);
     wide_acquire(sm.q_full(qb.slot), qb.parity);
@@ -302,8 +304,11 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     std::uint32_t a[kSteps][4];
 #pragma unroll
     for (int k = 0; k < D / 2; ++k) o[k] = 0.f;  // no wgmma of this warpgroup is in flight here
-    // a node tile's tokens past the chunk are −inf
-    auto node_mask = [&](int t) { mask_tail<kSteps>(s, 0, min(N, kv_len - t * N)); };
+    // a node tile's tokens past the chunk are −inf, and those its rows' masks hide
+    auto node_mask = [&](int t) {
+      mask_tail<kSteps>(s, 0, min(N, kv_len - t * N));
+      mask(s, t * N);
+    };
 
     // tile 0: Q·Kᵀ alone
     const RingUse k0(tile_use, Tr::kStages);
@@ -396,7 +401,8 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 
 #endif  // CODEC_WGMMA
 
-template <int D, typename T>
+// kMasked: the instance for plans with masked tasks (tile/row_masks.cuh).
+template <int D, typename T, bool kMasked>
 __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel(const __grid_constant__ PacParams p) {
 #if CODEC_WGMMA
   using Tr = WideTraits<D, T>;
@@ -417,7 +423,7 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
     wide_produce<D, T>(p, begin, end, PageGeometry(plan.page_size), sm);
   } else {
     setmaxnreg_inc<Tr::kConsumerRegs>();
-    wide_consume<D, T>(p, begin, end, sm);
+    wide_consume<D, T, kMasked>(p, begin, end, sm);
   }
 #else
   (void)p;
@@ -427,12 +433,14 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
 
 // ---------------------------------------------------------------- host launcher
 
-// One block per wide block of the plan (one per SM).
+// One block per wide block of the plan (one per SM). `masked`: the plan has masked tasks.
 template <int D, typename T>
-void launch_pac_wide(const PacParams& params, cudaStream_t stream) {
+void launch_pac_wide(const PacParams& params, bool masked, cudaStream_t stream) {
   using Tr = WideTraits<D, T>;
-  set_smem_limit<pac_wide_kernel<D, T>>(Tr::kSmemBytes);
-  pac_wide_kernel<D, T><<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
+  const auto kernel = masked ? pac_wide_kernel<D, T, true> : pac_wide_kernel<D, T, false>;
+  if (masked) set_smem_limit<pac_wide_kernel<D, T, true>>(Tr::kSmemBytes);
+  else set_smem_limit<pac_wide_kernel<D, T, false>>(Tr::kSmemBytes);
+  kernel<<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
   CODEC_CUDA_CHECK_LAUNCH("pac_wide_kernel", stream);
 }
 
