@@ -109,14 +109,14 @@ def engine_setup(device, monkeypatch):
 
 
 def generate(model, impl, inputs, device, block_tables=None, shared_prefixes=None, cuda_graph=False,
-             async_batching=None):
+             async_batching=None, max_batch_tokens=1024):
     """The engine's generate_batch, or with block_tables True/False codec's (which raises on errors)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
     gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
-    cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=1024, return_logprobs=True,
-                                  use_cuda_graph=cuda_graph, use_async_batching=async_batching)
+    cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=max_batch_tokens,
+                                  return_logprobs=True, use_cuda_graph=cuda_graph, use_async_batching=async_batching)
     if block_tables is None:
         out = model.generate_batch(inputs=inputs, generation_config=gen, continuous_batching_config=cb)
     else:
@@ -151,6 +151,49 @@ def assert_same_generations(got, ref, device):
         assert np.linalg.norm(first_got - first_ref) / np.linalg.norm(first_ref) <= 2e-2
         same = np.mean([g[0] == r[0] for g, r in zip(got, ref)])
         assert same >= 0.85, f"only {same:.0%} of the requests generated the reference's tokens"
+
+
+def prefill_recorder(ctf):
+    """A CodecDecode that records the (query tokens, KV tokens) of every
+    prefill chunk it plans (once a step), and the list it records into."""
+    chunks = []
+
+    class Recording(ctf.CodecDecode):
+        def plan(self, cache, step, query, scale):
+            if step.qo_indptr is not None:
+                kv = (np.diff(step.indptr) - 1) * cache.block_size + step.last_page_len
+                chunks.extend((int(q), int(k)) for q, k in zip(np.diff(step.qo_indptr), kv) if q > 1)
+            super().plan(cache, step, query, scale)
+
+    return chunks, Recording()
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_prefill_chunks_and_mixed_steps_run_on_codec(device, monkeypatch):
+    """On a budget of 48 tokens a step the engine cuts the prompts into
+    chunks and mixes them with other requests' decode rows: CoDec plans every
+    row of those steps, causally over the cached KV (no chunk reaches SDPA),
+    and the generations equal paged|sdpa's."""
+    torch, ctf, model = engine_setup(device, monkeypatch)
+    kinds = []
+
+    class Recording(ctf.CodecDecode):  # (decode rows, prefill chunks) of every eager step
+        def plan(self, cache, step, query, scale):
+            q_lens = np.diff(step.cu_q)
+            kinds.append((bool((q_lens == 1).any()), bool((q_lens > 1).any())))
+            super().plan(cache, step, query, scale)
+
+    def no_sdpa(*args):
+        raise AssertionError("a prefill chunk ran on SDPA")
+
+    monkeypatch.setattr(ctf.attention, "causal_attention", no_sdpa)
+    name = ctf.register("paged|codec_mixed", ctf.PagedAttention(Recording()))
+    inputs = shared_prompts(3)
+    ref = generate(model, "paged|sdpa", inputs, device, max_batch_tokens=48)
+    got = generate(model, name, inputs, device, block_tables=True, max_batch_tokens=48)
+    assert (True, True) in kinds and (False, True) in kinds and (True, False) in kinds, kinds
+    assert_same_generations(got, ref, device)
 
 
 @pytest.mark.transformers
@@ -300,23 +343,17 @@ def test_async_batching_keeps_a_chunked_prefix_shared(monkeypatch):
     one step's tokens (its prefill chunked) still prefills once: the
     requests that share it prefill as many tokens as without it."""
     torch, ctf, model = engine_setup("cuda", monkeypatch)
-    rows, causal = [], ctf.causal_attention
-
-    def recording(q, keys, values, scale):
-        rows.append(q.shape[1])
-        return causal(q, keys, values, scale)
-
-    monkeypatch.setattr(ctf.attention, "causal_attention", recording)
+    chunks, backend = prefill_recorder(ctf)
     rng = np.random.default_rng(5)
     doc = [int(x) for x in rng.integers(1, 999, 2500)]  # past the step's 1024 tokens: prefilled in chunks
     inputs = [doc + [int(x) for x in rng.integers(1, 999, 5 + i)] for i in range(4)]
-    name = ctf.register("paged|codec_async_prefix")
+    name = ctf.register("paged|codec_async_prefix", ctf.PagedAttention(backend))
     prefilled = {}
     for async_batching in (False, True):
-        rows.clear()
+        chunks.clear()
         generate(model, name, inputs, "cuda", block_tables=True, shared_prefixes=[doc], async_batching=async_batching)
-        prefilled[async_batching] = sum(rows)
-    assert prefilled[True] == prefilled[False] < 2 * len(doc) * len(model.model.layers), prefilled
+        prefilled[async_batching] = sum(q for q, _ in chunks)
+    assert prefilled[True] == prefilled[False] < 2 * len(doc), prefilled
 
 
 @pytest.mark.transformers
@@ -327,16 +364,10 @@ def test_shared_prefixes_prefill_once(device, monkeypatch):
     path's causal attention past a cache (rows aligned to the keys' end),
     and generate what paged|sdpa generates without it."""
     torch, ctf, model = engine_setup(device, monkeypatch)
-    chunks, causal = [], ctf.causal_attention
-
-    def recording(q, keys, values, scale):  # (query rows, keys) of every prefill chunk
-        chunks.append((q.shape[1], keys.shape[1]))
-        return causal(q, keys, values, scale)
-
-    monkeypatch.setattr(ctf.attention, "causal_attention", recording)
+    chunks, backend = prefill_recorder(ctf)
     inputs = shared_prompts(2)
     ref = generate(model, "paged|sdpa", inputs, device)
-    name = ctf.register("paged|codec_prefixes")
+    name = ctf.register("paged|codec_prefixes", ctf.PagedAttention(backend))
     got = generate(model, name, inputs, device, block_tables=True, shared_prefixes=[inputs[0][:70]])
     assert chunks[0] == (70, 70), chunks  # the prefix alone, first
     reused = [(lq, lk) for lq, lk in chunks[1:] if lk - lq >= 64]  # its 4 full blocks read from the cache

@@ -10,12 +10,13 @@ What it does per forward pass (one engine step):
 
 - writes the new tokens' K and V into the engine's paged cache, in place (the
   cache is read where it lies: no gather of the context);
-- at the first layer, takes the page tables of the step's decode requests
-  (one query token each) and plans them once: every layer then runs the same
-  plan (``BatchPrefixDecodeWrapper``);
-- computes the rows of prefill chunks (several query tokens) with a causal
-  ``scaled_dot_product_attention`` over the request's own KV, since the
-  engine passes no mask to implementations outside its own names.
+- at the first layer, takes the page tables of the step's requests and plans
+  them once, every layer then running the same plan: decode-only steps on a
+  ``BatchPrefixDecodeWrapper``, steps with prefill chunks (several query
+  tokens a request) on a ``BatchPrefixPrefillWrapper``, causally, so that
+  requests sharing a cached prefix prefill over it reading it once (a
+  backend of one's own without ``prefill = True`` leaves the chunks to a
+  causal ``scaled_dot_product_attention``).
 
 The page tables come from one of the engine's two decode paths. On its
 default path the engine lists every KV token's cache slot for every request

@@ -1,10 +1,12 @@
 """The per-layer attention of ``paged|codec`` (``PagedAttention``, what
 ``register`` gives transformers): each layer writes the new tokens' K and V
-into the engine's paged cache, runs the step's decode rows through its
-``DecodeBackend`` (CoDec's by default), planned once at the step's first
-layer (``steps.build_step``), and the rows of prefill chunks through a
-causal ``scaled_dot_product_attention`` over the request's own KV, since the
-engine passes no mask to implementations outside its own names."""
+into the engine's paged cache and runs the step's rows through its
+``DecodeBackend`` (CoDec's by default: decode rows and prefill chunks, with
+a causal mask, in one plan), planned once at the step's first layer
+(``steps.build_step``). A backend that takes decode rows alone leaves the
+prefill chunks to a causal ``scaled_dot_product_attention`` over the
+request's own KV (the engine passes no mask to implementations outside its
+own names)."""
 
 from __future__ import annotations
 
@@ -32,10 +34,11 @@ def causal_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
 
 
 class PagedAttention:
-    """The attention function that ``register`` gives transformers: the
-    decode rows of every step on ``decode_backend`` (``CodecDecode()`` by
-    default; a benchmark passes its own to compare backends in the same
-    engine), a causal SDPA for prefill chunks."""
+    """The attention function that ``register`` gives transformers: the rows
+    of every step on ``decode_backend`` (``CodecDecode()`` by default, which
+    takes prefill chunks too; a benchmark passes its own to compare backends
+    in the same engine), a causal SDPA for the prefill chunks of a backend
+    that takes decode rows alone."""
 
     def __init__(self, decode_backend: Optional[DecodeBackend] = None) -> None:
         _ATTENTIONS.add(self)
@@ -69,7 +72,8 @@ class PagedAttention:
         if module.layer_idx == 0 or step is None:  # a new step: its rows, and the plan every layer shares
             step = self._steps[cache] = build_step(self.decode_backend, cache, query, scale, cu_seq_lens_q,
                                                    cu_seq_lens_k, read_slots,
-                                                   None if block_table is None else block_table[group])
+                                                   None if block_table is None else block_table[group],
+                                                   write_index[group] if write_index else None)
         # The new tokens' KV into the cache, at their slots: the engine's, or on
         # the block-table path (which lists none) the step's
         slots = write_index[group] if step.write_slots is None else step.write_slots
@@ -77,16 +81,16 @@ class PagedAttention:
         v_cache.index_copy_(0, slots, value[0].transpose(0, 1))
         out = torch.empty((query.shape[2], query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
         q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
-        if step.decode.size:
+        if step.requests.size:
             shape = (-1, cache.block_size, cache.num_key_value_heads, cache.head_dim)
             pages = (k_cache.view(shape), v_cache.view(shape))
-            if step.all_decode:
+            if step.all_rows:
                 self.decode_backend.run(cache, step, q, pages, out)
             else:
-                rows = torch.empty((step.decode.size,) + tuple(q.shape[1:]), dtype=q.dtype, device=q.device)
-                self.decode_backend.run(cache, step, q[step.decode_rows], pages, rows)
-                out[step.decode_rows] = rows
-        for q0, q1, k0, k1 in step.prefill:  # prefill chunks: causal attention over the request's own KV
+                rows = torch.empty((step.rows.numel(),) + tuple(q.shape[1:]), dtype=q.dtype, device=q.device)
+                self.decode_backend.run(cache, step, q[step.rows], pages, rows)
+                out[step.rows] = rows
+        for q0, q1, k0, k1 in step.prefill:  # the prefill chunks the backend left: causal SDPA over their own KV
             if read_slots is None or read_slots.numel() == 0:  # no cache read this step: the new tokens are all
                 keys, values = key[0, :, q0:q1], value[0, :, q0:q1]
             else:

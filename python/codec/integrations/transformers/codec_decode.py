@@ -1,7 +1,9 @@
-"""CoDec as the ``DecodeBackend`` of ``paged|codec``: one
-``BatchPrefixDecodeWrapper`` (and workspace) per engine cache, planned once
-per step for every layer; for steps captured in the engine's CUDA graphs, a
-CUDA-graph wrapper that plans every replay in the stream."""
+"""CoDec as the ``DecodeBackend`` of ``paged|codec``, decode rows and
+prefill chunks alike: per engine cache one ``BatchPrefixDecodeWrapper`` for
+decode-only steps and one ``BatchPrefixPrefillWrapper`` for steps with
+prefill chunks (causal), each with its workspace, planned once per step for
+every layer; for steps captured in the engine's CUDA graphs, a CUDA-graph
+wrapper that plans every replay in the stream."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any, Tuple, Union
 import torch
 
 from ...decode import BatchPrefixDecodeWrapper
+from ...prefill import BatchPrefixPrefillWrapper
 from .steps import GraphStep, Step
 
 NAME = "paged|codec"  # keeps "flash" out of the name: the engine turns on flash-only paths for such names
@@ -18,8 +21,11 @@ WORKSPACE_BYTES = 256 << 20
 
 
 class CodecDecode:
-    """The decode rows of every step on CoDec (``steps.DecodeBackend``)."""
+    """Every row of every step on CoDec (``steps.DecodeBackend``): a step's
+    decode rows and prefill chunks in one plan, so that the questions of a
+    document prefill over its cached pages reading them once."""
 
+    prefill = True
     workspace_bytes = WORKSPACE_BYTES
     # A graph's plan is copied whole every replay, its arrays sized by the capacity this workspace gives:
     # 64 MiB holds ~120k partial slots (loogle:8 plans need ~30-65k) in a ~2 MB plan (256 MiB: ~6.5 MB).
@@ -27,17 +33,29 @@ class CodecDecode:
 
     def __init__(self) -> None:
         self._wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
+        self._prefill_wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixPrefillWrapper]" = \
+            weakref.WeakKeyDictionary()
+        self._planned: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # the eager step's wrapper
         self._graph_wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
 
     def wrapper(self, cache: Any) -> BatchPrefixDecodeWrapper:
-        """The wrapper (and workspace) of an engine cache, made at its first use."""
+        """The decode wrapper (and workspace) of an engine cache, made at its first use."""
         w = self._wrappers.get(cache)
         if w is None:
-            if getattr(cache, "num_sliding_attention_groups", 0):
-                raise ValueError(f"{NAME}: models with sliding-window layers are not supported")
-            workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=cache.device)
-            w = self._wrappers[cache] = BatchPrefixDecodeWrapper(workspace)
+            w = self._wrappers[cache] = BatchPrefixDecodeWrapper(self._workspace(cache))
         return w
+
+    def prefill_wrapper(self, cache: Any) -> BatchPrefixPrefillWrapper:
+        """The wrapper (and workspace) of an engine cache's steps with prefill chunks, made at its first use."""
+        w = self._prefill_wrappers.get(cache)
+        if w is None:
+            w = self._prefill_wrappers[cache] = BatchPrefixPrefillWrapper(self._workspace(cache))
+        return w
+
+    def _workspace(self, cache: Any) -> torch.Tensor:
+        if getattr(cache, "num_sliding_attention_groups", 0):
+            raise ValueError(f"{NAME}: models with sliding-window layers are not supported")
+        return torch.empty(self.workspace_bytes, dtype=torch.uint8, device=cache.device)
 
     def graph_wrapper(self, cache: Any, block_table: torch.Tensor) -> BatchPrefixDecodeWrapper:
         """The CUDA-graph wrapper of an engine cache, for steps its graphs capture: plans
@@ -53,10 +71,18 @@ class CodecDecode:
         return w
 
     def plan(self, cache: Any, step: Step, query: torch.Tensor, scale: float) -> None:
-        """Plans the step's decode requests once, for every layer."""
-        self.wrapper(cache).plan(step.indptr, step.indices, step.last_page_len, query.shape[1],
-                                 cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
-                                 sm_scale=scale, num_pages=cache.num_blocks + 2)
+        """Plans the step's requests once, for every layer: decode-only on the
+        decode wrapper, with prefill chunks on the prefill wrapper (causal)."""
+        shape = (query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size)
+        if step.qo_indptr is None:
+            w = self.wrapper(cache)
+            w.plan(step.indptr, step.indices, step.last_page_len, *shape, q_data_type=query.dtype, sm_scale=scale,
+                   num_pages=cache.num_blocks + 2)
+        else:
+            w = self.prefill_wrapper(cache)
+            w.plan(step.qo_indptr, step.indptr, step.indices, step.last_page_len, *shape, causal=True,
+                   q_data_type=query.dtype, sm_scale=scale, num_pages=cache.num_blocks + 2)
+        self._planned[cache] = w
 
     def plan_in_stream(self, cache: Any, step: GraphStep, query: torch.Tensor, scale: float) -> None:
         """Plans a captured step in the stream, from its device block table: every replay re-plans."""
@@ -67,9 +93,9 @@ class CodecDecode:
 
     def run(self, cache: Any, step: Union[Step, GraphStep], q: torch.Tensor,
             pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
-        """Attention of the planned decode rows q (n, Hq, D) into out (n, Hq, D)."""
-        wrappers = self._graph_wrappers if isinstance(step, GraphStep) else self._wrappers
-        wrappers[cache].run(q, pages, out=out)
+        """Attention of the planned rows q (n, Hq, D) into out (n, Hq, D)."""
+        w = self._graph_wrappers[cache] if isinstance(step, GraphStep) else self._planned[cache]
+        w.run(q, pages, out=out)
 
     def check_stream_plans(self, cache: Any = None) -> None:
         """Raises RuntimeError with the first error a graph replay's plan met

@@ -1,8 +1,9 @@
 """The per-step builder of ``paged|codec``: at a step's first layer, which
-of its rows decode and which run prefill chunks, the decode requests' page
-tables and the new tokens' cache slots (``Step``, or ``GraphStep`` for a
-step captured in one of the engine's CUDA graphs), planned once by a
-``DecodeBackend`` for every layer. Nothing here is CoDec's: the backend is."""
+of its rows decode and which run prefill chunks, the page tables of the
+requests its backend computes and the new tokens' cache slots (``Step``, or
+``GraphStep`` for a step captured in one of the engine's CUDA graphs),
+planned once by a ``DecodeBackend`` for every layer. Nothing here is
+CoDec's: the backend is."""
 
 from __future__ import annotations
 
@@ -16,40 +17,62 @@ from ..paging import page_starts, page_tables_from_block_table, page_tables_from
 
 class Step:
     """One engine step's rows, read at its first layer: which requests decode
-    (one query token) and which run prefill chunks, and the decode requests'
-    page tables (CSR: ``indptr``, ``indices``, ``last_page_len``). On the
+    (one query token) and which run prefill chunks, and the page tables
+    (CSR: ``indptr``, ``indices``, ``last_page_len``) of the requests the
+    backend computes (``requests``): the decode requests, or with a backend
+    that takes prefill chunks too (``DecodeBackend.prefill``) every request
+    of the step, with their ``qo_indptr`` (None when each has one token). ``rows`` are the
+    step's rows the backend computes (None: all of them); ``prefill`` the
+    chunks left to ``PagedAttention``'s SDPA, as (q0, q1, k0, k1). On the
     block-table path it also holds the cache slots of the new tokens, which
     the engine then leaves to the attention to write."""
 
     def __init__(self, query: torch.Tensor, cu_seq_lens_q: torch.Tensor, cu_seq_lens_k: torch.Tensor,
                  block_size: int, read_slots: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
-                 write_trash: int) -> None:
+                 write_trash: int, write_slots: Optional[torch.Tensor] = None, backend_prefill: bool = False) -> None:
         # The step's lengths on the host: two small copies (the engine made them from host lists).
         self.cu_q = cu_seq_lens_q.to("cpu").numpy().astype(np.int64)
         self.cu_k = cu_seq_lens_k.to("cpu").numpy().astype(np.int64)
         q_lens = np.diff(self.cu_q)
+        tokens = query.shape[2]
         self.decode = np.flatnonzero(q_lens == 1)
-        self.prefill = [(int(self.cu_q[r]), int(self.cu_q[r + 1]), int(self.cu_k[r]), int(self.cu_k[r + 1]))
-                        for r in np.flatnonzero(q_lens > 1)]
-        self.all_decode = self.decode.size == q_lens.size and self.decode.size == query.shape[2]
-        self.decode_rows = None if self.all_decode else torch.from_numpy(self.cu_q[self.decode]).to(query.device)
+        self.all_decode = self.decode.size == q_lens.size and self.decode.size == tokens
+        chunked = np.flatnonzero(q_lens > 1)
+        self.requests = np.flatnonzero(q_lens >= 1) if backend_prefill else self.decode  # padding has no token
+        self.qo_indptr = (np.concatenate([[0], np.cumsum(q_lens[self.requests])]).astype(np.int32)
+                          if backend_prefill and chunked.size else None)
+        self.prefill = [] if backend_prefill else [
+            (int(self.cu_q[r]), int(self.cu_q[r + 1]), int(self.cu_k[r]), int(self.cu_k[r + 1])) for r in chunked]
+        rows = np.arange(int(self.cu_q[-1])) if backend_prefill else self.cu_q[self.decode]
+        self.all_rows = rows.size == tokens
+        self.rows = None if self.all_rows else torch.from_numpy(rows).to(query.device)
         self.write_slots = None
-        if not self.decode.size:
+        if not self.requests.size:
             return
-        seq_lens = self.cu_k[self.decode + 1] - self.cu_k[self.decode]
         if block_table is not None:  # decode-only, and in graph mode padded with rows of no tokens
+            if chunked.size:
+                raise ValueError(f"a step with {chunked.size} prefill chunks came with a block table: the engine "
+                                 "passes block tables for decode-only steps")
+            seq_lens = self.cu_k[self.decode + 1] - self.cu_k[self.decode]
             pages = -(-seq_lens // block_size)
             table = block_table[:, :int(pages.max())].to("cpu").numpy()[self.decode]  # one copy of the columns in use
             self.indptr, self.indices, self.last_page_len = page_tables_from_block_table(table, seq_lens, block_size)
             last = seq_lens - 1  # the new token: the last of each request
-            slots = np.full(query.shape[2], write_trash, dtype=np.int64)  # padding tokens write where nothing reads
+            slots = np.full(tokens, write_trash, dtype=np.int64)  # padding tokens write where nothing reads
             slots[self.cu_q[self.decode]] = (table[np.arange(seq_lens.size), last // block_size].astype(np.int64)
                                              * block_size + last % block_size)
             self.write_slots = torch.from_numpy(slots).to(query.device)
-        else:  # the slots of the pages' first tokens: one small gather
-            positions = torch.from_numpy(page_starts(self.cu_k, block_size, self.decode)).to(read_slots.device)
-            starts = read_slots[positions].to("cpu").numpy()
-            self.indptr, self.indices, self.last_page_len = page_tables_from_slots(starts, seq_lens, block_size)
+            return
+        # The slots of the pages' first tokens, one small gather: from the read slots, or where the engine
+        # reads no cache (every request a whole prompt, its KV its new tokens) from the new tokens' slots.
+        read = read_slots is not None and read_slots.numel() > 0
+        slots, cu = (read_slots, self.cu_k) if read else (write_slots, self.cu_q)
+        if slots is None:
+            raise ValueError("a step that reads no cache needs its write slots for its page tables")
+        seq_lens = cu[self.requests + 1] - cu[self.requests]
+        positions = torch.from_numpy(page_starts(cu, block_size, self.requests)).to(slots.device)
+        starts = slots[positions].to("cpu").numpy()
+        self.indptr, self.indices, self.last_page_len = page_tables_from_slots(starts, seq_lens, block_size)
 
 
 class GraphStep:
@@ -62,13 +85,14 @@ class GraphStep:
     rows are padding too."""
 
     prefill: List[Tuple[int, int, int, int]] = []
+    qo_indptr = None
 
     def __init__(self, block_table: torch.Tensor, cu_seq_lens_k: torch.Tensor, tokens: int, block_size: int,
                  write_trash: int) -> None:
         rows = min(tokens, block_table.shape[0])
-        self.decode = np.arange(rows)
-        self.all_decode = rows == tokens
-        self.decode_rows = None if self.all_decode else torch.arange(rows, device=block_table.device)
+        self.decode = self.requests = np.arange(rows)
+        self.all_decode = self.all_rows = rows == tokens
+        self.rows = None if self.all_rows else torch.arange(rows, device=block_table.device)
         self.block_table, self.cu_seq_lens_k = block_table[:rows], cu_seq_lens_k[:rows + 1]
         lens = self.cu_seq_lens_k[1:] - self.cu_seq_lens_k[:-1]
         last = (lens - 1).clamp_(min=0)
@@ -80,17 +104,22 @@ class GraphStep:
 
 class DecodeBackend(Protocol):
     """What computes a step's decode rows (CoDec's: ``CodecDecode``): planned
-    once per step at its first layer, run at every layer."""
+    once per step at its first layer, run at every layer. ``prefill``: it
+    computes the rows of prefill chunks too, causally, in the same plan (the
+    step's ``qo_indptr``); without it ``PagedAttention`` runs them by SDPA."""
+
+    prefill: bool = False
 
     def plan(self, cache: Any, step: Step, query: torch.Tensor, scale: float) -> None:
-        """Plans an eager step's decode requests (its page tables) for every layer."""
+        """Plans an eager step's requests (``step.requests``: its page tables
+        and ``qo_indptr``) for every layer."""
 
     def plan_in_stream(self, cache: Any, step: GraphStep, query: torch.Tensor, scale: float) -> None:
         """Plans a step being captured in a CUDA graph, so that every replay plans its own batch."""
 
     def run(self, cache: Any, step: Union[Step, GraphStep], q: torch.Tensor,
             pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
-        """Attention of the step's decode rows q (n, Hq, D) over the layer's
+        """Attention of the step's planned rows q (n, Hq, D) over the layer's
         cache ``pages`` (k and v, (blocks, block_size, Hkv, D)) into out (n, Hq, D)."""
 
     def check_stream_plans(self, cache: Any = None) -> None:
@@ -99,17 +128,19 @@ class DecodeBackend(Protocol):
 
 
 def build_step(backend: DecodeBackend, cache: Any, query: torch.Tensor, scale: float, cu_seq_lens_q: torch.Tensor,
-               cu_seq_lens_k: torch.Tensor, read_slots: Optional[torch.Tensor],
-               block_table: Optional[torch.Tensor]) -> Union[Step, GraphStep]:
+               cu_seq_lens_k: torch.Tensor, read_slots: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+               write_slots: Optional[torch.Tensor] = None) -> Union[Step, GraphStep]:
     """A new step, read at its first layer (``block_table``: the layer
-    group's, on the block-table path) and planned by ``backend``."""
+    group's, on the block-table path; ``write_slots``: the new tokens'
+    cache slots, the engine's) and planned by ``backend``."""
     if block_table is not None and query.is_cuda and torch.cuda.is_current_stream_capturing():
         # captured in a graph: nothing may wait for the device, and every replay must re-plan
         graph_step = GraphStep(block_table, cu_seq_lens_k, query.shape[2], cache.block_size, cache.write_trash_index)
         backend.plan_in_stream(cache, graph_step, query, scale)
         return graph_step
     backend.check_stream_plans(cache)  # the replays since the last eager step
-    step = Step(query, cu_seq_lens_q, cu_seq_lens_k, cache.block_size, read_slots, block_table, cache.write_trash_index)
-    if step.decode.size:
+    step = Step(query, cu_seq_lens_q, cu_seq_lens_k, cache.block_size, read_slots, block_table, cache.write_trash_index,
+                write_slots, getattr(backend, "prefill", False))
+    if step.requests.size:
         backend.plan(cache, step, query, scale)
     return step
