@@ -46,6 +46,11 @@ struct Case {
   bool out_f32 = false;  // CPU: out in fp32 rather than the KV dtype
   LseBase lse_base = LseBase::e;
   bool roofline_cpu = false;  // the cost model's parameters: the CPU's or the H200's
+  // With several query tokens a request: a custom mask over every key instead
+  // of causal, each key kept with this probability (0: none), one row in ten
+  // seeing nothing; its bits drawn from custom_seed.
+  double custom_keep = 0;
+  std::uint64_t custom_seed = 0;
 
   std::string describe() const {
     std::ostringstream os;
@@ -67,7 +72,8 @@ struct Case {
        << (flat ? " flat" : "") << (out_f32 ? " out fp32" : "") << (lse_base == LseBase::two ? " lse base 2" : "")
        << (w.tree_width > 0 ? " tree " + std::to_string(w.tree_width) + "x" + std::to_string(w.tree_depth)
            : w.q_len > 1    ? " q_len " + std::to_string(w.q_len)
-                            : std::string());
+                            : std::string())
+       << (custom_keep > 0 ? " custom keep " + std::to_string(custom_keep).substr(0, 3) : std::string());
     return os.str();
   }
 };
@@ -174,10 +180,11 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.wide_tail_tokens = d.in(1, 64);
   // the price of tasks beside wide ones: another schedule, never other results
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.beside_wide_price = 0.1 * d.in(3, 10);
-  // several query tokens a request, causal or a draft tree
+  // several query tokens a request, causal, a draft tree or a custom mask
   if (d.chance(0.3)) {
     if (d.chance(0.5)) c.w = c.w.with_queries(d.chance(0.8) ? d.in(2, 16) : d.in(17, 300));
     else c.w = c.w.with_queries(1, d.in(1, 5), d.in(1, 4));
+    if (c.w.tree_width == 0 && d.chance(0.3)) c.custom_keep = 0.1 * d.in(1, 10), c.custom_seed = d.bits();
   }
   return c;
 }
@@ -275,11 +282,35 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
 }
 #endif
 
+// The batch's query tokens under the case's custom mask, where it has one.
+WorkloadQueries case_queries(const Case& c, const Batch& b, const PageTable& table) {
+  WorkloadQueries q = b.queries;
+  if (c.custom_keep <= 0 || q.qo_indptr.empty()) return q;
+  q.mask = QueryMask::custom;
+  q.mask_bits.clear();
+  std::vector<std::int64_t> kv_len;
+  for (int r = 0; r < table.num_requests(); ++r) kv_len.push_back(table.request_tokens(r));
+  const std::vector<std::int64_t> bytes = mask_byte_offsets(kv_len, q.view());
+  q.mask_bits.assign(std::size_t(bytes.back()), 0);
+  std::mt19937_64 rng(c.custom_seed);
+  std::bernoulli_distribution keep(c.custom_keep);
+  for (int r = 0; r < table.num_requests(); ++r)
+    for (int i = 0; i < q.view().q_len(r); ++i) {
+      if (rng() % 10 == 0) continue;  // a row that sees no key
+      for (std::int64_t j = 0; j < kv_len[std::size_t(r)]; ++j) {
+        const std::int64_t bit = bytes[std::size_t(r)] * 8 + i * kv_len[std::size_t(r)] + j;
+        if (keep(rng)) q.mask_bits[std::size_t(bit / 8)] |= std::uint8_t(1u << (bit % 8));
+      }
+    }
+  return q;
+}
+
 // Runs one case; returns "" when it matches the reference, else what differed.
 std::string check_case(const Case& c, bool cuda) {
   const Batch b = materialize(c.w);
   const PageTable table = b.page_table();
-  const QueryBatch queries = b.queries.view();
+  const WorkloadQueries case_q = case_queries(c, b, table);
+  const QueryBatch queries = case_q.view();
   const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data(), queries);
   RooflineParams params = c.roofline_cpu ? RooflineParams::cpu(2) : RooflineParams::h200();
   params.concurrent_blocks = c.options.num_blocks;
@@ -406,6 +437,7 @@ int run_fuzz(const FuzzArgs& args) {
   const int first = args.case_index >= 0 ? args.case_index : 0;
   const int count = args.case_index >= 0 ? 1 : args.count;
   int passed = 0, failed = 0;
+  int causal = 0, trees = 0, custom = 0;  // cases of several query tokens a request, by mask
   for (int i = first; i < first + count; ++i) {
     std::string why, what;
     Case c;
@@ -416,6 +448,9 @@ int run_fuzz(const FuzzArgs& args) {
       } else {
         c = draw_case(args.seed, i, cuda, device);
         what = c.describe();
+        custom += c.custom_keep > 0;
+        trees += c.w.tree_width > 0;
+        causal += c.w.q_len > 1 && c.w.tree_width == 0 && c.custom_keep <= 0;
         why = check_case(c, cuda);
       }
     } catch (const std::exception& e) {
@@ -438,7 +473,8 @@ int run_fuzz(const FuzzArgs& args) {
                 file.empty() ? "" : ("\n  workload: " + file).c_str());
     std::fflush(stdout);
   }
-  std::printf("%d passed, %d failed\n", passed, failed);
+  std::printf("%d passed, %d failed (several query tokens a request: %d causal, %d draft trees, %d custom masks)\n",
+              passed, failed, causal, trees, custom);
   return failed == 0 ? 0 : 1;
 }
 
