@@ -47,6 +47,10 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
       ->check(in_range(1, 1 << 16));
   cmd->add_option("--tree", w.tree, "A draft tree of each request's query tokens: W,D for D levels of W tokens, "
                                     "each token's parent drawn from the level above (W x D tokens; 4,4 is 16)");
+  cmd->add_option("--custom-mask", w.custom_mask,
+                  ".npy file of a custom mask over each request's [q_len, kv_len] keys, requests concatenated: bool "
+                  "(FlashInfer's custom_mask) or uint8 packed in little bit order, each request from a byte "
+                  "boundary (its packed_custom_mask)");
   cmd->add_option("--cost-table", w.cost_table,
                   "Cost table file measured by 'codec profile', or 'roofline' (default: the table measured on "
                   "this GPU under data/cost_tables if there is one, else the roofline)");

@@ -48,10 +48,18 @@ struct Workspace {
   }
 };
 
-// A table row's workload: its name, and its query tokens where there are several ("loogle:8 q4", "batch:64 t4x4").
+// A table row's workload: its name, and its query tokens where there are several or a custom mask ("loogle:8 q4",
+// "batch:64 t4x4", "batch:64 q4c").
 std::string label(const Workload& w) {
   if (w.tree_width > 0) return w.name + " t" + std::to_string(w.tree_width) + "x" + std::to_string(w.tree_depth);
-  return w.q_len > 1 ? w.name + " q" + std::to_string(w.q_len) : w.name;
+  const std::string custom = w.custom_mask.empty() ? "" : "c";
+  return w.q_len > 1 || !custom.empty() ? w.name + " q" + std::to_string(w.q_len) + custom : w.name;
+}
+
+// The mask of a batch's query tokens, as the JSON and the dump name it.
+const char* mask_name(const WorkloadQueries& q) {
+  if (q.qo_indptr.empty()) return "none";
+  return q.mask == QueryMask::draft ? "draft" : q.mask == QueryMask::custom ? "custom" : "causal";
 }
 
 Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& ref, int threads, int reps) {
@@ -89,7 +97,7 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
                          {"page_size", b.page_size},       {"sm_scale", h.scale()},
                          {"layout", "NHD"},                {"dtype", std::string(to_string(b.dtype))},
                          {"lse_base", "e"},                {"q_len", w.q_len},
-                         {"mask", b.queries.qo_indptr.empty() ? "none" : b.queries.mask == QueryMask::draft ? "draft" : "causal"}};
+                         {"mask", mask_name(b.queries)}};
   std::ofstream meta_file(dir + "/meta.json");
   meta_file << meta.dump(2) << "\n";
   CODEC_CHECK(meta_file.good(), "--dump: cannot write '", dir, "/meta.json'");
@@ -104,7 +112,7 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
   if (!b.queries.qo_indptr.empty()) {
     const WorkloadQueries& q = b.queries;
     write_npy(dir + "/qo_indptr.npy", q.qo_indptr.data(), {std::int64_t(q.qo_indptr.size())});
-    if (!q.mask_bits.empty())  // each request's packed [q_len, q_len] draft matrix (QueryBatch)
+    if (!q.mask_bits.empty())  // each request's packed draft or custom matrix (QueryBatch)
       write_npy(dir + "/mask_bits.npy", q.mask_bits.data(), {std::int64_t(q.mask_bits.size())});
   }
   write_npy(dir + "/out.npy", codec.out.data(), {B, h.num_qo_heads, h.head_dim});
@@ -162,6 +170,28 @@ std::vector<std::string> expand_workloads(const std::string& spec) {
   }
 }
 
+// A custom mask file (--custom-mask) as packed bits over the workload's
+// requests: a bool array (one element a key, requests concatenated) is packed
+// here, each request from a byte boundary; a uint8 array is taken as packed.
+std::vector<std::uint8_t> read_custom_mask(const std::string& path, const Workload& w) {
+  CODEC_CHECK(w.tree_width == 0, "--custom-mask and --tree: give one");
+  NpyBytes file = read_npy_bytes(path);
+  if (!file.boolean) return std::move(file.data);
+  std::int64_t keys = 0;
+  for (int r = 0; r < int(w.requests.size()); ++r) keys += std::int64_t(w.q_len) * w.request_tokens(r);
+  CODEC_CHECK(std::int64_t(file.data.size()) == keys, "--custom-mask '", clip(path), "': ", file.data.size(),
+              " bools; the ", w.requests.size(), " requests' [q_len ", w.q_len, ", kv_len] matrices hold ", keys);
+  std::vector<std::uint8_t> bits;
+  std::size_t next = 0;
+  for (int r = 0; r < int(w.requests.size()); ++r) {
+    const std::int64_t n = std::int64_t(w.q_len) * w.request_tokens(r), base = std::int64_t(bits.size()) * 8;
+    bits.resize(bits.size() + std::size_t((n + 7) / 8), 0);
+    for (std::int64_t k = 0; k < n; ++k)
+      if (file.data[next++]) bits[std::size_t((base + k) / 8)] |= std::uint8_t(1u << ((base + k) % 8));
+  }
+  return bits;
+}
+
 Workload load_workload(const std::string& spec, const WorkloadArgs& args, double default_scale, bool with_batch) {
   Workload w = resolve_workload(spec);
   if (!args.model.empty()) w.model = args.model, w.heads = model_heads(args.model);
@@ -184,6 +214,7 @@ Workload load_workload(const std::string& spec, const WorkloadArgs& args, double
     }
     w = w.with_queries(args.q_len, width, depth);
   }
+  if (!args.custom_mask.empty()) w = w.with_custom_mask(read_custom_mask(args.custom_mask, w));
   w.validate();
   const Workload::Footprint f = w.footprint();
   const double need = f.tables_bytes + (with_batch ? f.batch_bytes : 0), limit = args.max_memory_gb * 1e9;
@@ -351,6 +382,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"q_len", w.q_len},
                       {"tree", w.tree_width > 0 ? nlohmann::json::array({w.tree_width, w.tree_depth})
                                                 : nlohmann::json()},
+                      {"mask", mask_name(batch.queries)},
                       {"split", split},
                       {"wide", variant.wide},
                       {"scale", scale},
@@ -439,6 +471,7 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
     const PlanStats& s = plan.stats();
     rows.push_back({{"workload", w.name},
                     {"q_len", w.q_len},
+                    {"mask", mask_name(queries)},
                     {"target", target},
                     {"split", args.split},
                     {"requests", s.batch_requests},

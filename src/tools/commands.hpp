@@ -19,6 +19,7 @@ struct WorkloadArgs {
   double scale = 0;                   // token-count factor; 0 picks the backend's default
   int q_len = 1;                      // query tokens a request (Workload::with_queries)
   std::string tree;                   // "W,D": a draft tree of D levels of W tokens
+  std::string custom_mask;            // .npy of a custom mask over the requests' [q_len, kv_len] keys
   std::string cost_table;             // measured cost table instead of the roofline
   int blocks = 0;                     // planner blocks m; 0 picks the backend's default
   std::string split = "adaptive";     // CoDec plan's splitting: adaptive, none, fixed:K, exhaustive

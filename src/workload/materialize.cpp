@@ -158,10 +158,11 @@ std::vector<std::uint8_t> draft_tree_bits(const Workload& w) {
 
 WorkloadQueries workload_queries(const Workload& w) {
   WorkloadQueries q;
-  if (w.q_len == 1) return q;
+  if (w.q_len == 1 && w.custom_mask.empty()) return q;
   for (std::size_t r = 0; r <= w.requests.size(); ++r) q.qo_indptr.push_back(std::int32_t(r) * w.q_len);
   if (w.tree_width > 0) q.mask_bits = draft_tree_bits(w);
-  q.mask = w.tree_width > 0 ? QueryMask::draft : QueryMask::causal;
+  if (!w.custom_mask.empty()) q.mask_bits = w.custom_mask;
+  q.mask = !w.custom_mask.empty() ? QueryMask::custom : w.tree_width > 0 ? QueryMask::draft : QueryMask::causal;
   return q;
 }
 

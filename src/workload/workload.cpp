@@ -9,6 +9,19 @@
 
 namespace codec {
 
+namespace {
+
+// The bytes a custom mask over the workload's requests takes (mask_byte_offsets).
+std::int64_t custom_mask_bytes(const Workload& w) {
+  std::vector<std::int64_t> kv_len;
+  for (int r = 0; r < int(w.requests.size()); ++r) kv_len.push_back(w.request_tokens(r));
+  std::vector<std::int32_t> qo_indptr;
+  for (std::size_t r = 0; r <= w.requests.size(); ++r) qo_indptr.push_back(std::int32_t(r) * w.q_len);
+  return mask_byte_offsets(kv_len, {qo_indptr, QueryMask::custom, {}}).back();
+}
+
+}  // namespace
+
 void Workload::validate() const {
   const std::int32_t num_nodes = std::int32_t(nodes.size());
   std::unordered_map<std::string, std::int32_t> ids;
@@ -39,6 +52,13 @@ void Workload::validate() const {
   CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
   CODEC_CHECK(dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::f32, "dtype value ", int(dtype),
               " is not a valid DType");
+  if (!custom_mask.empty()) {
+    CODEC_CHECK(tree_width == 0, "a custom mask and a draft tree (--tree): give one");
+    const std::int64_t want = custom_mask_bytes(*this);
+    CODEC_CHECK(std::int64_t(custom_mask.size()) == want, "custom mask of ", custom_mask.size(), " bytes; the ",
+                requests.size(), " requests' [q_len ", q_len, ", kv_len] matrices take ", want,
+                " (each packed in little bit order from a byte boundary)");
+  }
 }
 
 std::int64_t Workload::request_tokens(int r) const {
@@ -93,12 +113,21 @@ Workload::Footprint Workload::footprint() const {
                    + kManagerBytesPerPage * kv_pages;
   const double rows = double(requests.size()) * q_len * heads.num_qo_heads * heads.head_dim;
   f.batch_bytes = 2 * kv_pages * page_size * heads.num_kv_heads * heads.head_dim * double(dtype_size(dtype))
-                  + rows * (double(dtype_size(dtype)) + 8 + 3 * 4);  // q, the fp64 reference, outputs
+                  + rows * (double(dtype_size(dtype)) + 8 + 3 * 4)  // q, the fp64 reference, outputs
+                  + double(custom_mask.size());
   return f;
+}
+
+Workload Workload::with_custom_mask(std::vector<std::uint8_t> bits) const {
+  Workload out = *this;
+  out.custom_mask = std::move(bits);
+  out.validate();
+  return out;
 }
 
 Workload Workload::scaled(double factor) const {
   CODEC_CHECK(std::isfinite(factor) && factor > 0, "scale factor ", factor, " must be finite and > 0");
+  CODEC_CHECK(custom_mask.empty(), "a workload with a custom mask cannot be scaled: its matrices fit its lengths");
   Workload out = *this;
   for (WorkloadNode& node : out.nodes) {
     if (node.tokens <= 0) continue;

@@ -37,9 +37,14 @@ struct Workload {
   // under the tree's mask.
   int q_len = 1;
   int tree_width = 0, tree_depth = 0;
+  // A custom mask over each request's [q_len, kv_len] keys instead of causal
+  // (QueryMask::custom: packed bits, each request from a byte boundary), or
+  // empty (with_custom_mask).
+  std::vector<std::uint8_t> custom_mask;
 
   // Throws codec::Error naming the field and value (unknown parent, cycle,
-  // negative tokens, no requests, empty request, heads, page size, dtype).
+  // negative tokens, no requests, empty request, heads, page size, dtype,
+  // a custom mask with a tree or of the wrong size).
   void validate() const;
   std::int64_t request_tokens(int r) const;
   std::int64_t unique_tokens() const;
@@ -51,6 +56,10 @@ struct Workload {
   // where that node is not the request's alone, a private child of them is
   // added; the first query token is the last token the request had.
   Workload with_queries(int q_len, int tree_width = 0, int tree_depth = 0) const;
+  // The workload's query tokens under `bits` (codec bench --custom-mask):
+  // FlashInfer's packed_custom_mask of its requests' [q_len, kv_len]
+  // matrices; throws naming the bytes expected where their count differs.
+  Workload with_custom_mask(std::vector<std::uint8_t> bits) const;
   // Host memory, in bytes, that building its page tables takes (token ids,
   // page lists, the forest manager's pages; `workload_page_tables`), and what
   // `materialize` takes besides (the K and V pools, queries, the fp64

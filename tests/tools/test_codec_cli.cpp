@@ -105,6 +105,75 @@ TEST(CodecCli, QueryTokensRunAndDumpOnTheCpu) {
   }
 }
 
+// A .npy file of bytes as numpy writes it (format 1.0): descr "|u1" or "|b1".
+void write_npy_bytes(const std::filesystem::path& path, const std::vector<std::uint8_t>& data, const char* descr) {
+  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (" +
+                       std::to_string(data.size()) + ",), }";
+  header.append((10 + header.size() + 1 + 63) / 64 * 64 - 10 - header.size() - 1, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.put(char(header.size() & 0xff)).put(char(header.size() >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size()));
+}
+
+std::vector<std::uint8_t> file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// --custom-mask: a bool array (FlashInfer's custom_mask) and the same bits
+// packed (its packed_custom_mask) give the same mask, which reaches the plan,
+// the run and the dump; files of the wrong size or dtype are refused by name.
+TEST(CodecCli, CustomMaskFilesOfBoolsOrPackedBits) {
+  const Workload w = builtin_workload("depth:3").scaled(0.05).with_queries(3);
+  std::vector<std::uint8_t> bools, packed;
+  std::uint32_t state = 7;
+  for (int r = 0; r < int(w.requests.size()); ++r) {
+    const std::int64_t n = 3 * w.request_tokens(r), base = std::int64_t(packed.size()) * 8;
+    packed.resize(packed.size() + std::size_t((n + 7) / 8), 0);
+    for (std::int64_t k = 0; k < n; ++k) {
+      state = state * 1664525u + 1013904223u;
+      bools.push_back(std::uint8_t(state >> 31));
+      if (bools.back()) packed[std::size_t((base + k) / 8)] |= std::uint8_t(1u << ((base + k) % 8));
+    }
+  }
+  const auto dir = scratch("custom_mask");
+  std::filesystem::create_directories(dir);
+  write_npy_bytes(dir / "bools.npy", bools, "|b1");
+  write_npy_bytes(dir / "packed.npy", packed, "|u1");
+  for (const char* file : {"bools", "packed"}) {
+    const Result r = run_codec("bench --backend cpu --workload depth:3 --scale 0.05 --reps 1 --json --q-len 3 "
+                               "--custom-mask " + (dir / file).string() + ".npy --dump " + (dir / file).string());
+    ASSERT_EQ(r.code, 0) << file << "\n" << r.output;
+    const nlohmann::json rows = nlohmann::json::parse(r.output.substr(r.output.find("[\n")));
+    EXPECT_EQ(rows[0]["mask"], "custom") << file;
+    EXPECT_TRUE(rows[0]["pass"].get<bool>()) << rows[0];
+    EXPECT_EQ(read_json(dir / file / "meta.json")["mask"], "custom") << file;
+    const std::vector<std::uint8_t> dumped = file_bytes(dir / file / "mask_bits.npy");
+    ASSERT_GE(dumped.size(), packed.size()) << file;
+    EXPECT_TRUE(std::equal(packed.begin(), packed.end(), dumped.end() - std::ptrdiff_t(packed.size()))) << file;
+  }
+  write_npy_bytes(dir / "short.npy", std::vector<std::uint8_t>(packed.begin(), packed.end() - 1), "|u1");
+  write_npy_bytes(dir / "f2.npy", {0, 0}, "<f2");
+  std::ofstream(dir / "text.npy") << "not numpy";
+  const std::string packed_bytes = std::to_string(packed.size()), short_bytes = std::to_string(packed.size() - 1);
+  for (const auto& [args, named] :
+       {std::pair{"--q-len 3 --custom-mask " + (dir / "short.npy").string(),
+                  "custom mask of " + short_bytes + " bytes; the " + std::to_string(w.requests.size()) +
+                      " requests' [q_len 3, kv_len] matrices take " + packed_bytes},
+        {"--q-len 3 --custom-mask " + (dir / "f2.npy").string(), "dtype '<f2'; expected uint8 or bool"},
+        {"--q-len 3 --custom-mask " + (dir / "text.npy").string(), "is not a .npy file"},
+        {"--q-len 3 --custom-mask " + (dir / "none.npy").string(), "cannot read"},
+        {"--tree 2,2 --custom-mask " + (dir / "packed.npy").string(), "--custom-mask and --tree: give one"}}) {
+    const Result bad = run_codec("plan --workload depth:3 --scale 0.05 " + args);
+    EXPECT_EQ(bad.code, 2) << args << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(named), std::string::npos) << args << "\n" << bad.output;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Plans for the H200 made without a GPU use the grid the kernel would run:
 // 132 SMs × 4 PAC blocks at head_dim 64, × 2 at 128 and 256.
 TEST(CodecCli, OfflineH200PlansUseTheKernelsBlocksPerSm) {

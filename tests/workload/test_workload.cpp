@@ -382,6 +382,26 @@ TEST(Workload, WithQueriesGrowsEachRequestsOwnEnd) {
   EXPECT_TRUE(throws_with([&] { w.with_queries(0); }, "--q-len 0 must be >= 1"));
 }
 
+// A custom mask replaces causal on every query token: its bytes must fit the
+// requests' [q_len, kv_len] matrices, and it takes no tree and no rescaling.
+TEST(Workload, WithCustomMaskTakesTheRequestsMatrices) {
+  Workload w;
+  w.nodes = {{"doc", -1, 20}, {"q1", 0, 5}};
+  w.requests = {1, 0};
+  const Workload q = w.with_queries(2);  // kv 26 and 21: 52 and 42 bits, 7 and 6 bytes
+  const Batch b = materialize(q.with_custom_mask(std::vector<std::uint8_t>(13, 0xa5)));
+  EXPECT_EQ(b.queries.mask, QueryMask::custom);
+  EXPECT_EQ(b.queries.qo_indptr, (std::vector<std::int32_t>{0, 2, 4}));
+  EXPECT_EQ(b.queries.mask_bits, std::vector<std::uint8_t>(13, 0xa5));
+  EXPECT_EQ(materialize(w.with_custom_mask(std::vector<std::uint8_t>(7, 1))).num_queries(), 2);  // one token each
+  EXPECT_TRUE(throws_with([&] { q.with_custom_mask(std::vector<std::uint8_t>(12)); },
+                          "custom mask of 12 bytes; the 2 requests' [q_len 2, kv_len] matrices take 13"));
+  EXPECT_TRUE(throws_with([&] { w.with_queries(1, 2, 1).with_custom_mask({1}); },
+                          "a custom mask and a draft tree (--tree): give one"));
+  EXPECT_TRUE(throws_with([&] { q.with_custom_mask(std::vector<std::uint8_t>(13)).scaled(2); },
+                          "a workload with a custom mask cannot be scaled"));
+}
+
 // One bad input per test row; each message names the source, the field and the value.
 TEST(Json, BadInputs) {
   const std::string a = R"({"id": "a", "parent": null, "tokens": 4})";
