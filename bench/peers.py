@@ -12,10 +12,16 @@ run; CUDA events around the attention alone, CUDA-graph replays, median):
   fi_decode   FlashInfer BatchDecodeWithPagedKVCacheWrapper over the per-request
               page tables (shared pages are physically shared, as for flat),
               tensor-core (tc) and CUDA-core (cc) kernels
+              (with --q-len: tc with q_len_per_req)
+  fi_prefill  FlashInfer BatchPrefillWithPagedKVCacheWrapper over the same page
+              tables, causal or with each request's keep matrix as custom_mask,
+              FA2 and FA3 (only with several query tokens a request)
   fi_cascade  FlashInfer MultiLevelCascadeAttentionWrapper, one level per depth
               of the prefix forest (requests reordered so that every node's
               requests are contiguous, as the wrapper requires), on its default
-              (auto: FA3 on sm_90) and its FA2 prefill backend
+              (auto: FA3 on sm_90) and its FA2 prefill backend; with several
+              query tokens its levels count tokens, its last level causal or
+              planned again with each request's keep matrix over its last node
   hydragen    a Hydragen-style decomposition (bench/hydragen.py): each shared
               node's attention for all its queries at once, on torch's
               FlashAttention (flash) or as two batched matrix products (matmul),
@@ -36,7 +42,11 @@ Every peer's output is checked against CoDec's (which `codec bench` checked
 against the fp64 reference): relative L2 error, no NaN. `<peer>_ms` is the
 best variant of a family whose error is within 1e-2 (`<peer>_variant` names it).
 
+With --q-len N or --tree W,D (as codec bench's) every request brings several
+query tokens; hydragen, pat, sdpa and flex take one a request and are not run.
+
   python3 -m bench.peers --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex] [--flush write]
+                         [--q-len N | --tree W,D]
 """
 import argparse
 import json
@@ -53,6 +63,7 @@ import numpy as np
 import torch
 
 from .cascade import cascade_levels
+from .queries import keep_matrices, token_levels
 
 FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
 WARMUP = 5
@@ -138,7 +149,16 @@ def load_dump(d):
         "last": dev("kv_last_page_len.npy", torch.int32),
         "out": dev("out.npy", torch.float32),
     }
+    if os.path.exists(os.path.join(d, "qo_indptr.npy")):  # several query tokens a request
+        data["qo_indptr"] = np.load(os.path.join(d, "qo_indptr.npy"))
+        bits = os.path.join(d, "mask_bits.npy")
+        data["mask_bits"] = np.load(bits) if os.path.exists(bits) else None
     return data
+
+
+def kv_lengths(data):
+    indptr = data["indptr"].cpu().numpy().astype(np.int64)
+    return (indptr[1:] - indptr[:-1] - 1) * data["meta"]["page_size"] + data["last"].cpu().numpy()
 
 
 # PAT's tile shapes (rows, KV tokens, warps) to pack into: its default set, less (16, 128, 1) for
@@ -189,7 +209,7 @@ def time_dense(data, measure, row, peers):
     hq, hkv, dim, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["head_dim"], meta["page_size"]
     batch = q.shape[0]
     indptr = data["indptr"].cpu().numpy()
-    lens = (indptr[1:] - indptr[:-1] - 1) * ps + data["last"].cpu().numpy()
+    lens = kv_lengths(data)
     if not (lens == lens[0]).all() or 2 * batch * int(lens.max()) * hkv * dim * q.element_size() >= (48 << 30):
         row["dense_note"] = "requests of different lengths or dense KV too large; not run"
         return
@@ -219,6 +239,24 @@ def time_dense(data, measure, row, peers):
             log("  flex", row["flex_note"])
 
 
+def multi_token(data):
+    """The dump's query tokens (qo_indptr, q_lens, kv_lens, mask, each request's
+    keep matrix), or None for one token a request."""
+    if "qo_indptr" not in data:
+        return None
+    kv_lens = kv_lengths(data)
+    mask = data["meta"]["mask"]
+    return {"qo_indptr": data["qo_indptr"], "q_lens": np.diff(data["qo_indptr"]), "kv_lens": kv_lens, "mask": mask,
+            "keep": keep_matrices(mask, data["qo_indptr"], kv_lens, data["mask_bits"])}
+
+
+def tokens_mask(tokens):
+    """FlashInfer's custom_mask (every request's keep matrix flattened, concatenated), or None when causal."""
+    if tokens["mask"] == "causal":
+        return None
+    return torch.from_numpy(np.concatenate([m.ravel() for m in tokens["keep"]])).cuda()
+
+
 def run_workload(name, d, timer, results, peers):
     data = load_dump(d)
     meta = data["meta"]
@@ -236,43 +274,95 @@ def run_workload(name, d, timer, results, peers):
         if err <= 1e-2 and ms < row.get(f"{key}_ms", float("inf")):  # the family's best correct variant
             row[f"{key}_ms"], row[f"{key}_variant"] = ms, variant
 
-    if "fi_decode" in peers or "fi_cascade" in peers:
+    if {"fi_decode", "fi_prefill", "fi_cascade"} & set(peers):
         import flashinfer
+    tokens = multi_token(data)  # None: one query token a request
+    t32 = lambda xs: torch.tensor(np.asarray(xs), dtype=torch.int32, device="cuda")  # noqa: E731
 
     # FlashInfer flat decode over the per-request page tables: its tensor-core
-    # (prefill-kernel) and CUDA-core decode kernels
+    # (prefill-kernel) and CUDA-core decode kernels; with several causal tokens
+    # a request, the same number each, the tensor-core one with q_len_per_req
     if "fi_decode" in peers:
+        if tokens is not None and (tokens["mask"] != "causal" or len(set(tokens["q_lens"])) != 1):
+            row["fi_decode_note"] = "q_len_per_req takes the same causal tokens for every request; not run"
         for variant, tensor_cores in (("tc", True), ("cc", False)):
+            if tokens is not None and ("fi_decode_note" in row or not tensor_cores):
+                continue
+            extra = {} if tokens is None else {"q_len_per_req": int(tokens["q_lens"][0])}
             dec = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
             dec.plan(data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, q_data_type=q.dtype,
-                     kv_data_type=k.dtype, sm_scale=meta["sm_scale"])
+                     kv_data_type=k.dtype, sm_scale=meta["sm_scale"], **extra)
             measure("fi_decode", variant, lambda: dec.run(q, (k, v)), ref)
             del dec
+
+    # FlashInfer's prefill wrapper over the per-request page tables, causal or
+    # with the requests' keep matrices as custom_mask: its FA2 and FA3 kernels
+    if "fi_prefill" in peers and tokens is not None:
+        mask = tokens_mask(tokens)
+        for variant in ("fa2", "fa3"):
+            pre = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=variant)
+            try:
+                pre.plan(t32(tokens["qo_indptr"]), data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps,
+                         causal=tokens["mask"] == "causal", custom_mask=mask, sm_scale=meta["sm_scale"],
+                         q_data_type=q.dtype, kv_data_type=k.dtype)
+                measure("fi_prefill", variant, lambda: pre.run(q, (k, v)), ref)
+            except Exception as e:  # noqa: BLE001 - a backend that refuses the mask: record it
+                row[f"fi_prefill_{variant}_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                log(f"  fi_prefill {variant}", row[f"fi_prefill_{variant}_note"])
+            del pre
 
     # FlashInfer cascade, one level per depth of the forest. Its default
     # backend on sm_90 is the FA3 prefill kernel; the FA2 one (which splits long
     # KV across blocks) is timed too, by giving the wrapper FA2 level wrappers.
+    # With several query tokens a request the levels count tokens; the wrapper
+    # makes its last level causal, and under a draft or custom mask that level
+    # is planned again with each request's keep matrix over its own last node.
     levels = None
     if "fi_cascade" in peers:
         levels = cascade_levels(data["forest"], ps)
         if levels is None:
             row["fi_cascade_note"] = "requests at different depths; not run"
+        elif tokens is not None and len(levels[1][-1]) - 1 != len(tokens["q_lens"]):
+            row["fi_cascade_note"] = "a last level shared by several requests' query tokens; not run"
+            levels = None
     if levels is not None:
         order, qo, kp, ki, kl = levels
-        t = lambda xs: [torch.tensor(x, dtype=torch.int32, device="cuda") for x in xs]  # noqa: E731
-        perm = torch.tensor(order, dtype=torch.int64, device="cuda")
+        rows = np.asarray(order)
+        if tokens is not None:
+            rows, qo = token_levels(order, qo, tokens["qo_indptr"])
+        perm = torch.tensor(rows, dtype=torch.int64, device="cuda")
         qp = q[perm].contiguous()
         row["fi_cascade_levels"] = len(qo)
+        last_mask = None
+        if tokens is not None and tokens["mask"] != "causal":
+            leaf = [(len(ki[-1][kp[-1][g]:kp[-1][g + 1]]) - 1) * ps + kl[-1][g] for g in range(len(order))]
+            last_mask = torch.from_numpy(np.concatenate(
+                [tokens["keep"][r][:, tokens["kv_lens"][r] - n:].ravel() for r, n in zip(order, leaf)])).cuda()
         for variant in ("auto", "fa2"):
             cas = flashinfer.MultiLevelCascadeAttentionWrapper(len(qo), ws, "NHD")
             if variant == "fa2":
                 cas._batch_prefill_wrappers = [flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa2")
                                                for _ in qo]
-            cas.plan(t(qo), t(kp), t(ki), t(kl), hq, hkv, dim, ps, causal=False, sm_scale=meta["sm_scale"],
-                     q_data_type=q.dtype, kv_data_type=k.dtype)
-            measure("fi_cascade", variant, lambda: cas.run(qp, (k, v)), ref[perm])
+            args = (hq, hkv, dim, ps)
+            cas.plan([t32(x) for x in qo], [t32(x) for x in kp], [t32(x) for x in ki], [t32(x) for x in kl], *args,
+                     causal=tokens is not None, sm_scale=meta["sm_scale"], q_data_type=q.dtype, kv_data_type=k.dtype)
+            try:
+                if last_mask is not None:
+                    cas._batch_prefill_wrappers[-1].plan(t32(qo[-1]), t32(kp[-1]), t32(ki[-1]), t32(kl[-1]), *args,
+                                                         custom_mask=last_mask, sm_scale=meta["sm_scale"],
+                                                         q_data_type=q.dtype, kv_data_type=k.dtype)
+                measure("fi_cascade", variant, lambda: cas.run(qp, (k, v)), ref[perm])
+            except Exception as e:  # noqa: BLE001 - a backend that refuses the mask: record it
+                row[f"fi_cascade_{variant}_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                log(f"  fi_cascade {variant}", row[f"fi_cascade_{variant}_note"])
             del cas
         del qp
+
+    if tokens is not None:  # the peers below take one query token a request
+        skipped = [p for p in ("hydragen", "pat", "sdpa", "flex") if p in peers]
+        if skipped:
+            row["one_token_peers_note"] = f"{', '.join(skipped)}: one query token a request; not run"
+        peers = [p for p in peers if p not in skipped]
 
     if "hydragen" in peers:
         from .hydragen import Hydragen
@@ -307,7 +397,9 @@ def main():
                     "depth:6,ratio:0.05,ratio:0.2,ratio:0.8,shape:2,shape:5,shape:DT,long,loogle:8,fewshot,flat:64,"
                     "sysprompt:512,sysprompt:512@1",
                     help="built-in workloads, comma-separated; NAME@P runs NAME at page size P")
-    ap.add_argument("--peers", default="fi_decode,fi_cascade,hydragen,sdpa,flex",
+    ap.add_argument("--q-len", type=int, default=1, help="query tokens a request, causal (codec bench --q-len)")
+    ap.add_argument("--tree", default="", help="W,D: a draft tree of D levels of W query tokens (codec bench --tree)")
+    ap.add_argument("--peers", default="fi_decode,fi_prefill,fi_cascade,hydragen,sdpa,flex",
                     help="peer families to time (also: pat, once scripts/fetch_pat.sh and gpu_run.sh's pat step built it)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--flush", choices=("read", "write"), default="read",
@@ -316,27 +408,31 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     peers = args.peers.split(",")
-    unknown = set(peers) - {"fi_decode", "fi_cascade", "hydragen", "pat", "sdpa", "flex"}
+    families = ("fi_decode", "fi_prefill", "fi_cascade", "hydragen", "pat", "sdpa", "flex")
+    unknown = set(peers) - set(families)
     if unknown:
-        ap.error(f"--peers: unknown families {sorted(unknown)} (fi_decode, fi_cascade, hydragen, pat, sdpa, flex)")
+        ap.error(f"--peers: unknown families {sorted(unknown)} ({', '.join(families)})")
+    queries = ["--q-len", str(args.q_len)] + (["--tree", args.tree] if args.tree else [])
+    suffix = f" t{args.tree.replace(',', 'x')}" if args.tree else f" q{args.q_len}" if args.q_len > 1 else ""
     versions = f"torch {torch.__version__}"
-    if "fi_decode" in peers or "fi_cascade" in peers:
+    if {"fi_decode", "fi_prefill", "fi_cascade"} & set(peers):
         import flashinfer
 
         versions = f"flashinfer {flashinfer.__version__}, " + versions
     log(f"{versions}, {torch.cuda.get_device_name()}")
     timer = Timer(args.reps, args.flush)
     results = []
-    for name in args.workloads.split(","):
-        workload, _, page_size = name.partition("@")
-        tag = name.replace(":", "_").replace("@", "_ps")
+    for workload_arg in args.workloads.split(","):
+        workload, _, page_size = workload_arg.partition("@")
+        name = workload_arg + suffix
+        tag = name.replace(":", "_").replace("@", "_ps").replace(" ", "_")
         d = os.path.join(args.scratch, tag)
         shutil.rmtree(d, ignore_errors=True)
         saved = os.path.join(args.out, f"codec_{tag}.json")
         t0 = time.time()
         subprocess.run([args.codec, "bench", "--backend", "cuda", "--workload", workload, "--reps", str(args.reps),
                         "--flush", args.flush, *(["--page-size", page_size] if page_size else []),
-                        "--dump", d, "--save", saved],
+                        *queries, "--dump", d, "--save", saved],
                        check=True, stdout=sys.stderr)
         codec_row = json.load(open(saved))[0]
         log(f"{name}: codec {codec_row['codec_ms']:.4f} ms, flat {codec_row['flat_ms']:.4f} ms "
@@ -347,7 +443,7 @@ def main():
         except Exception as e:  # noqa: BLE001 - record and go on to the next workload
             log(f"  peers failed: {type(e).__name__}: {e}")
             results.append({"workload": name, "error": f"{type(e).__name__}: {e}"[:300]})
-        results[n].update({k: codec_row[k] for k in ("codec_ms", "flat_ms", "floor_ms", "requests")})
+        results[n].update({k: codec_row[k] for k in ("codec_ms", "flat_ms", "floor_ms", "requests", "q_len", "mask")})
         shutil.rmtree(d, ignore_errors=True)
         json.dump(results, open(os.path.join(args.out, "peers.json"), "w"), indent=1)
     print(json.dumps(results, indent=1))

@@ -37,7 +37,8 @@ class PagedWrapper:
     several a request."""
 
     def __init__(self, workspace_buffer: Any, kv_layout: str, use_cuda_graph: bool, backend: str,
-                 max_batch_size: Optional[int], max_num_pages: Optional[int], num_threads: int) -> None:
+                 max_batch_size: Optional[int], max_num_pages: Optional[int], num_threads: int,
+                 max_query_tokens: Optional[int] = None, max_mask_bytes: int = 0) -> None:
         _require(kv_layout in ("NHD", "HND"), f"kv_layout {kv_layout!r} is not 'NHD' or 'HND'")
         _require(backend == "auto", f"backend {backend!r}: CoDec has one backend, 'auto'")
         shape = getattr(workspace_buffer, "shape", None)
@@ -50,12 +51,20 @@ class PagedWrapper:
                      f"use_cuda_graph needs max_batch_size >= 1 (got {max_batch_size!r})")
             _require(isinstance(max_num_pages, int) and max_num_pages >= 1,
                      f"use_cuda_graph needs max_num_pages >= 1 (got {max_num_pages!r})")
+            _require(max_query_tokens is None or (isinstance(max_query_tokens, int) and
+                                                  max_query_tokens >= max_batch_size),
+                     f"max_query_tokens {max_query_tokens!r} must be >= max_batch_size {max_batch_size} (or None)")
+            _require(isinstance(max_mask_bytes, int) and max_mask_bytes >= 0,
+                     f"max_mask_bytes {max_mask_bytes!r} must be an int >= 0")
         self._workspace = workspace_buffer
         self._hnd = kv_layout == "HND"
         self._kv_layout = kv_layout
         self._use_cuda_graph = bool(use_cuda_graph)
         self._max_batch_size = max_batch_size if use_cuda_graph else 0
         self._max_num_pages = max_num_pages if use_cuda_graph else 0
+        # Query tokens of CUDA-graph mode: None until the first plan fixes them (FlashInfer's convention)
+        self._max_query_tokens = max_query_tokens
+        self._max_mask_bytes = max_mask_bytes if use_cuda_graph else 0
         self._num_threads = int(num_threads)
         self._planner = None
         self._config = None
@@ -80,8 +89,10 @@ class PagedWrapper:
 
     def _configure(self, num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode="NONE", window_left=-1,
                    logits_soft_cap=None, q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
-                   rope_scale=None, rope_theta=None) -> None:
-        """Checks plan's arguments and makes the planner for them (kept while they stay the same)."""
+                   rope_scale=None, rope_theta=None, query_tokens=0) -> None:
+        """Checks plan's arguments and makes the planner for them (kept while they stay the same).
+        query_tokens: the maximum of query tokens a CUDA-graph wrapper takes
+        unless it was given one (0: one a request)."""
         _require(pos_encoding_mode == "NONE",
                  f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
         _require(window_left in (-1, None), f"window_left {window_left}: sliding windows are not supported")
@@ -102,12 +113,16 @@ class PagedWrapper:
             _require(not (self._use_cuda_graph and self._planner is not None),
                      f"this CUDA-graph wrapper was planned for (num_qo_heads, num_kv_heads, head_dim, page_size, "
                      f"dtype, sm_scale) = {self._config}; a graph cannot change them: got {config}")
+            if self._use_cuda_graph and self._max_query_tokens is None:
+                self._max_query_tokens = query_tokens
+            tokens = (self._max_query_tokens or 0) if self._use_cuda_graph else 0
             # The library picks the cost model: the table measured for this GPU (the package's copies first), else
             # the roofline.
             self._planner = _codec.Planner(
                 self._device[0], self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
                 kv_dtype, scale, nbytes(self._workspace), self._max_batch_size, self._max_num_pages or 0,
-                self._num_threads, cost_table_dirs=[_COST_TABLES])
+                self._num_threads, cost_table_dirs=[_COST_TABLES], max_query_tokens=tokens,
+                max_mask_bytes=self._max_mask_bytes if tokens else 0)
             self._config = config
 
     def _plan_pages(self, indptr: Any, indices: Any, last_page_len: Any, num_pages: Optional[int],
@@ -188,7 +203,8 @@ class PagedWrapper:
         if self._in_stream:
             pool = k.shape[0]
             _require(q.shape[0] >= self._stream_rows, f"q has {q.shape[0]} rows, fewer than the "
-                     f"{self._stream_rows} rows of the block table planned in the stream")
+                     f"{self._stream_rows} rows plans made in the stream may cover (the block table's, or with "
+                     "query tokens max_query_tokens)")
             _require(pool >= self._stream_pages, f"the KV cache has {pool} pages, fewer than the num_pages "
                      f"{self._stream_pages} planned in the stream")
         if out is None:

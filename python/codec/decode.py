@@ -32,6 +32,13 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
             requests per batch and entries of ``indices`` (page-table entries).
             In that mode q and out may hold up to max_batch_size rows; rows
             past a batch come out as zeros (lse -inf).
+        max_query_tokens: with several query tokens a request in CUDA-graph
+            mode, the most rows of q a batch may bring (and out may hold). By
+            default the first ``plan`` fixes it, as FlashInfer freezes
+            q_len_per_req: max_batch_size × its q_len_per_req, or its
+            qo_indptr's tokens; a first plan of one token a request fixes
+            one a request. ``plan_block_table_in_stream`` with a device
+            qo_indptr needs it given.
         use_tensor_cores, paged_kv_indptr_buffer, paged_kv_indices_buffer,
         paged_kv_last_page_len_buffer, backend: FlashInfer's, accepted so that
             code written for it runs unchanged: the buffers' lengths give the
@@ -51,6 +58,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         *,
         max_batch_size: Optional[int] = None,
         max_num_pages: Optional[int] = None,
+        max_query_tokens: Optional[int] = None,
         num_threads: int = 0,
     ) -> None:
         del use_tensor_cores  # CoDec's kernels always run on tensor cores
@@ -59,7 +67,8 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         if paged_kv_indices_buffer is not None and max_num_pages is None:
             max_num_pages = len(paged_kv_indices_buffer)
         super().__init__(workspace_buffer, kv_layout, use_cuda_graph, backend, max_batch_size, max_num_pages,
-                         num_threads)
+                         num_threads, max_query_tokens)
+        self._uniform_qo = None  # ((rows, q_len_per_req), its device qo_indptr) for in-stream plans
 
     def plan(
         self,
@@ -111,14 +120,20 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
             rope_theta: FlashInfer's; CoDec supports their defaults only
                 (apply RoPE before writing the cache) and refuses others.
         """
-        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
-                        logits_soft_cap, q_data_type, kv_data_type, data_type, sm_scale, rope_scale, rope_theta)
         del non_blocking  # page tables are read on the host; device ones are copied once here either way
-        if qo_indptr is None and q_len_per_req != 1:
-            _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,
-                     f"q_len_per_req {q_len_per_req!r} must be an int >= 1")
+        _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,
+                 f"q_len_per_req {q_len_per_req!r} must be an int >= 1")
+        tokens = 0  # the maximum a CUDA-graph wrapper's first plan fixes: none where one a request
+        if qo_indptr is not None:
+            qo_indptr = host_int32(qo_indptr, "qo_indptr")
+            tokens = max(int(qo_indptr[-1]) if qo_indptr.size else 0, self._max_batch_size)
+        elif q_len_per_req != 1:
             batch = host_int32(last_page_len, "last_page_len").size
             qo_indptr = host_int32(list(range(0, (batch + 1) * q_len_per_req, q_len_per_req)), "qo_indptr")
+            tokens = self._max_batch_size * q_len_per_req
+        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
+                        logits_soft_cap, q_data_type, kv_data_type, data_type, sm_scale, rope_scale, rope_theta,
+                        tokens)
         self._plan_pages(indptr, indices, last_page_len, num_pages, qo_indptr, "causal")
 
     def plan_block_table(self, block_table: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int,
@@ -149,7 +164,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
 
     def plan_block_table_in_stream(self, block_table: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int,
                                    head_dim: int, page_size: int, *, num_pages: int, cumulative: bool = False,
-                                   **kwargs: Any) -> None:
+                                   q_len_per_req: int = 1, qo_indptr: Any = None, **kwargs: Any) -> None:
         """Plans from device tensors without the host waiting: on the current
         CUDA stream, the block table and lengths are copied to pinned host
         memory, a host function the stream runs plans them, and the plan is
@@ -164,18 +179,39 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         rows of ``run`` come out as zeros. A batch that cannot be planned
         (a page id outside ``num_pages``, more than the wrapper's maxima)
         also runs as zeros, and ``check_stream_plans`` raises its error.
-        Other arguments as ``plan``'s."""
+
+        Several causal query tokens a request (draft tokens to verify):
+        ``q_len_per_req`` of them each, or ``qo_indptr`` (batch + 1,) int32
+        on the device, read in the stream like the table (padding rows
+        repeat its last entry). q and out then hold the wrapper's
+        max_query_tokens rows. Other arguments as ``plan``'s."""
         _require(self._use_cuda_graph, "plan_block_table_in_stream needs a CUDA-graph wrapper (use_cuda_graph=True)")
-        _require(is_torch(block_table) and is_torch(seq_lens),
+        _require(is_torch(block_table) and is_torch(seq_lens) and (qo_indptr is None or is_torch(qo_indptr)),
                  "plan_block_table_in_stream takes torch tensors on the wrapper's device")
+        _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,
+                 f"q_len_per_req {q_len_per_req!r} must be an int >= 1")
         kwargs.pop("non_blocking", None)
-        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs)
+        rows = int(block_table.shape[0])
+        _require(qo_indptr is None or self._max_query_tokens is not None,
+                 "plan_block_table_in_stream with qo_indptr needs the wrapper's max_query_tokens (the host never "
+                 "sees the tokens to fix it)")
+        if qo_indptr is None and q_len_per_req > 1:  # a device constant per shape: a graph holds its address
+            key = (rows, q_len_per_req)
+            if self._uniform_qo is None or self._uniform_qo[0] != key:
+                import torch
+                self._uniform_qo = (key, torch.arange(0, (rows + 1) * q_len_per_req, q_len_per_req,
+                                                      dtype=torch.int32, device=block_table.device))
+            qo_indptr = self._uniform_qo[1]
+        tokens = 0 if qo_indptr is None else self._max_batch_size * q_len_per_req
+        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs, query_tokens=tokens)
         self._planned = False  # a call that fails leaves no plan to run
         self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
-                                  current_stream(self._workspace))
+                                  current_stream(self._workspace), qo_indptr)
         # What run checks: the host never sees these plans, whose rows index q
-        # and whose pages index the cache, up to the table's rows and num_pages.
-        self._stream_rows, self._stream_pages = int(block_table.shape[0]), int(num_pages)
+        # and whose pages index the cache, up to the table's rows (the
+        # capacity's query tokens) and num_pages.
+        self._stream_rows = rows if qo_indptr is None else self._max_query_tokens
+        self._stream_pages = int(num_pages)
         if self._capacity_plan is None:
             self._capacity_plan = self._planner.capacity_plan()
         self._slot.plan = self._capacity_plan

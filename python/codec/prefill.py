@@ -54,10 +54,19 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         float_workspace_buffer: a uint8 tensor or array: on the host the CPU
             engine, on a CUDA device the CUDA engine.
         kv_layout: "NHD" or "HND", as the decode wrapper's.
-        use_cuda_graph, qo_indptr_buf, paged_kv_indptr_buf,
-        paged_kv_indices_buf, paged_kv_last_page_len_buf, custom_mask_buf,
-        mask_indptr_buf, backend: FlashInfer's; CUDA graphs of multi-token
-            plans are not supported yet, the buffers are not needed.
+        use_cuda_graph: every plan is laid out in the workspace for the
+            maxima below, so a CUDA graph captured around ``run`` replays the
+            exact result of each later ``plan`` without re-capture.
+        qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf,
+        paged_kv_last_page_len_buf, custom_mask_buf, mask_indptr_buf,
+        backend: FlashInfer's: in CUDA-graph mode their lengths give the
+            maxima (requests, page-table entries, packed mask bytes); CoDec
+            reads plans from its workspace, not from them.
+        max_batch_size, max_num_pages, max_query_tokens, max_mask_bytes: the
+            maxima of CUDA-graph mode where no buffer gives them: requests,
+            page-table entries, query tokens in all (q's and out's rows; by
+            default the first ``plan``'s, as FlashInfer fixes its rows) and
+            bytes of a packed custom or draft mask (0: causal only).
         num_threads: CPU engine threads (0: OpenMP's default).
     """
 
@@ -74,12 +83,24 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         mask_indptr_buf: Any = None,
         backend: str = "auto",
         *,
+        max_batch_size: Optional[int] = None,
+        max_num_pages: Optional[int] = None,
+        max_query_tokens: Optional[int] = None,
+        max_mask_bytes: Optional[int] = None,
         num_threads: int = 0,
     ) -> None:
-        _require(not use_cuda_graph, "use_cuda_graph: CUDA graphs of multi-token plans are not supported yet")
-        del qo_indptr_buf, paged_kv_indptr_buf, paged_kv_indices_buf, paged_kv_last_page_len_buf
-        del custom_mask_buf, mask_indptr_buf
-        super().__init__(float_workspace_buffer, kv_layout, False, backend, None, None, num_threads)
+        del paged_kv_indptr_buf, mask_indptr_buf
+        if max_batch_size is None:
+            if paged_kv_last_page_len_buf is not None:
+                max_batch_size = len(paged_kv_last_page_len_buf)
+            elif qo_indptr_buf is not None:
+                max_batch_size = len(qo_indptr_buf) - 1
+        if max_num_pages is None and paged_kv_indices_buf is not None:
+            max_num_pages = len(paged_kv_indices_buf)
+        if max_mask_bytes is None:
+            max_mask_bytes = 0 if custom_mask_buf is None else int(np.prod(custom_mask_buf.shape))
+        super().__init__(float_workspace_buffer, kv_layout, use_cuda_graph, backend, max_batch_size, max_num_pages,
+                         num_threads, max_query_tokens, max_mask_bytes)
 
     def plan(
         self,
@@ -140,8 +161,11 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         _require(head_dim_vo in (None, head_dim_qk), f"head_dim_vo {head_dim_vo} differs from head_dim_qk "
                  f"{head_dim_qk}: V and K of different widths are not supported yet")
         _require(not use_fp16_qk_reduction, "use_fp16_qk_reduction: CoDec accumulates in fp32")
+        qo = host_int32(qo_indptr, "qo_indptr")
+        # a CUDA-graph wrapper's first plan fixes its query tokens where no maximum was given
+        tokens = max(int(qo[-1]) if qo.size else 0, self._max_batch_size, 1)
         self._configure(num_qo_heads, num_kv_heads, head_dim_qk, page_size, pos_encoding_mode, window_left,
-                        logits_soft_cap, q_data_type, kv_data_type, None, sm_scale, rope_scale, rope_theta)
+                        logits_soft_cap, q_data_type, kv_data_type, None, sm_scale, rope_scale, rope_theta, tokens)
         if o_data_type is not None:
             from ._tensors import dtype_name
             _require(dtype_name(o_data_type, "o_data_type") == self._config[4],
@@ -149,7 +173,6 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         del non_blocking
         _require(sum(m is not None for m in (custom_mask, packed_custom_mask, draft_mask)) <= 1,
                  "give one of custom_mask, packed_custom_mask and draft_mask")
-        qo = host_int32(qo_indptr, "qo_indptr")
         indptr = host_int32(paged_kv_indptr, "paged_kv_indptr")
         last = host_int32(paged_kv_last_page_len, "paged_kv_last_page_len")
         _require(qo.size == indptr.size, f"qo_indptr has {qo.size} entries, paged_kv_indptr {indptr.size}: one "

@@ -29,7 +29,8 @@ void Planner::upload(const PyPlan& p, const Writable& workspace_array, std::uint
 }
 
 void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_array, bool cumulative,
-                          std::int64_t num_pages, const Writable& workspace_array, std::uintptr_t stream_handle) {
+                          std::int64_t num_pages, const Writable& workspace_array, std::uintptr_t stream_handle,
+                          const std::optional<Array>& qo_indptr_array) {
   const Tensor table = tensor_of(block_table_array, "block_table");
   const Tensor lens = tensor_of(seq_lens_array, "seq_lens");
   const Tensor workspace = tensor_of(workspace_array, "workspace_buffer");
@@ -38,6 +39,18 @@ void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_
   check_device(table, engine_, "block_table");
   check_device(lens, engine_, "seq_lens");
   check_device(workspace, engine_, "workspace_buffer");
+  DeviceQueries queries;  // several causal query tokens a request, where qo_indptr is given
+  if (qo_indptr_array) {
+    const Tensor qo = tensor_of(*qo_indptr_array, "qo_indptr");
+    check_device(qo, engine_, "qo_indptr");
+    CODEC_CHECK(qo.dtype() == nb::dtype<std::int32_t>(), "qo_indptr has dtype ", dlpack_name(qo.dtype()),
+                "; expected int32");
+    check_ndim(qo, 1, "qo_indptr", "(batch + 1,)");
+    CODEC_CHECK(qo.shape(0) == table.shape(0) + 1 && (qo.shape(0) <= 1 || qo.stride(0) == 1), "qo_indptr is ",
+                shape_of(qo), "; expected a contiguous (", table.shape(0) + 1, ",) for the ", table.shape(0),
+                " rows of block_table");
+    queries.qo_indptr = static_cast<const std::int32_t*>(qo.data());
+  }
   check_ndim(table, 2, "block_table", "(batch, max_blocks)");
   CODEC_CHECK(table.dtype() == nb::dtype<std::int32_t>(), "block_table has dtype ", dlpack_name(table.dtype()),
               "; expected int32");
@@ -60,7 +73,7 @@ void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_
   const BlockTable device{static_cast<const std::int32_t*>(table.data()), int(rows), int(cols),
                           std::int64_t(rows > 1 ? table.stride(0) : cols),  // a column view keeps its rows' stride
                           static_cast<const std::int32_t*>(lens.data()), cumulative};
-  stream_->enqueue(device, num_pages, workspace_of(workspace, kCudaAlign), stream);
+  stream_->enqueue(device, num_pages, workspace_of(workspace, kCudaAlign), stream, queries);
 }
 
 std::unique_ptr<PyPlan> Planner::capacity_plan() const {

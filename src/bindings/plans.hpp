@@ -30,13 +30,14 @@ nb::dict stats_of(const PlanStats& s);
 class Planner {
  public:
   // engine "cpu" or "cuda"; dtype by its Python name; max_requests > 0 packs
-  // every plan at one capacity (CUDA-graph mode). cost_table: "" for the
+  // every plan at one capacity (CUDA-graph mode), of up to max_query_tokens
+  // query tokens (0: one a request) and max_mask_bytes of mask. cost_table: "" for the
   // measured table of the device where one is found (in cost_table_dirs,
   // then the library's), else the roofline; "roofline"; or a table's file.
   Planner(const std::string& engine, int device, int num_qo_heads, int num_kv_heads, int head_dim, int page_size,
           const std::string& dtype, float sm_scale, std::size_t workspace_bytes, int max_requests,
           std::int64_t max_page_entries, int num_threads, const std::string& cost_table,
-          const std::vector<std::string>& cost_table_dirs);
+          const std::vector<std::string>& cost_table_dirs, int max_query_tokens, std::int64_t max_mask_bytes);
 
   // qo_indptr: several query tokens a request (QueryBatch), under `mask`
   // ("none", "causal", "custom" or "draft", with mask_bits packed as
@@ -49,8 +50,9 @@ class Planner {
   // Plans a device block table in stream order (CudaStreamPlanner): the plan
   // reaches the workspace when the stream gets there, and a CUDA graph
   // capturing this re-plans each replay's batch; run it with capacity_plan().
+  // qo_indptr (device, int32 [rows + 1]): several causal query tokens a request.
   void stream_plan(const Array& block_table, const Array& seq_lens, bool cumulative, std::int64_t num_pages,
-                   const Writable& workspace, std::uintptr_t stream);
+                   const Writable& workspace, std::uintptr_t stream, const std::optional<Array>& qo_indptr);
   // The plan run takes for every stream_plan (its sizes are the capacity's).
   std::unique_ptr<PyPlan> capacity_plan() const;
   // The first error a stream plan met since the last call (its batch ran as the empty plan), or None.

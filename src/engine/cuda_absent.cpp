@@ -44,12 +44,13 @@ void cuda_copy_pages(const PagedKV&, std::span<const PageCopy>, CudaStream) { ab
 
 struct CudaStreamPlanner::Impl {};
 CudaStreamPlanner::CudaStreamPlanner(const HeadConfig&, DType, int, std::shared_ptr<const CostModel>,
-                                     const PlannerOptions&, int, int) {
+                                     const PlannerOptions&, int, int, std::int64_t) {
   absent("CudaStreamPlanner");
 }
 CudaStreamPlanner::~CudaStreamPlanner() = default;
 const Plan& CudaStreamPlanner::capacity_plan() const { absent("CudaStreamPlanner"); }
-void CudaStreamPlanner::enqueue(const BlockTable&, std::int64_t, std::span<std::byte>, CudaStream) {
+void CudaStreamPlanner::enqueue(const BlockTable&, std::int64_t, std::span<std::byte>, CudaStream,
+                                const DeviceQueries&) {
   absent("CudaStreamPlanner");
 }
 std::optional<std::string> CudaStreamPlanner::take_error() { return std::nullopt; }

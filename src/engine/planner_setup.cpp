@@ -77,6 +77,9 @@ PlannerSetup make_planner_setup(const PlannerSetupArgs& args) {
   CODEC_CHECK(ws.max_batch_size == 0 || (args.target == PlanTarget::cuda && ws.bytes > 0 && ws.max_num_pages >= 1),
               "a fixed capacity (CUDA graphs: max_batch_size ", ws.max_batch_size,
               ") needs the CUDA engine, a workspace and max_num_pages >= 1");
+  CODEC_CHECK((ws.max_query_tokens == 0 && ws.max_mask_bytes == 0) || ws.max_batch_size > 0,
+              "max_query_tokens ", ws.max_query_tokens, " and max_mask_bytes ", ws.max_mask_bytes,
+              " are maxima of CUDA-graph mode: give max_batch_size too");
   const HeadConfig heads = shape.heads();
   PlannerSetup s;
   s.target = args.target;
@@ -125,7 +128,8 @@ PlannerSetup make_planner_setup(const PlannerSetupArgs& args) {
     else s.cost = std::make_shared<RooflineCostModel>(roofline, heads, shape.kv_dtype);
   }
   if (ws.max_batch_size > 0)
-    s.options.capacity = cuda_plan_capacity(ws.bytes, ws.max_batch_size, ws.max_num_pages, heads, s.options);
+    s.options.capacity = cuda_plan_capacity(ws.bytes, ws.max_batch_size, ws.max_num_pages, heads, s.options,
+                                            {ws.max_query_tokens, ws.max_mask_bytes});
   return s;
 }
 
@@ -134,11 +138,24 @@ PlannerOptions PlannerSetup::options_for(const Forest& forest, std::int64_t page
   const HeadConfig h = heads();
   const int batch = queries.num_queries(forest.num_requests());  // the plan's requests: its query tokens
   PlannerOptions options = this->options;
+  const QueryCapacity query_capacity{workspace.max_query_tokens, workspace.max_mask_bytes};
   if (options.capacity) {
-    CODEC_CHECK(batch <= workspace.max_batch_size, "the batch has ", batch, " query rows (a request's query tokens each), more than max_batch_size ",
+    const int requests = forest.num_requests();
+    CODEC_CHECK(requests <= workspace.max_batch_size, "the batch has ", requests, " requests, more than max_batch_size ",
                 workspace.max_batch_size, " of this CUDA-graph workspace");
     CODEC_CHECK(page_entries <= workspace.max_num_pages, "kv_indices has ", page_entries,
                 " entries, more than max_num_pages ", workspace.max_num_pages, " of this CUDA-graph workspace");
+    if (workspace.max_query_tokens == 0) {
+      CODEC_CHECK(batch == requests, "the batch has ", batch, " query tokens for ", requests,
+                  " requests; this CUDA-graph workspace was made for one a request (give max_query_tokens)");
+    } else {
+      CODEC_CHECK(batch <= workspace.max_query_tokens, "the batch has ", batch,
+                  " query tokens, more than max_query_tokens ", workspace.max_query_tokens,
+                  " of this CUDA-graph workspace");
+    }
+    const auto mask_bytes = std::int64_t(queries.mask_bits.size());
+    CODEC_CHECK(mask_bytes <= workspace.max_mask_bytes, "the mask has ", mask_bytes,
+                " bytes, more than max_mask_bytes ", workspace.max_mask_bytes, " of this CUDA-graph workspace");
   }
   if (workspace.bytes == 0) return options;  // each plan gets the workspace it needs
   // The slots the workspace holds for this batch; a batch that needs more
@@ -150,16 +167,21 @@ PlannerOptions PlannerSetup::options_for(const Forest& forest, std::int64_t page
     slots = cpu_workspace_slots(workspace.bytes, h.head_dim);
     need_bytes = Plan::workspace_for(need, h.head_dim).bytes + alignment;
   } else {
-    const int requests = options.capacity ? workspace.max_batch_size : batch;
+    // Without a capacity, the batch's own sizes.
+    const int requests = options.capacity ? workspace.max_batch_size : forest.num_requests();
     const std::int64_t entries = options.capacity ? workspace.max_num_pages : std::max<std::int64_t>(page_entries, 1);
+    const bool masks = batch > forest.num_requests() || !queries.mask_bits.empty();
+    const QueryCapacity q = options.capacity ? query_capacity
+                            : masks          ? QueryCapacity{batch, std::int64_t(queries.mask_bits.size())}
+                                             : QueryCapacity{};
     need_bytes = cuda_workspace_bytes(PlanCapacity::for_batches(requests, entries, h, options.max_tile_rows,
                                                                 options.num_blocks, need, options.wide_blocks(),
-                                                                options.max_tail_tokens()),
+                                                                options.max_tail_tokens(), q),
                                       h.head_dim) +
                  alignment;
     if (options.capacity) slots = options.capacity->slots;
     else if (need_bytes <= workspace.bytes)
-      slots = cuda_plan_capacity(workspace.bytes - alignment, batch, entries, h, options).slots;
+      slots = cuda_plan_capacity(workspace.bytes - alignment, requests, entries, h, options, q).slots;
   }
   CODEC_CHECK(need <= slots, "workspace_buffer of ", workspace.bytes,
               " bytes is too small for this batch: it needs at least ", need_bytes, " bytes (", need,

@@ -36,13 +36,13 @@ constexpr void for_each_array(F&& f) {
   f(&PlanArrays::tail_indptr, &PlanView::tail_indptr,
     [](C c) { return c.tail_tokens > 0 ? c.node_reqs + 1 : std::int64_t(0); });
   f(&PlanArrays::tail_tokens, &PlanView::tail_tokens, [](C c) { return c.tail_tokens; });
-  // masks: none at a capacity yet (check_fits)
-  f(&PlanArrays::node_kv_begin, &PlanView::node_kv_begin, [](C) { return std::int64_t(0); });
-  f(&PlanArrays::query_lo, &PlanView::query_lo, [](C) { return std::int64_t(0); });
-  f(&PlanArrays::query_hi, &PlanView::query_hi, [](C) { return std::int64_t(0); });
-  f(&PlanArrays::query_bits_pos, &PlanView::query_bits_pos, [](C) { return std::int64_t(0); });
-  f(&PlanArrays::query_bits_word, &PlanView::query_bits_word, [](C) { return std::int64_t(0); });
-  f(&PlanArrays::mask_words, &PlanView::mask_words, [](C) { return std::int64_t(0); });
+  f(&PlanArrays::node_kv_begin, &PlanView::node_kv_begin, [](C c) { return c.masks ? std::int64_t(c.nodes) : 0; });
+  f(&PlanArrays::query_lo, &PlanView::query_lo, [](C c) { return c.masks ? std::int64_t(c.requests) : 0; });
+  f(&PlanArrays::query_hi, &PlanView::query_hi, [](C c) { return c.masks ? std::int64_t(c.requests) : 0; });
+  f(&PlanArrays::query_bits_pos, &PlanView::query_bits_pos, [](C c) { return c.masks ? std::int64_t(c.requests) : 0; });
+  f(&PlanArrays::query_bits_word, &PlanView::query_bits_word,
+    [](C c) { return c.masks ? std::int64_t(c.requests) : 0; });
+  f(&PlanArrays::mask_words, &PlanView::mask_words, [](C c) { return c.mask_words; });
 }
 
 constexpr int count_arrays() {
@@ -71,6 +71,8 @@ std::array<std::size_t, count_arrays() + 1> offsets_of(const PlanArrays* a, cons
 // Throws naming the first array of `a` that does not fit `c`.
 void check_fits(const PlanArrays& a, const PlanCapacity& c) {
   const auto requests = std::int64_t(a.partial_indptr.size()) - 1, nodes = std::int64_t(a.node_splits.size());
+  CODEC_CHECK(c.masks || a.query_lo.empty(), "plan has masks (query tokens that see part of their request's keys); "
+              "its capacity was made for one query token a request (give a maximum of query tokens)");
   const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> sizes[] = {
       {"requests", {requests, c.requests}},
       {"blocks", {std::int64_t(a.block_indptr.size()) - 1, c.blocks}},
@@ -80,11 +82,13 @@ void check_fits(const PlanArrays& a, const PlanCapacity& c) {
       {"tasks", {std::int64_t(a.tasks.size()), c.tasks}},
       {"partials", {std::int64_t(a.partials.size()), c.partials}},
       {"tail tokens", {std::int64_t(a.tail_tokens.size()), c.tail_tokens}},
+      {"mask words", {std::int64_t(a.mask_words.size()), c.mask_words}},
   };
   for (const auto& [name, v] : sizes)
     CODEC_CHECK(v.first <= v.second, "plan has ", v.first, " ", name, ", more than its capacity of ", v.second);
-  CODEC_CHECK(a.query_lo.empty(), "plan has masks (query tokens that see part of their request's keys); a plan at a "
-              "capacity (CUDA graphs) takes none yet");
+  // a graph captured at a capacity with masks runs the masked kernels for every plan
+  CODEC_CHECK(!c.masks || std::int64_t(a.query_lo.size()) == requests, "plan has masks for ", a.query_lo.size(),
+              " of its ", requests, " requests; every plan at a capacity with masks carries them for each");
   CODEC_CHECK(std::int64_t(a.block_indptr.size()) - 1 == c.blocks, "plan has ", a.block_indptr.size() - 1,
               " blocks; a plan at this capacity must have exactly ", c.blocks);
   const std::int64_t wide = a.wide_indptr.empty() ? 0 : std::int64_t(a.wide_indptr.size()) - 1;
@@ -152,14 +156,18 @@ void write_arrays(const PlanArrays& a, const std::array<std::size_t, count_array
 
 PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
                                        int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks,
-                                       int max_tail_tokens) {
+                                       int max_tail_tokens, const QueryCapacity& queries) {
   CODEC_CHECK(max_requests >= 1, "capacity: max_requests ", max_requests, " must be >= 1");
   CODEC_CHECK(max_page_entries >= 1, "capacity: max_page_entries ", max_page_entries, " must be >= 1");
   CODEC_CHECK(max_tile_rows >= 1, "capacity: max_tile_rows ", max_tile_rows, " must be >= 1");
   CODEC_CHECK(max_tail_tokens >= 0, "capacity: max_tail_tokens ", max_tail_tokens, " must be >= 0");
+  CODEC_CHECK(queries.tokens == 0 || queries.tokens >= max_requests, "capacity: max_query_tokens ", queries.tokens,
+              " must be 0 (one a request) or >= max_requests ", max_requests, " (every request has one)");
+  CODEC_CHECK(queries.mask_bytes >= 0 && (queries.tokens > 0 || queries.mask_bytes == 0), "capacity: max_mask_bytes ",
+              queries.mask_bytes, " must be >= 0, and 0 without a maximum of query tokens");
   heads.validate();
   PlanCapacity c;
-  c.requests = max_requests;
+  c.requests = queries.tokens > 0 ? queries.tokens : max_requests;
   c.blocks = blocks;
   c.wide_blocks = wide_blocks;
   c.nodes = int(std::min<std::int64_t>(2 * std::int64_t(max_requests) - 1, max_page_entries));
@@ -169,6 +177,13 @@ PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_e
   c.partials = slots / heads.num_qo_heads;
   c.tasks = slots / std::max(1, std::min(heads.group(), max_tile_rows / 2));
   c.tail_tokens = std::int64_t(max_requests) * max_tail_tokens;
+  if (queries.tokens > 0) {
+    const std::int64_t extra = std::int64_t(queries.tokens) - max_requests;
+    c.node_reqs = max_page_entries + extra * std::min<std::int64_t>(max_page_entries, max_requests);
+    c.masks = true;
+    c.mask_words = queries.mask_bytes > 0 ? queries.mask_bytes / 4 + queries.tokens : 0;
+    c.tail_tokens = 0;
+  }
   c.validate();
   return c;
 }
@@ -177,13 +192,17 @@ void PlanCapacity::validate() const {
   CODEC_CHECK(requests >= 1 && blocks >= 1 && nodes >= 1, "capacity: requests ", requests, ", blocks ", blocks,
               " and nodes ", nodes, " must be >= 1");
   CODEC_CHECK(wide_blocks >= 0, "capacity: wide_blocks ", wide_blocks, " must be >= 0");
-  CODEC_CHECK(node_pages >= 0 && node_reqs >= 0 && tasks >= 0 && partials >= 0 && slots >= 0 && tail_tokens >= 0,
+  CODEC_CHECK(node_pages >= 0 && node_reqs >= 0 && tasks >= 0 && partials >= 0 && slots >= 0 && tail_tokens >= 0 &&
+                  mask_words >= 0,
               "capacity: sizes must be >= 0");
+  CODEC_CHECK(masks || mask_words == 0, "capacity: ", mask_words, " mask words without masks");
+  CODEC_CHECK(!masks || tail_tokens == 0, "capacity: masks and ", tail_tokens,
+              " tail tokens (a plan with masks takes in no tails)");
   constexpr std::int64_t kInt = std::numeric_limits<std::int32_t>::max();
   CODEC_CHECK(node_pages <= kInt && node_reqs <= kInt && tasks <= kInt && partials <= kInt && slots <= kInt &&
-                  tail_tokens <= kInt,
+                  tail_tokens <= kInt && mask_words <= kInt,
               "capacity: every size must fit in 32 bits (slots ", slots, ", node pages ", node_pages,
-              ", tail tokens ", tail_tokens, ")");
+              ", node requests ", node_reqs, ", tail tokens ", tail_tokens, ", mask words ", mask_words, ")");
 }
 
 Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays& a, const PlanStats& stats,
@@ -215,7 +234,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   counts_.page_size = page_size;
   counts_.single_task_blocks = !capacity && counts_.num_wide_blocks == 0;
   counts_.tails = capacity ? capacity->tail_tokens > 0 : !a.tail_indptr.empty();
-  counts_.masks = !a.query_lo.empty();
+  counts_.masks = capacity ? capacity->masks : !a.query_lo.empty();
   for (int b = 0; b <= counts_.num_blocks && counts_.single_task_blocks; ++b)
     counts_.single_task_blocks = a.block_indptr[std::size_t(b)] == std::min(b, counts_.num_tasks);
 
@@ -235,7 +254,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
     extent_.needs_merge = extent_.needs_merge || n != 1;
   }
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
-  if (counts_.masks) {
+  if (!a.query_lo.empty()) {
     const PlanView v = view();
     for (const Task& t : a.tasks) extent_.masked_tasks += v.masked(t);
   }

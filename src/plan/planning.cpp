@@ -562,7 +562,7 @@ PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostM
   // with them no wide task takes in a tail (its rows see every tail token).
   const Forest expanded = queries.one_token_each() ? Forest() : query_forest(forest, queries);
   const Forest& rows = queries.one_token_each() ? forest : expanded;
-  query_masks(forest, queries, a);
+  query_masks(forest, queries, a, opt.capacity && opt.capacity->masks);
   PlannerOptions options = opt;
   if (!a.query_lo.empty()) options.wide_tail_tokens = 0;
   Planning planning(rows, heads, cost, options);

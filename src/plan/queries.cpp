@@ -83,7 +83,7 @@ Forest query_forest(const Forest& forest, const QueryBatch& queries) {
   return f;
 }
 
-void query_masks(const Forest& forest, const QueryBatch& queries, PlanArrays& a) {
+void query_masks(const Forest& forest, const QueryBatch& queries, PlanArrays& a, bool always) {
   const int batch = forest.num_requests();
   const int tokens = queries.num_queries(batch);
   const bool bits = queries.mask == QueryMask::custom || queries.mask == QueryMask::draft;
@@ -114,7 +114,7 @@ void query_masks(const Forest& forest, const QueryBatch& queries, PlanArrays& a)
       }
     }
   }
-  if (!masked) return;
+  if (!masked && !always) return;
   // Every node's first position: its ancestors' tokens.
   a.node_kv_begin.resize(forest.nodes.size());
   for (std::size_t i = 0; i < forest.nodes.size(); ++i) {

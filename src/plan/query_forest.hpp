@@ -13,7 +13,8 @@ namespace codec::planning {
 Forest query_forest(const Forest& forest, const QueryBatch& queries);
 
 // The arrays of PlanView's masks into `a`, none where every token sees its
-// whole path (a one-token causal batch, or QueryMask::none).
-void query_masks(const Forest& forest, const QueryBatch& queries, PlanArrays& a);
+// whole path (a one-token causal batch, or QueryMask::none) unless `always`
+// (a capacity with masks, whose every plan carries them).
+void query_masks(const Forest& forest, const QueryBatch& queries, PlanArrays& a, bool always = false);
 
 }  // namespace codec::planning

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -19,9 +20,12 @@ StepPlanner::StepPlanner(const HeadConfig& heads, DType dtype, std::shared_ptr<c
 // nodes) moved by at most drift of the searched forest's: LPT re-balances
 // every plan, only the split counts are the search's. A node with tokens where
 // that one had none, or none where it had some, is a change of shape.
-bool StepPlanner::same_shape(const Forest& f) const {
+bool StepPlanner::same_shape(const Forest& f, const QueryBatch& queries) const {
   const Forest& s = searched_;
   if (f.num_nodes() != s.num_nodes() || f.num_requests() != s.num_requests() || f.reqs != s.reqs) return false;
+  if (queries.mask != searched_mask_ ||
+      !std::equal(queries.qo_indptr.begin(), queries.qo_indptr.end(), searched_qo_.begin(), searched_qo_.end()))
+    return false;
   double moved = 0, work = 0;
   for (int i = 0; i < f.num_nodes(); ++i) {
     const ForestNode &a = f.nodes[i], &b = s.nodes[i];
@@ -35,8 +39,8 @@ bool StepPlanner::same_shape(const Forest& f) const {
 
 // The options of the forest's plan: the last search's split counts while
 // the forest keeps that search's shape, else the search (or another policy).
-PlannerOptions StepPlanner::options_for(const Forest& forest) const {
-  if (options_.split != SplitPolicy::adaptive || splits_.empty() || !same_shape(forest)) return options_;
+PlannerOptions StepPlanner::options_for(const Forest& forest, const QueryBatch& queries) const {
+  if (options_.split != SplitPolicy::adaptive || splits_.empty() || !same_shape(forest, queries)) return options_;
   PlannerOptions reuse = options_;
   reuse.split = SplitPolicy::given;
   reuse.given_splits = splits_;
@@ -44,33 +48,36 @@ PlannerOptions StepPlanner::options_for(const Forest& forest) const {
 }
 
 // Counted once the plan is packed: one that does not fit is no plan, and no search to reuse.
-void StepPlanner::commit(const Forest& forest, const PlannerOptions& used, const PlanArrays& a) {
+void StepPlanner::commit(const Forest& forest, const QueryBatch& queries, const PlannerOptions& used,
+                         const PlanArrays& a) {
   ++plans_;
   if (used.split != SplitPolicy::adaptive) return;
   splits_.assign(a.node_splits.begin(), a.node_splits.end());
   searched_ = forest;
+  searched_qo_.assign(queries.qo_indptr.begin(), queries.qo_indptr.end());
+  searched_mask_ = queries.mask;
   ++searches_;
 }
 
-Plan StepPlanner::plan(const Forest& forest) {
+Plan StepPlanner::plan(const Forest& forest, const QueryBatch& queries) {
   const auto start = std::chrono::steady_clock::now();
-  const PlannerOptions used = options_for(forest);
+  const PlannerOptions used = options_for(forest, queries);
   PlanArrays a;
-  const PlanStats stats = planning::plan_arrays(forest, heads_, *cost_, used, a);
+  const PlanStats stats = planning::plan_arrays(forest, heads_, *cost_, used, a, queries);
   Plan plan(heads_, dtype_, forest.page_size, a, stats, options_.capacity ? &*options_.capacity : nullptr);
-  commit(forest, used, a);
+  commit(forest, queries, used, a);
   plan.stats().plan_ms = planning::ms_since(start);
   return plan;
 }
 
-PlanStats StepPlanner::plan_into(const Forest& forest, std::span<std::byte> out) {
+PlanStats StepPlanner::plan_into(const Forest& forest, std::span<std::byte> out, const QueryBatch& queries) {
   const auto start = std::chrono::steady_clock::now();
   CODEC_CHECK(options_.capacity.has_value(), "StepPlanner::plan_into: the options need a capacity to pack at");
-  const PlannerOptions used = options_for(forest);
+  const PlannerOptions used = options_for(forest, queries);
   scratch_.clear();
-  PlanStats stats = planning::plan_arrays(forest, heads_, *cost_, used, scratch_);
+  PlanStats stats = planning::plan_arrays(forest, heads_, *cost_, used, scratch_, queries);
   Plan::pack_into(scratch_, *options_.capacity, out);
-  commit(forest, used, scratch_);
+  commit(forest, queries, used, scratch_);
   stats.plan_ms = planning::ms_since(start);
   return stats;
 }

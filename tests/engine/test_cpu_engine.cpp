@@ -154,6 +154,84 @@ TEST(CpuEngine, QueryTokensUnderEachMaskMatchTheReference) {
   EXPECT_GE(masked_plans, 70);  // the masks did apply (of 80 plans whose mask can hide a key)
 }
 
+// CUDA graphs of several query tokens a request: at a capacity with maxima
+// of query tokens and mask bytes, plans of every mask (and of one token a
+// request, which sees all its keys) share one layout, all carry masks (a
+// graph captured with one runs the masked kernels for the next), cover the
+// capacity's rows and match fp64; a plan past the capacity's mask words or
+// with masks at a capacity of one token a request is refused by name.
+TEST(CpuEngine, QueryTokensAtOneCapacityShareTheirLayout) {
+  const HeadConfig heads{12, 4, 64};
+  const RooflineCostModel cost(RooflineParams::h200(), heads, DType::f16);
+  constexpr int kMaxRequests = 8, kMaxTokens = 160;
+  constexpr std::int64_t kMaxPages = 300, kMaxMaskBytes = 12000;
+  PlannerOptions opt;
+  opt.num_blocks = 5;
+  opt.capacity = PlanCapacity::for_batches(kMaxRequests, kMaxPages, heads, opt.max_tile_rows, opt.num_blocks, 20000, 0,
+                                           0, {kMaxTokens, kMaxMaskBytes});
+  ASSERT_TRUE(opt.capacity->masks);
+  EXPECT_EQ(opt.capacity->requests, kMaxTokens);
+  StepPlanner steps(heads, DType::f16, std::make_shared<RooflineCostModel>(cost), opt);
+  int plans = 0, masked_tasks = 0;
+  for (const QueryMask mask : {QueryMask::none, QueryMask::causal, QueryMask::custom, QueryMask::draft})
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      const test::RandomBatchSpec spec = test::engine_spec(seed + 40, heads, DType::f16, 5, 4, 3 + int(seed), 0.3, 4);
+      const test::RandomBatch b = test::make_random_batch(spec);
+      ASSERT_LE(std::int64_t(b.indices.size()), kMaxPages);
+      // seed 1 of QueryMask::none: one token a request, no qo_indptr
+      test::RandomQueries q = test::make_random_queries(b, mask, seed == 1 && mask == QueryMask::none ? 1 : 16, seed);
+      if (seed == 1 && mask == QueryMask::none) q.qo_indptr.clear(), q.mask = QueryMask::causal;
+      const int tokens = q.qo_indptr.empty() ? b.table().num_requests() : q.num_queries();
+      ASSERT_LE(tokens, kMaxTokens);
+      const std::string what = spec.describe() + " mask " + std::to_string(int(mask));
+      const Forest forest = derive_forest(b.table());
+      const Plan plan = seed == 2 ? steps.plan(forest, q.view()) : make_plan(forest, heads, DType::f16, cost, opt, q.view());
+      ASSERT_TRUE(plan.has_capacity()) << what;
+      EXPECT_EQ(plan.bytes().size(), Plan::packed_bytes(*opt.capacity)) << what;
+      EXPECT_TRUE(plan.view().masks) << what;
+      EXPECT_EQ(plan.view().num_requests, kMaxTokens) << what;
+      masked_tasks += plan.extent().masked_tasks;
+      ++plans;
+      // a run over all the capacity's rows: those past the batch come out empty
+      const std::size_t row_bytes = std::size_t(heads.num_qo_heads) * heads.head_dim * 2;
+      std::vector<std::byte> qs(kMaxTokens * row_bytes, std::byte{0xff});
+      std::memcpy(qs.data(), q.q.empty() ? b.q.data() : q.q.data(), std::size_t(tokens) * row_bytes);
+      Outputs o;
+      Workspace ws(plan.workspace().bytes);
+      run_cpu(plan, b.kv(), contiguous_io(plan, qs.data(), o, kMaxTokens), ws.bytes);
+      const ReferenceResult ref = reference_attention(b.table(), b.kv(), heads, qs.data(), q.view());
+      const std::size_t rows = std::size_t(tokens) * heads.num_qo_heads;
+      Outputs real{{o.out.begin(), o.out.begin() + rows * heads.head_dim}, {o.lse.begin(), o.lse.begin() + rows}};
+      expect_matches(real, ref, what + " at capacity");
+      for (std::size_t i = rows * heads.head_dim; i < o.out.size(); ++i) ASSERT_EQ(o.out[i], 0.f) << "padding row";
+      for (std::size_t i = rows; i < o.lse.size(); ++i) ASSERT_EQ(o.lse[i], -INFINITY) << "padding row";
+    }
+  EXPECT_EQ(plans, 12);
+  EXPECT_GT(masked_tasks, 0);
+  const Plan empty = Plan::empty(heads, DType::f16, 5, *opt.capacity);
+  EXPECT_EQ(empty.bytes().size(), Plan::packed_bytes(*opt.capacity));
+  EXPECT_TRUE(empty.view().masks);
+
+  const test::RandomBatch b = test::make_random_batch(test::engine_spec(50, heads, DType::f16, 16, 4, 5, 0.3, 8));
+  const Forest forest = derive_forest(b.table());
+  const test::RandomQueries custom = test::make_random_queries(b, QueryMask::custom, 16, 3);
+  PlannerOptions small = opt;
+  const int tokens = custom.num_queries();  // a mask of 4 bytes at most: a word a token, and one more
+  small.capacity = PlanCapacity::for_batches(kMaxRequests, kMaxPages, heads, opt.max_tile_rows, opt.num_blocks, 20000,
+                                             0, 0, {tokens, 4});
+  EXPECT_TRUE(test::throws_with([&] { make_plan(forest, heads, DType::f16, cost, small, custom.view()); },
+                                "mask words, more than its capacity of " + std::to_string(tokens + 1)));
+  small.capacity = PlanCapacity::for_batches(kMaxRequests, kMaxPages, heads, opt.max_tile_rows, opt.num_blocks, 20000);
+  EXPECT_TRUE(test::throws_with([&] { make_plan(forest, heads, DType::f16, cost, small, custom.view()); },
+                                "its capacity was made for one query token a request"));
+  EXPECT_TRUE(test::throws_with(
+      [&] { PlanCapacity::for_batches(kMaxRequests, kMaxPages, heads, 64, 5, 20000, 0, 0, {kMaxRequests - 1, 0}); },
+      "max_query_tokens 7 must be 0 (one a request) or >= max_requests 8"));
+  EXPECT_TRUE(test::throws_with(
+      [&] { PlanCapacity::for_batches(kMaxRequests, kMaxPages, heads, 64, 5, 20000, 0, 0, {0, 16}); },
+      "max_mask_bytes 16 must be >= 0, and 0 without a maximum of query tokens"));
+}
+
 // A prefill chunk of hundreds of tokens over a cached prefix: one request's
 // own last node holds them all, and its causal mask cuts every KV tile.
 TEST(CpuEngine, ALongChunkOverACachedPrefix) {

@@ -916,30 +916,24 @@ TEST(CudaEngine, StridedQueryOutputAndLse) {
   }
 }
 
-// One graph captured with a plan at a capacity replays the exact result of
-// every later plan staged into its workspace: other trees, other batch sizes.
-TEST(CudaEngine, GraphReplaysEveryPlanAtOneCapacity) {
-  SKIP_WITHOUT_GPU();
-  const HeadConfig heads{32, 8, 128};
-  constexpr int kMaxRequests = 16;
-  // One pool for every batch: pages past a batch's own stay NaN-free but unread.
-  std::vector<test::RandomBatch> batches;
-  for (std::uint64_t seed = 101; seed <= 105; ++seed) {
-    test::RandomBatchSpec spec = spec_of({heads, DType::bf16, 16, Layout::nhd, 3 + int(seed % 4), 4 + int(seed % 12), 0.3}, seed);
-    batches.push_back(test::make_random_batch(spec));
-  }
-  std::int64_t max_entries = 0, max_pages = 0;
-  for (const auto& b : batches) max_entries = std::max<std::int64_t>(max_entries, b.indices.size()), max_pages = std::max(max_pages, b.num_pages);
-  PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
-  constexpr std::size_t kWorkspace = std::size_t(32) << 20;
-  opt.capacity = cuda_plan_capacity(kWorkspace, kMaxRequests, max_entries, heads, opt);
+// Captures run_cuda once, with the first batch's plan at opt's capacity, and
+// replays that graph for every batch after staging the batch's own plan: the
+// exact result each time (queries[i]: batch i's query tokens, or one token a
+// request where there are none), the rows past a batch empty.
+void expect_replays_at_capacity(const HeadConfig& heads, const std::vector<test::RandomBatch>& batches,
+                                const std::vector<test::RandomQueries>& queries, const PlannerOptions& opt) {
+  const int max_rows = opt.capacity->requests, dim = heads.head_dim, hq = heads.num_qo_heads;
+  std::int64_t max_pages = 0;
+  for (const auto& b : batches) max_pages = std::max(max_pages, b.num_pages);
   const RooflineCostModel cost = h200_cost(heads, DType::bf16);
   // A device pool, q and out large enough for every batch, reloaded per batch
   // outside the graph (the graph holds only their addresses).
-  const std::size_t kv_bytes = std::size_t(max_pages) * 16 * 8 * 128 * 2;
-  DeviceBuffer k(kv_bytes), v(kv_bytes), q(std::size_t(kMaxRequests) * 32 * 128 * 2);
-  DeviceBuffer out(std::size_t(kMaxRequests) * 32 * 128 * 2), lse(std::size_t(kMaxRequests) * 32 * 4), ws(kWorkspace);
-  const PagedKV kv = PagedKV::nhd(k.data(), v.data(), DType::bf16, max_pages, 16, 8, 128);
+  const std::size_t kv_bytes = std::size_t(max_pages) * 16 * heads.num_kv_heads * dim * 2;
+  const std::size_t row_bytes = std::size_t(hq) * dim * 2;
+  const std::size_t workspace = cuda_workspace_bytes(*opt.capacity, dim);
+  DeviceBuffer k(kv_bytes), v(kv_bytes), q(max_rows * row_bytes), out(max_rows * row_bytes);
+  DeviceBuffer lse(std::size_t(max_rows) * hq * 4), ws(workspace);
+  const PagedKV kv = PagedKV::nhd(k.data(), v.data(), DType::bf16, max_pages, 16, heads.num_kv_heads, dim);
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   CudaPlanStaging staging;
@@ -947,16 +941,18 @@ TEST(CudaEngine, GraphReplaysEveryPlanAtOneCapacity) {
   std::vector<Plan> plans;  // kept alive: the staging copies them asynchronously
   for (std::size_t i = 0; i < batches.size(); ++i) {
     const test::RandomBatch& b = batches[i];
-    plans.push_back(make_plan(derive_forest(b.table()), heads, DType::bf16, cost, opt));
+    const QueryBatch batch_queries = queries.empty() ? QueryBatch{} : queries[i].view();
+    const std::vector<std::byte>& q_host = queries.empty() ? b.q : queries[i].q;
+    plans.push_back(make_plan(derive_forest(b.table()), heads, DType::bf16, cost, opt, batch_queries));
     const Plan& plan = plans.back();
     CUDA_OK(cudaMemcpyAsync(k.data(), b.k.data(), b.k.size(), cudaMemcpyHostToDevice, stream));
     CUDA_OK(cudaMemcpyAsync(v.data(), b.v.data(), b.v.size(), cudaMemcpyHostToDevice, stream));
-    CUDA_OK(cudaMemcpyAsync(q.data(), b.q.data(), b.q.size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(q.data(), q_host.data(), q_host.size(), cudaMemcpyHostToDevice, stream));
     out.poison(stream);
     lse.poison(stream);
     staging.upload(plan, ws.span(), stream);
     if (i == 0) {  // captured once, with the first plan
-      const AttentionIO io = device_io(plan, q.data(), out, lse, kMaxRequests);
+      const AttentionIO io = device_io(plan, q.data(), out, lse, max_rows);
       cudaGraph_t graph = nullptr;
       CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       run_cuda(plan, kv, io, ws.span(), stream);
@@ -967,29 +963,82 @@ TEST(CudaEngine, GraphReplaysEveryPlanAtOneCapacity) {
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
     Outputs o = collect(out, lse, DType::bf16);
-    const std::size_t rows = std::size_t(plan.num_requests()) * 32;
-    for (std::size_t x = rows * 128; x < o.out.size(); ++x) ASSERT_EQ(o.out[x], 0.f) << "padding row, batch " << i;
+    const std::size_t rows = std::size_t(plan.num_requests()) * hq;
+    for (std::size_t x = rows * dim; x < o.out.size(); ++x) ASSERT_EQ(o.out[x], 0.f) << "padding row, batch " << i;
     for (std::size_t x = rows; x < o.lse.size(); ++x) ASSERT_EQ(o.lse[x], -INFINITY) << "padding row, batch " << i;
-    o.out.resize(rows * 128);
+    o.out.resize(rows * dim);
     o.lse.resize(rows);
-    expect_matches(o, reference_attention(b.table(), b.kv(), heads, b.q.data()), DType::bf16,
-                   b.spec.describe() + " replayed after re-planning");
+    expect_matches(o, reference_attention(b.table(), b.kv(), heads, q_host.data(), batch_queries), DType::bf16,
+                   b.spec.describe() + " replayed after re-planning, batch " + std::to_string(i));
   }
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaStreamDestroy(stream));
 }
 
-// One graph captured around CudaStreamPlanner::enqueue and run_cuda: every
-// replay plans what the device block table then holds (padding rows after
-// the batch), and a batch it cannot plan runs as the empty plan, its error kept.
-TEST(CudaEngine, StreamPlannerReplansEveryGraphReplay) {
+// One graph captured with a plan at a capacity replays the exact result of
+// every later plan staged into its workspace: other trees, other batch sizes.
+TEST(CudaEngine, GraphReplaysEveryPlanAtOneCapacity) {
   SKIP_WITHOUT_GPU();
+  const HeadConfig heads{32, 8, 128};
+  std::vector<test::RandomBatch> batches;
+  for (std::uint64_t seed = 101; seed <= 105; ++seed)
+    batches.push_back(test::make_random_batch(
+        spec_of({heads, DType::bf16, 16, Layout::nhd, 3 + int(seed % 4), 4 + int(seed % 12), 0.3}, seed)));
+  std::int64_t max_entries = 0;
+  for (const auto& b : batches) max_entries = std::max<std::int64_t>(max_entries, b.indices.size());
+  PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
+  opt.capacity = cuda_plan_capacity(std::size_t(32) << 20, 16, max_entries, heads, opt);
+  expect_replays_at_capacity(heads, batches, {}, opt);
+}
+
+// The same with several query tokens a request: captured with a plan of one
+// token a request (no masked task: the capacity's masks make it capture the
+// masked kernels), replayed for causal tokens, draft trees and custom masks
+// of up to 64 tokens a request, each plan of other requests and lengths.
+TEST(CudaEngine, GraphReplaysQueryTokensUnderEachMaskAtOneCapacity) {
+  SKIP_WITHOUT_GPU();
+  const HeadConfig heads{32, 8, 128};
+  std::vector<test::RandomBatch> batches;
+  std::vector<test::RandomQueries> queries;
+  const QueryMask masks[] = {QueryMask::causal, QueryMask::causal, QueryMask::draft, QueryMask::custom,
+                             QueryMask::causal, QueryMask::draft, QueryMask::custom};
+  int max_tokens = 0;
+  std::int64_t max_entries = 0, max_mask_bytes = 0;
+  for (std::uint64_t i = 0; i < std::size(masks); ++i) {
+    const std::uint64_t seed = 141 + i;
+    batches.push_back(test::make_random_batch(
+        spec_of({heads, DType::bf16, 16, Layout::nhd, 3 + int(seed % 4), 4 + int(seed % 12), 0.3}, seed)));
+    queries.push_back(test::make_random_queries(batches.back(), masks[i], i == 0 ? 1 : 64, seed));
+    max_tokens = std::max(max_tokens, queries.back().num_queries());
+    max_entries = std::max<std::int64_t>(max_entries, batches.back().indices.size());
+    max_mask_bytes = std::max<std::int64_t>(max_mask_bytes, queries.back().bits.size());
+  }
+  PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
+  opt.capacity = cuda_plan_capacity(std::size_t(64) << 20, 16, max_entries, heads, opt, {max_tokens, max_mask_bytes});
+  ASSERT_TRUE(opt.capacity->masks);
+  expect_replays_at_capacity(heads, batches, queries, opt);
+}
+
+// One graph captured around CudaStreamPlanner::enqueue and run_cuda: every
+// replay plans what the device block table (and with `mask`, the device
+// qo_indptr and mask bits) then holds, with padding rows after the batch.
+// With `checks`, a batch it cannot plan runs as the empty plan, its error
+// kept, and bad enqueues are refused by name.
+void expect_stream_replays(std::optional<QueryMask> mask, bool checks) {
   const HeadConfig heads{32, 8, 128};
   constexpr int kRows = 16;
   std::vector<test::RandomBatch> batches;
-  for (std::uint64_t seed = 111; seed <= 115; ++seed)
+  std::vector<test::RandomQueries> queries;
+  int max_tokens = kRows;
+  std::int64_t max_mask_bytes = 0;
+  for (std::uint64_t seed = 111; seed <= 115; ++seed) {
     batches.push_back(test::make_random_batch(
         spec_of({heads, DType::bf16, 16, Layout::nhd, 3 + int(seed % 4), 4 + int(seed % 12), 0.3}, seed)));
+    if (!mask) continue;
+    queries.push_back(test::make_random_queries(batches.back(), *mask, 24, seed));
+    max_tokens = std::max(max_tokens, queries.back().num_queries());
+    max_mask_bytes = std::max<std::int64_t>(max_mask_bytes, queries.back().bits.size());
+  }
   std::int64_t max_pages = 0;
   int kCols = 1;  // the longest request's pages
   for (const auto& b : batches) {
@@ -997,23 +1046,34 @@ TEST(CudaEngine, StreamPlannerReplansEveryGraphReplay) {
     for (int r = 0; r < b.table().num_requests(); ++r) kCols = std::max(kCols, b.table().indptr[r + 1] - b.table().indptr[r]);
   }
   PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
-  constexpr std::size_t kWorkspace = std::size_t(32) << 20;
-  opt.capacity = cuda_plan_capacity(kWorkspace, kRows, std::int64_t(kRows) * kCols, heads, opt);
+  constexpr std::size_t kWorkspace = std::size_t(48) << 20;
+  opt.capacity = cuda_plan_capacity(kWorkspace, kRows, std::int64_t(kRows) * kCols, heads, opt,
+                                    mask ? QueryCapacity{max_tokens, max_mask_bytes} : QueryCapacity{});
   CudaStreamPlanner planner(heads, DType::bf16, 16, std::make_shared<RooflineCostModel>(h200_cost(heads, DType::bf16)),
-                            opt, kRows, kCols);
-  const std::size_t kv_bytes = std::size_t(max_pages) * 16 * 8 * 128 * 2;
-  DeviceBuffer k(kv_bytes), v(kv_bytes), q(std::size_t(kRows) * 32 * 128 * 2), table(sizeof(std::int32_t) * kRows * kCols);
-  DeviceBuffer lens(sizeof(std::int32_t) * kRows), out(std::size_t(kRows) * 32 * 128 * 2), lse(std::size_t(kRows) * 32 * 4);
+                            opt, kRows, kCols, max_mask_bytes);
+  const int rows_cap = opt.capacity->requests;  // q's and out's rows: the capacity's
+  const std::size_t kv_bytes = std::size_t(max_pages) * 16 * 8 * 128 * 2, row_bytes = 32 * 128 * 2;
+  DeviceBuffer k(kv_bytes), v(kv_bytes), q(rows_cap * row_bytes), table(sizeof(std::int32_t) * kRows * kCols);
+  DeviceBuffer lens(sizeof(std::int32_t) * kRows), out(rows_cap * row_bytes), lse(std::size_t(rows_cap) * 32 * 4);
+  DeviceBuffer qo(sizeof(std::int32_t) * (kRows + 1)), bits(std::max<std::int64_t>(max_mask_bytes, 1));
   DeviceBuffer ws(kWorkspace);
   const PagedKV kv = PagedKV::nhd(k.data(), v.data(), DType::bf16, max_pages, 16, 8, 128);
   const Plan& plan = planner.capacity_plan();
-  const AttentionIO io = device_io(plan, q.data(), out, lse, kRows);
+  const AttentionIO io = device_io(plan, q.data(), out, lse, rows_cap);
   const BlockTable device{reinterpret_cast<const std::int32_t*>(table.data()), kRows, kCols, kCols,
                           reinterpret_cast<const std::int32_t*>(lens.data()), false};
+  DeviceQueries device_queries;
+  if (mask) {
+    device_queries = {reinterpret_cast<const std::int32_t*>(qo.data()), *mask,
+                      reinterpret_cast<const std::uint8_t*>(bits.data()),
+                      *mask == QueryMask::causal ? 0 : max_mask_bytes};
+  }
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  std::vector<std::int32_t> host_table, host_lens;
-  auto load = [&](const test::RandomBatch& b) {  // the batch as a padded block table, its q, its pool
+  std::vector<std::int32_t> host_table, host_lens, host_qo;
+  std::vector<std::uint8_t> host_bits;
+  auto load = [&](std::size_t i) {  // the batch as a padded block table, its q, its pool, its query tokens
+    const test::RandomBatch& b = batches[i];
     host_table.assign(std::size_t(kRows) * kCols, -1);
     host_lens.assign(kRows, 0);
     const PageTable t = b.table();
@@ -1021,32 +1081,45 @@ TEST(CudaEngine, StreamPlannerReplansEveryGraphReplay) {
       std::copy(t.indices.begin() + t.indptr[r], t.indices.begin() + t.indptr[r + 1], host_table.begin() + r * kCols);
       host_lens[r] = std::int32_t(t.request_tokens(r));
     }
+    const std::vector<std::byte>& q_host = mask ? queries[i].q : b.q;
     CUDA_OK(cudaMemcpyAsync(table.data(), host_table.data(), table.span().size(), cudaMemcpyHostToDevice, stream));
     CUDA_OK(cudaMemcpyAsync(lens.data(), host_lens.data(), lens.span().size(), cudaMemcpyHostToDevice, stream));
     CUDA_OK(cudaMemcpyAsync(k.data(), b.k.data(), b.k.size(), cudaMemcpyHostToDevice, stream));
     CUDA_OK(cudaMemcpyAsync(v.data(), b.v.data(), b.v.size(), cudaMemcpyHostToDevice, stream));
-    CUDA_OK(cudaMemcpyAsync(q.data(), b.q.data(), b.q.size(), cudaMemcpyHostToDevice, stream));
+    CUDA_OK(cudaMemcpyAsync(q.data(), q_host.data(), q_host.size(), cudaMemcpyHostToDevice, stream));
+    if (mask) {  // padding rows repeat the last offset: no tokens
+      host_qo = queries[i].qo_indptr;
+      host_qo.resize(kRows + 1, host_qo.back());
+      host_bits = queries[i].bits;
+      host_bits.resize(std::size_t(bits.span().size()), 0);
+      CUDA_OK(cudaMemcpyAsync(qo.data(), host_qo.data(), qo.span().size(), cudaMemcpyHostToDevice, stream));
+      CUDA_OK(cudaMemcpyAsync(bits.data(), host_bits.data(), bits.span().size(), cudaMemcpyHostToDevice, stream));
+    }
     out.poison(stream);
     lse.poison(stream);
   };
-  auto expect_batch = [&](const test::RandomBatch& b, const std::string& what) {
+  auto expect_batch = [&](std::size_t i, const std::string& what) {
+    const test::RandomBatch& b = batches[i];
     CUDA_OK(cudaStreamSynchronize(stream));
     Outputs o = collect(out, lse, DType::bf16);
-    const std::size_t rows = std::size_t(b.table().num_requests()) * 32;
+    const QueryBatch batch_queries = mask ? queries[i].view() : QueryBatch{};
+    const std::size_t rows = std::size_t(batch_queries.num_queries(b.table().num_requests())) * 32;
     for (std::size_t x = rows * 128; x < o.out.size(); ++x) ASSERT_EQ(o.out[x], 0.f) << "padding row, " << what;
     for (std::size_t x = rows; x < o.lse.size(); ++x) ASSERT_EQ(o.lse[x], -INFINITY) << "padding row, " << what;
     o.out.resize(rows * 128);
     o.lse.resize(rows);
-    expect_matches(o, reference_attention(b.table(), b.kv(), heads, b.q.data()), DType::bf16, b.spec.describe() + what);
+    const void* q_host = mask ? queries[i].q.data() : b.q.data();
+    expect_matches(o, reference_attention(b.table(), b.kv(), heads, q_host, batch_queries), DType::bf16,
+                   b.spec.describe() + what);
   };
-  load(batches[0]);  // eagerly, in stream order: the host does not wait
-  planner.enqueue(device, max_pages, ws.span(), stream);
+  load(0);  // eagerly, in stream order: the host does not wait
+  planner.enqueue(device, max_pages, ws.span(), stream, device_queries);
   run_cuda(plan, kv, io, ws.span(), stream);
-  expect_batch(batches[0], " eager");
+  expect_batch(0, " eager");
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  planner.enqueue(device, max_pages, ws.span(), stream);
+  planner.enqueue(device, max_pages, ws.span(), stream, device_queries);
   run_cuda(plan, kv, io, ws.span(), stream);
   run_cuda(plan, kv, io, ws.span(), stream);  // a second layer: the same plan
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
@@ -1054,17 +1127,21 @@ TEST(CudaEngine, StreamPlannerReplansEveryGraphReplay) {
   CUDA_OK(cudaGraphDestroy(graph));
   // Growing batches, then shrinking ones: a plan smaller than the last
   // leaves that one's tail in the staging buffer, which no run may read.
-  const int order[] = {0, 1, 2, 3, 4, 3, 2, 1, 0};
-  for (const int i : order) {
-    const test::RandomBatch& b = batches[std::size_t(i)];
-    load(b);
+  const std::size_t order[] = {0, 1, 2, 3, 4, 3, 2, 1, 0};
+  for (const std::size_t i : order) {
+    load(i);
     CUDA_OK(cudaGraphLaunch(exec, stream));
-    expect_batch(b, " replayed");
-    EXPECT_EQ(planner.last_stats().num_requests, b.table().num_requests());
+    expect_batch(i, " replayed");
+    EXPECT_EQ(planner.last_stats().batch_requests, batches[i].table().num_requests());
   }
   EXPECT_EQ(planner.totals().plans, 1 + std::int64_t(std::size(order)));
   EXPECT_FALSE(planner.take_error().has_value());
-  load(batches[1]);
+  if (!checks) {
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaStreamDestroy(stream));
+    return;
+  }
+  load(1);
   host_table[0] = std::int32_t(max_pages);  // outside the pool: the replay runs as the empty plan
   CUDA_OK(cudaMemcpyAsync(table.data(), host_table.data(), sizeof(std::int32_t), cudaMemcpyHostToDevice, stream));
   CUDA_OK(cudaGraphLaunch(exec, stream));
@@ -1081,8 +1158,27 @@ TEST(CudaEngine, StreamPlannerReplansEveryGraphReplay) {
                                 "17 rows, outside [0, max_rows = 16]"));
   EXPECT_TRUE(test::throws_with([&] { planner.enqueue(device, max_pages, ws.span().first(1024), stream); },
                                 "workspace of 1024 bytes is smaller"));
+  const DeviceQueries tokens{reinterpret_cast<const std::int32_t*>(qo.data())};
+  EXPECT_TRUE(test::throws_with([&] { planner.enqueue(device, max_pages, ws.span(), stream, tokens); },
+                                "query tokens need a capacity with masks"));
   CUDA_OK(cudaGraphExecDestroy(exec));
   CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST(CudaEngine, StreamPlannerReplansEveryGraphReplay) {
+  SKIP_WITHOUT_GPU();
+  expect_stream_replays(std::nullopt, true);
+}
+
+// The same with several query tokens a request, the device qo_indptr and
+// mask bits copied in stream order with the block table: a graph per mask
+// (the mask's kind is part of what a graph captures).
+TEST(CudaEngine, StreamPlannerReplansQueryTokensEveryGraphReplay) {
+  SKIP_WITHOUT_GPU();
+  for (const QueryMask mask : {QueryMask::causal, QueryMask::draft, QueryMask::custom}) {
+    SCOPED_TRACE("mask " + std::to_string(int(mask)));
+    expect_stream_replays(mask, false);
+  }
 }
 
 // cuda_merge_states and cuda_copy_pages give what their CPU twins give.

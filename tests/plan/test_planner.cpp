@@ -268,8 +268,8 @@ TEST(Planner, SingleTaskBlocksHoldTheTaskOfTheirIndex) {
   EXPECT_FALSE(few.view().single_task_blocks);
 }
 
-// CUDA graphs of several query tokens a request are not supported yet: a plan
-// at a capacity refuses masks by name (one causal token each has none).
+// A capacity made for one query token a request refuses masks by name (one
+// causal token each has none); its plans carry no mask arrays.
 TEST(Planner, PlansAtACapacityRefuseMasksByName) {
   const HeadConfig heads{8, 2, 64};
   const Forest f = random_forest(5, 16, heads);
@@ -280,7 +280,7 @@ TEST(Planner, PlansAtACapacityRefuseMasksByName) {
   for (int r = 0; r < f.num_requests(); ++r) one.push_back(r + 1), two.push_back(2 * (r + 1));
   EXPECT_NO_THROW(make_plan(f, heads, DType::bf16, roofline(heads), opt, {one, QueryMask::causal, {}}));
   auto masked = [&] { make_plan(f, heads, DType::bf16, roofline(heads), opt, {two, QueryMask::causal, {}}); };
-  EXPECT_TRUE(test::throws_with(masked, "a plan at a capacity (CUDA graphs) takes none yet"));
+  EXPECT_TRUE(test::throws_with(masked, "its capacity was made for one query token a request"));
 }
 
 TEST(Planner, FlatForestReadsEveryRequestsKv) {

@@ -163,3 +163,14 @@ def cache_of(b: Batch, dtype: str, layout: str, form: str):
     big[0, 1:, :a, 1:c + 1, :d] = k
     big[1, 1:, :a, 1:c + 1, :d] = v
     return (big[0, 1:, :a, 1:c + 1, :d], big[1, 1:, :a, 1:c + 1, :d])
+
+
+def padded_block_table(b, rows, cols):
+    """A batch as an engine's padded block table: one row per request, then rows of no tokens."""
+    table = np.full((rows, cols), -1, np.int32)
+    lens = np.zeros(rows, np.int32)
+    for r in range(b.batch_size):
+        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
+        table[r, :pages.size] = pages
+        lens[r] = (pages.size - 1) * b.page_size + b.last_page_len[r]
+    return table, lens

@@ -64,3 +64,30 @@ def test_cascade_levels_group_every_nodes_requests():
             pages += kv_indices[lvl][kv_indptr[lvl][g]:kv_indptr[lvl][g + 1]]
             assert last[lvl][g] == (b.last_page_len[r] if lvl == len(qo) - 1 else 16), (r, lvl)
         assert pages == b.indices[b.indptr[r]:b.indptr[r + 1]].tolist(), r
+
+
+def test_keep_matrices_follow_flashinfers_conventions():
+    from bench.queries import keep_matrices
+    qo_indptr, kv_lens = [0, 3, 4], [5, 2]
+    causal = keep_matrices("causal", qo_indptr, kv_lens)  # token i keeps key j iff j <= kv_len - q_len + i
+    assert causal[0].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]
+    assert causal[1].tolist() == [[1, 1]]
+    # a draft tree over the new tokens (each request's bits from a byte boundary), the rest kept
+    draft = [np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], bool), np.array([[1]], bool)]
+    bits = np.concatenate([np.packbits(m.ravel(), bitorder="little") for m in draft])
+    got = keep_matrices("draft", qo_indptr, kv_lens, bits)
+    assert got[0].tolist() == [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 1]] and got[1].tolist() == [[1, 1]]
+    rng = np.random.default_rng(3)
+    custom = [rng.random((3, 5)) < 0.5, rng.random((1, 2)) < 0.5]
+    bits = np.concatenate([np.packbits(m.ravel(), bitorder="little") for m in custom])
+    assert all(np.array_equal(a, b) for a, b in zip(keep_matrices("custom", qo_indptr, kv_lens, bits), custom))
+    with pytest.raises(ValueError, match="mask: 'causal', 'draft' or 'custom', not 'tree'"):
+        keep_matrices("tree", qo_indptr, kv_lens)
+
+
+def test_token_levels_count_each_requests_query_tokens():
+    from bench.queries import token_levels
+    order, qo = [2, 0, 1], [[0, 3], [0, 1, 3]]  # one root over all, then request 2 alone and 0, 1 together
+    rows, levels = token_levels(order, qo, [0, 2, 3, 7])  # q_len 2, 1, 4
+    assert rows.tolist() == [3, 4, 5, 6, 0, 1, 2]
+    assert levels == [[0, 7], [0, 4, 7]]

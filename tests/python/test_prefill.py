@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import codec
-from batches import TOLERANCE, cache_of, random_batch, rel_l2, store, widen
+from batches import TOLERANCE, cache_of, padded_block_table, random_batch, rel_l2, store, widen
 
 
 def kv_lengths(b):
@@ -195,3 +195,128 @@ def test_torch_tensors_take_the_custom_op_with_several_tokens():
                      return_lse=True)
     check(out.numpy(), lse.numpy(), masked_reference(b, q, qo_indptr, lambda r, i, j: j <= lens[r] - q_len[r] + i),
           "float32")
+
+
+@pytest.mark.torch
+def test_cuda_graph_replays_query_tokens_under_each_mask():
+    """CUDA-graph mode with several tokens a request: one graph, captured with
+    a causal plan, replays the exact result of every later plan staged in its
+    place (other batches, custom, packed, draft and no masks); rows past a
+    batch come out empty; a batch past the maxima is refused by name. The
+    decode wrapper's first q_len_per_req fixes its maximum, as FlashInfer's."""
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device (or this build has no CUDA engine)")
+    cases = [(setup(seed, "bfloat16", max_q=40), mask) for seed, mask in
+             zip(range(20, 26), ["causal", "custom", "draft", "packed", "none", "causal"])]
+    max_rows = max(int(c[0][2][-1]) for c in cases)
+    max_pages = max(c[0][0].num_pages for c in cases)
+    masks = [mask_case(mask, c[-1], c[3], c[4]) for c, mask in cases]
+    # the packed mask's bytes: each request's matrix from a byte boundary
+    mask_bytes = max(sum(-(-int(q) * int(q if m == "draft" else n) // 8) for q, n in zip(c[3], c[4])) for c, m in cases)
+    w = codec.BatchPrefixPrefillWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"), use_cuda_graph=True,
+                                        qo_indptr_buf=torch.zeros(8, dtype=torch.int32, device="cuda"),
+                                        paged_kv_indices_buf=torch.zeros(128, dtype=torch.int32, device="cuda"),
+                                        custom_mask_buf=torch.zeros(mask_bytes, dtype=torch.uint8, device="cuda"),
+                                        max_query_tokens=max_rows)
+    q = torch.zeros((max_rows, 8, 64), dtype=torch.bfloat16, device="cuda")
+    out = torch.empty_like(q)
+    lse = torch.empty((max_rows, 8), device="cuda")
+    cache = torch.zeros((max_pages, 2, 7, 2, 64), dtype=torch.bfloat16, device="cuda")
+    graph = None
+    for i, (((b, qf, qo_indptr, q_len, lens, _), mask), (kwargs, sees)) in enumerate(zip(cases, masks)):
+        n = int(qo_indptr[-1])
+        q.zero_()
+        q[:n] = torch.from_numpy(store(qf, "bfloat16")).view(torch.bfloat16).cuda()
+        cache[:b.num_pages] = torch.from_numpy(cache_of(b, "bfloat16", "NHD", "interleaved")).view(torch.bfloat16).cuda()
+        out.fill_(float("nan"))
+        w.plan(qo_indptr, b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type=torch.bfloat16,
+               num_pages=max_pages, **kwargs)
+        if graph is None:  # captured once, with the first (causal) plan
+            w.run(q, cache, out=out, lse=lse)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                w.run(q, cache, out=out, lse=lse)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out[:n].float().cpu().numpy(), lse[:n].cpu().numpy(), masked_reference(b, qf, qo_indptr, sees),
+              "bfloat16")
+        assert torch.all(out[n:] == 0) and torch.all(lse[n:] == float("-inf")), f"padding rows, batch {i} ({mask})"
+    many = random_batch(5, 8, 2, 64, 7, "bfloat16", requests=7)  # 7 requests of 14 to 84 tokens
+    assert kv_lengths(many).min() >= 3 and kv_lengths(many).sum() > max_rows
+    whole = np.concatenate([[0], np.cumsum(kv_lengths(many))]).astype(np.int32)  # every token a query
+    with pytest.raises(ValueError, match=f"{whole[-1]} query tokens, more than max_query_tokens {max_rows}"):
+        w.plan(whole, many.indptr, many.indices, many.last_page_len, 8, 2, 64, 7, q_data_type=torch.bfloat16,
+               causal=True)
+
+    dec = codec.BatchPrefixDecodeWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"), use_cuda_graph=True,
+                                         max_batch_size=8, max_num_pages=4096)
+    for q_len_per_req in (2, 1):  # the first plan fixes 8 × 2 query tokens; fewer fit
+        dec.plan(many.indptr, many.indices, many.last_page_len, 8, 2, 64, 7, q_data_type=torch.bfloat16,
+                 q_len_per_req=q_len_per_req)
+    with pytest.raises(ValueError, match="21 query tokens, more than max_query_tokens 16"):
+        dec.plan(many.indptr, many.indices, many.last_page_len, 8, 2, 64, 7, q_data_type=torch.bfloat16,
+                 q_len_per_req=3)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("form", ["q_len_per_req", "qo_indptr"])
+def test_cuda_graph_plans_query_tokens_in_the_stream(form):
+    """A decode step of several causal tokens a request planned inside its
+    CUDA graph: every replay plans the block table, lengths (and device
+    qo_indptr) the tensors then hold; padding rows come out empty."""
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device (or this build has no CUDA engine)")
+    max_b, k = 8, 3
+    batches = [random_batch(s, 8, 2, 64, 7, "bfloat16", requests=2 + s % 6) for s in range(1, 6)]  # kv >= 3
+    assert all(kv_lengths(b).min() >= k for b in batches)
+    cols = max(int(np.diff(b.indptr).max()) for b in batches)
+    max_pages = max(b.num_pages for b in batches)
+    rows = max_b * k
+    w = codec.BatchPrefixDecodeWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"), use_cuda_graph=True,
+                                       max_batch_size=max_b, max_num_pages=max_b * cols,
+                                       max_query_tokens=rows if form == "qo_indptr" else None)
+    table = torch.full((max_b, cols), -1, dtype=torch.int32, device="cuda")
+    lens = torch.zeros(max_b, dtype=torch.int32, device="cuda")
+    qo = torch.zeros(max_b + 1, dtype=torch.int32, device="cuda")
+    q = torch.zeros((rows, 8, 64), dtype=torch.bfloat16, device="cuda")
+    out, lse = torch.empty_like(q), torch.empty((rows, 8), device="cuda")
+    cache = torch.zeros((max_pages, 2, 7, 2, 64), dtype=torch.bfloat16, device="cuda")
+    rng = np.random.default_rng(5)
+
+    def load(b):  # the batch, its tokens (k each, or 1..k with qo_indptr) and their q rows
+        q_len = np.full(b.batch_size, k) if form == "q_len_per_req" else rng.integers(1, k + 1, b.batch_size)
+        qo_indptr = np.concatenate([[0], np.cumsum(q_len)]).astype(np.int32)
+        t, n = padded_block_table(b, max_b, cols)
+        table.copy_(torch.from_numpy(t))
+        lens.copy_(torch.from_numpy(n))
+        qo.copy_(torch.from_numpy(np.concatenate([qo_indptr, np.full(max_b - b.batch_size, qo_indptr[-1])])
+                                  .astype(np.int32)))
+        qf = widen(store(rng.uniform(-3, 3, (qo_indptr[-1], 8, 64)).astype(np.float32), "bfloat16"), "bfloat16")
+        q.zero_()
+        q[:qo_indptr[-1]] = torch.from_numpy(store(qf, "bfloat16")).view(torch.bfloat16).cuda()
+        cache[:b.num_pages] = torch.from_numpy(cache_of(b, "bfloat16", "NHD", "interleaved")).view(torch.bfloat16).cuda()
+        out.fill_(float("nan"))
+        return qf.astype(np.float32), qo_indptr, q_len
+
+    def step():
+        tokens = {"q_len_per_req": k} if form == "q_len_per_req" else {"qo_indptr": qo}
+        w.plan_block_table_in_stream(table, lens, 8, 2, 64, 7, num_pages=max_pages, q_data_type=torch.bfloat16,
+                                     **tokens)
+        w.run(q, cache, out=out, lse=lse)
+
+    load(batches[0])
+    step()  # eagerly first: the capacity is made, the plan lands in stream order
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for i, b in enumerate(batches):
+        qf, qo_indptr, q_len = load(b)
+        graph.replay()
+        torch.cuda.synchronize()
+        n, lens_b = int(qo_indptr[-1]), kv_lengths(b)
+        check(out[:n].float().cpu().numpy(), lse[:n].cpu().numpy(),
+              masked_reference(b, qf, qo_indptr, lambda r, i, j: j <= lens_b[r] - q_len[r] + i), "bfloat16")
+        assert torch.all(out[n:] == 0) and torch.all(lse[n:] == float("-inf")), f"padding rows, batch {i}"
+    w.check_stream_plans()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import codec
-from batches import CACHE_FORMS, TOLERANCE, cache_of, random_batch, reference, rel_l2, store
+from batches import CACHE_FORMS, TOLERANCE, cache_of, padded_block_table, random_batch, reference, rel_l2, store
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch", reason="torch is not installed (scripts/test.sh installs it)")
@@ -137,17 +137,6 @@ def test_cuda_graph_replays_each_new_plan():
         w.plan(big.indptr, big.indices, big.last_page_len, heads, kv_heads, dim, page, q_data_type=torch.bfloat16)
     with pytest.raises(ValueError, match="a graph cannot change them"):
         w.plan(b.indptr, b.indices, b.last_page_len, heads, kv_heads, dim, page, q_data_type=torch.float16)
-
-
-def padded_block_table(b, rows, cols):
-    """A batch as an engine's padded block table: one row per request, then rows of no tokens."""
-    table = np.full((rows, cols), -1, np.int32)
-    lens = np.zeros(rows, np.int32)
-    for r in range(b.batch_size):
-        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
-        table[r, :pages.size] = pages
-        lens[r] = (pages.size - 1) * b.page_size + b.last_page_len[r]
-    return table, lens
 
 
 @needs_cuda

@@ -179,11 +179,12 @@ std::size_t cuda_workspace_bytes(const PlanCapacity& capacity, int head_dim);
 
 // The capacity with the most partial slots whose workspace fits `bytes`, for
 // batches of at most max_requests requests over at most max_page_entries
-// page-table entries, planned with `options` (its num_blocks and
-// max_tile_rows). Throws when not even one slot fits, naming the bytes the
-// fixed part alone takes.
+// page-table entries (and the query tokens and mask bytes of `queries`),
+// planned with `options` (its num_blocks and max_tile_rows). Throws when not
+// even one slot fits, naming the bytes the fixed part alone takes.
 PlanCapacity cuda_plan_capacity(std::size_t bytes, int max_requests, std::int64_t max_page_entries,
-                                const HeadConfig& heads, const PlannerOptions& options);
+                                const HeadConfig& heads, const PlannerOptions& options,
+                                const QueryCapacity& queries = {});
 
 // One cudaMemcpyAsync of plan.bytes() into the head of `workspace` (device
 // memory, 256-byte aligned as cudaMalloc returns, at least

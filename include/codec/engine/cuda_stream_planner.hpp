@@ -9,7 +9,8 @@
 // one capacity, so run_cuda takes capacity_plan() for any of them.
 //
 //   CudaStreamPlanner planner(heads, dtype, page_size, cost, options, max_rows, max_cols);
-//   planner.enqueue(device_table, num_pages, workspace, stream);   // once per step
+//   planner.enqueue(device_table, num_pages, workspace, stream);   // once per step (with DeviceQueries:
+//                                                                  // several query tokens a request)
 //   run_cuda(planner.capacity_plan(), kv, io, workspace, stream);  // every layer
 //
 // A batch the host function cannot plan (a page id outside the pool, more
@@ -30,17 +31,30 @@
 #include "codec/forest/page_table.hpp"
 #include "codec/plan/plan.hpp"
 #include "codec/plan/planner.hpp"
+#include "codec/plan/queries.hpp"
 
 namespace codec {
+
+// An in-stream step's query tokens (QueryBatch), device pointers: qo_indptr
+// [rows + 1] over the block table's rows (null: one token a request) under
+// `mask`, and for a custom or draft mask its packed bits, of which the first
+// mask_bytes are copied every step (at most the planner's max_mask_bytes;
+// the host function takes what the batch's matrices need of them).
+struct DeviceQueries {
+  const std::int32_t* qo_indptr = nullptr;
+  QueryMask mask = QueryMask::causal;
+  const std::uint8_t* mask_bits = nullptr;
+  std::int64_t mask_bytes = 0;
+};
 
 class CudaStreamPlanner {
  public:
   // options.capacity must be set (cuda_plan_capacity); device block tables
-  // of up to max_rows rows and max_cols columns. Allocates its pinned
-  // buffers here, also while this thread captures a graph (nothing is
-  // enqueued).
+  // of up to max_rows rows and max_cols columns, and masks of up to
+  // max_mask_bytes bytes (DeviceQueries). Allocates its pinned buffers here,
+  // also while this thread captures a graph (nothing is enqueued).
   CudaStreamPlanner(const HeadConfig& heads, DType dtype, int page_size, std::shared_ptr<const CostModel> cost,
-                    const PlannerOptions& options, int max_rows, int max_cols);
+                    const PlannerOptions& options, int max_rows, int max_cols, std::int64_t max_mask_bytes = 0);
   // Waits for its last enqueue outside capture (pending host functions read
   // this object); it must outlive every graph that captured an enqueue, and
   // their replays. Frees its pinned buffers without invalidating a capture
@@ -57,10 +71,13 @@ class CudaStreamPlanner {
   // stream order on `stream` into `workspace` (device, at least
   // cuda_workspace_bytes(capacity) bytes). One stream at a time: the pinned
   // buffers serve one step until its plan has been copied out. run_cuda
-  // cannot check what it never sees: q must hold the table's rows, and the
-  // KV pool at least num_pages pages (the host function checks page ids
-  // against num_pages).
-  void enqueue(const BlockTable& table, std::int64_t num_pages, std::span<std::byte> workspace, CudaStream stream);
+  // cannot check what it never sees: q must hold the table's rows (with
+  // `queries`, the capacity's: options.capacity->requests, as many as a
+  // step's query tokens may be), and the KV pool at least num_pages pages
+  // (the host function checks page ids against num_pages, and the query
+  // tokens against the capacity).
+  void enqueue(const BlockTable& table, std::int64_t num_pages, std::span<std::byte> workspace, CudaStream stream,
+               const DeviceQueries& queries = {});
 
   // The first error a host function met since the last call, cleared.
   std::optional<std::string> take_error();

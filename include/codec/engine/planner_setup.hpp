@@ -56,12 +56,16 @@ struct AttentionShape {
 // the workspace it needs: cuda_workspace_bytes, Plan::workspace). With
 // max_batch_size > 0 (CUDA graphs) every plan is packed at one capacity, for
 // batches of up to max_batch_size requests and max_num_pages page-table
-// entries, so that a graph captured once replays every later plan.
+// entries, so that a graph captured once replays every later plan; with
+// max_query_tokens > 0, of up to that many query tokens in all (qo_indptr's
+// last entry) and a custom or draft mask of up to max_mask_bytes bytes.
 // Named as FlashInfer's wrappers name them, as its messages say.
 struct WorkspaceSpec {
   std::size_t bytes = 0;            // workspace_buffer's bytes
   int max_batch_size = 0;           // requests a batch may hold
   std::int64_t max_num_pages = 0;   // page-table entries (kv_indices) a batch may hold
+  int max_query_tokens = 0;         // query tokens a batch may hold; 0: one a request
+  std::int64_t max_mask_bytes = 0;  // bytes of its packed mask (custom_mask_buf's)
 };
 
 struct PlannerSetupArgs {

@@ -238,8 +238,17 @@ struct PlanArrays {
 // holds `slots` partials whatever it uses: every plan packed at one capacity
 // fits one workspace layout, so a CUDA graph captured with one of them replays
 // any other uploaded in its place (re-planning without re-capture).
+// What a batch's query tokens may bring at a capacity (QueryBatch): up to
+// `tokens` query tokens in all (qo_indptr's last entry) and a custom or draft
+// mask of up to `mask_bytes` bytes (QueryBatch::mask_bits). tokens 0: one
+// token a request, and no masks.
+struct QueryCapacity {
+  int tokens = 0;
+  std::int64_t mask_bytes = 0;
+};
+
 struct PlanCapacity {
-  int requests = 0;  // rows a run may cover; a batch may be smaller
+  int requests = 0;  // rows a run may cover (query tokens); a batch may be smaller
   int blocks = 0;    // m: every plan at this capacity has exactly this many blocks
   int wide_blocks = 0;  // and exactly this many wide blocks (0: none)
   int nodes = 0;
@@ -249,6 +258,11 @@ struct PlanCapacity {
   std::int64_t partials = 0;
   std::int64_t slots = 0;
   std::int64_t tail_tokens = 0;  // > 0: every plan at it carries tail_indptr
+  // Every plan at it carries masks (PlanView::masks), a query token that sees
+  // all of its keys too, so that a graph captured with one runs the kernels'
+  // masked instances for any plan uploaded in its place; never with tails.
+  bool masks = false;
+  std::int64_t mask_words = 0;
 
   // The capacity for every batch of at most max_requests requests whose page
   // tables hold at most max_page_entries entries, planned with max_tile_rows
@@ -263,9 +277,15 @@ struct PlanCapacity {
   //   tasks ≤ slots / min(G, max_tile_rows / 2) (a row tile holds at least G
   //     rows, or more than half a tile when a node has several);
   //   tail_tokens = max_requests · max_tail_tokens (a request has one tail).
+  // With query tokens (queries.tokens = T >= max_requests = R, P page
+  // entries) a run covers T rows and the plan's requests are its tokens:
+  //   node_reqs ≤ P + (T − R) · min(P, R) (a request's path has at most
+  //     min(its pages, R) nodes, each listed once per token);
+  //   mask_words ≤ mask_bytes / 4 + T (a token's row of bits from a word
+  //     boundary); no tail tokens.
   static PlanCapacity for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,
                                   int max_tile_rows, int blocks, std::int64_t slots, int wide_blocks = 0,
-                                  int max_tail_tokens = 0);
+                                  int max_tail_tokens = 0, const QueryCapacity& queries = {});
   void validate() const;
 };
 

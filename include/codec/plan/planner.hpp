@@ -109,29 +109,32 @@ Plan make_plan(const Forest& forest, const HeadConfig& heads, DType dtype, const
 // would pick: they are reused (SplitPolicy::given), with every plan's tasks
 // re-balanced over the blocks, until the work (Σ node tokens × requests)
 // drifts from that search's by more than `drift` (relative), or the shape
-// changes (a request joins, leaves or forks). Every plan is exact. Options
-// other than adaptive plan every batch as make_plan does.
+// changes (a request joins, leaves or forks, or its query tokens or their
+// mask change kind or count). Every plan is exact. Options other than
+// adaptive plan every batch as make_plan does.
 class StepPlanner {
  public:
   StepPlanner(const HeadConfig& heads, DType dtype, std::shared_ptr<const CostModel> cost, PlannerOptions options,
               double drift = 0.05);
-  Plan plan(const Forest& forest);
+  Plan plan(const Forest& forest, const QueryBatch& queries = {});
   // The same plan packed at the options' capacity straight into `out`
   // (Plan::pack_into: only what a run reads is written); its stats.
-  PlanStats plan_into(const Forest& forest, std::span<std::byte> out);
+  PlanStats plan_into(const Forest& forest, std::span<std::byte> out, const QueryBatch& queries = {});
   std::int64_t searches() const { return searches_; }  // plans whose split counts were searched
   std::int64_t plans() const { return plans_; }
 
  private:
-  PlannerOptions options_for(const Forest& forest) const;
-  void commit(const Forest& forest, const PlannerOptions& used, const PlanArrays& a);
-  bool same_shape(const Forest& forest) const;
+  PlannerOptions options_for(const Forest& forest, const QueryBatch& queries) const;
+  void commit(const Forest& forest, const QueryBatch& queries, const PlannerOptions& used, const PlanArrays& a);
+  bool same_shape(const Forest& forest, const QueryBatch& queries) const;
   HeadConfig heads_;
   DType dtype_;
   std::shared_ptr<const CostModel> cost_;
   PlannerOptions options_;
   double drift_;
   Forest searched_;          // the forest of the last search (its shape and tokens)
+  std::vector<std::int32_t> searched_qo_;  // and its query tokens (QueryBatch::qo_indptr) and mask
+  QueryMask searched_mask_ = QueryMask::causal;
   std::vector<int> splits_;  // that search's node_splits
   PlanArrays scratch_;       // plan_into's arrays, their capacity kept across steps
   std::int64_t searches_ = 0, plans_ = 0;

@@ -10,8 +10,10 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_check.hpp"
@@ -54,7 +56,11 @@ struct CudaStreamPlanner::Impl {
     int rows, cols;
     bool cumulative;
     std::int64_t num_pages;
+    bool tokens;  // DeviceQueries::qo_indptr given
+    QueryMask mask;
+    std::int64_t mask_bytes;
   };
+  using CallKey = std::tuple<int, int, bool, std::int64_t, bool, int, std::int64_t>;
 
   int page_size;
   PlannerOptions options;
@@ -67,9 +73,12 @@ struct CudaStreamPlanner::Impl {
   cudaEvent_t enqueued = nullptr;   // after the last enqueue outside capture
   std::int32_t* blocks = nullptr;   // pinned [max_rows, max_cols]
   std::int32_t* lengths = nullptr;  // pinned [max_rows + 1]
+  std::int32_t* qo_indptr = nullptr;  // pinned [max_rows + 1]
+  std::uint8_t* mask_bits = nullptr;  // pinned [max_mask_bytes]
+  std::int64_t max_mask_bytes = 0;
   std::byte* staging = nullptr;     // pinned, the packed plan
   std::size_t plan_bytes = 0;
-  std::map<std::tuple<int, int, bool, std::int64_t>, std::unique_ptr<Call>> calls;
+  std::map<CallKey, std::unique_ptr<Call>> calls;
   mutable std::mutex mutex;  // guards error and stats, which host functions write
   std::optional<std::string> error;
   PlanStats stats;
@@ -89,7 +98,7 @@ struct CudaStreamPlanner::Impl {
       } else {
         const PageTable view = pages.view();
         view.validate();
-        s = planner->plan_into(derive_forest(view), out);
+        s = planner->plan_into(derive_forest(view), out, queries_of(c, view.num_requests()));
       }
     } catch (const std::exception& e) {
       Plan::pack_into(empty_arrays, *options.capacity, out);  // fits any capacity: cannot throw
@@ -105,6 +114,25 @@ struct CudaStreamPlanner::Impl {
     totals.searches = planner->searches();
   }
 
+  // The step's query tokens over the table's first `requests` rows (those
+  // with tokens), the mask's bytes cut to what their matrices take.
+  QueryBatch queries_of(const Call& c, int requests) const {
+    if (!c.tokens) return {};
+    QueryBatch q;
+    q.qo_indptr = {qo_indptr, std::size_t(requests) + 1};
+    q.mask = c.mask;
+    if (c.mask == QueryMask::custom || c.mask == QueryMask::draft) {
+      const PageTable view = pages.view();
+      std::vector<std::int64_t> kv_len;
+      for (int r = 0; r < requests; ++r) kv_len.push_back(view.request_tokens(r));
+      const std::int64_t need = mask_byte_offsets(kv_len, q).back();
+      CODEC_CHECK(need <= c.mask_bytes, "the batch's mask takes ", need, " bytes, more than the ", c.mask_bytes,
+                  " enqueued");
+      q.mask_bits = {mask_bits, std::size_t(need)};
+    }
+    return q;
+  }
+
   static void CUDART_CB host_function(void* call) {
     const Call& c = *static_cast<const Call*>(call);
     c.impl->plan(c);
@@ -113,7 +141,7 @@ struct CudaStreamPlanner::Impl {
 
 CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int page_size,
                                      std::shared_ptr<const CostModel> cost, const PlannerOptions& options, int max_rows,
-                                     int max_cols)
+                                     int max_cols, std::int64_t max_mask_bytes)
     : impl_(std::make_unique<Impl>()) {
   CODEC_CHECK(options.capacity.has_value(), "CudaStreamPlanner: options.capacity must be set (cuda_plan_capacity)");
   CODEC_CHECK(cost != nullptr, "CudaStreamPlanner: cost model must not be null");
@@ -121,11 +149,13 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
               " must be >= 1");
   CODEC_CHECK(max_rows <= options.capacity->requests, "CudaStreamPlanner: max_rows ", max_rows,
               " exceeds the capacity's ", options.capacity->requests, " requests");
+  CODEC_CHECK(max_mask_bytes >= 0 && (max_mask_bytes == 0 || options.capacity->masks), "CudaStreamPlanner: max_mask_bytes ",
+              max_mask_bytes, " needs a capacity with masks (a maximum of query tokens)");
   options.validate();
   Impl& s = *impl_;
   s.page_size = page_size, s.options = options;
   s.planner = std::make_unique<StepPlanner>(heads, dtype, std::move(cost), options);
-  s.max_rows = max_rows, s.max_cols = max_cols;
+  s.max_rows = max_rows, s.max_cols = max_cols, s.max_mask_bytes = max_mask_bytes;
   s.empty = Plan::empty(heads, dtype, page_size, *options.capacity);
   s.empty_arrays =
       PlanArrays::none(options.capacity->blocks, options.capacity->wide_blocks, options.capacity->tail_tokens > 0);
@@ -135,6 +165,8 @@ CudaStreamPlanner::CudaStreamPlanner(const HeadConfig& heads, DType dtype, int p
   CODEC_CUDA_CHECK(cudaEventCreateWithFlags(&s.enqueued, cudaEventDisableTiming));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.blocks, sizeof(std::int32_t) * std::size_t(max_rows) * std::size_t(max_cols)));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.lengths, sizeof(std::int32_t) * (std::size_t(max_rows) + 1)));
+  CODEC_CUDA_CHECK(cudaMallocHost(&s.qo_indptr, sizeof(std::int32_t) * (std::size_t(max_rows) + 1)));
+  if (max_mask_bytes > 0) CODEC_CUDA_CHECK(cudaMallocHost(&s.mask_bits, std::size_t(max_mask_bytes)));
   CODEC_CUDA_CHECK(cudaMallocHost(&s.staging, s.plan_bytes));
   std::memcpy(s.staging, s.empty.bytes().data(), s.plan_bytes);  // bytes a plan leaves unwritten: defined
 }
@@ -154,6 +186,8 @@ CudaStreamPlanner::~CudaStreamPlanner() {
     }
     cudaFreeHost(impl_->blocks);
     cudaFreeHost(impl_->lengths);
+    cudaFreeHost(impl_->qo_indptr);
+    cudaFreeHost(impl_->mask_bits);
     cudaFreeHost(impl_->staging);
   }
   if (switched) cudaSetDevice(previous);
@@ -162,7 +196,7 @@ CudaStreamPlanner::~CudaStreamPlanner() {
 const Plan& CudaStreamPlanner::capacity_plan() const { return impl_->empty; }
 
 void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages, std::span<std::byte> workspace,
-                                CudaStream stream) {
+                                CudaStream stream, const DeviceQueries& queries) {
   Impl& s = *impl_;
   CODEC_CHECK(table.rows >= 0 && table.rows <= s.max_rows, "CudaStreamPlanner::enqueue: ", table.rows,
               " rows, outside [0, max_rows = ", s.max_rows, "]");
@@ -176,8 +210,22 @@ void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages,
   const std::size_t need = cuda_workspace_bytes(*s.options.capacity, s.empty.heads().head_dim);
   CODEC_CHECK(workspace.data() != nullptr && workspace.size() >= need, "CudaStreamPlanner::enqueue: workspace of ",
               workspace.size(), " bytes is smaller than the ", need, " bytes of its capacity");
-  auto& call = s.calls[{table.rows, table.cols, table.cumulative, num_pages}];
-  if (!call) call = std::make_unique<Impl::Call>(Impl::Call{&s, table.rows, table.cols, table.cumulative, num_pages});
+  const bool tokens = queries.qo_indptr != nullptr;
+  const bool bits = queries.mask == QueryMask::custom || queries.mask == QueryMask::draft;
+  CODEC_CHECK(!tokens || s.options.capacity->masks, "CudaStreamPlanner::enqueue: query tokens need a capacity with "
+              "masks (a maximum of query tokens)");
+  CODEC_CHECK(tokens || (queries.mask == QueryMask::causal && queries.mask_bytes == 0),
+              "CudaStreamPlanner::enqueue: a mask needs qo_indptr");
+  CODEC_CHECK(bits ? queries.mask_bits != nullptr && queries.mask_bytes >= 1 && queries.mask_bytes <= s.max_mask_bytes
+                   : queries.mask_bytes == 0,
+              "CudaStreamPlanner::enqueue: mask_bytes ", queries.mask_bytes, bits ? " must be in [1, max_mask_bytes = " +
+              std::to_string(s.max_mask_bytes) + "] with mask_bits" : " without a custom or draft mask");
+  const Impl::CallKey key{table.rows, table.cols, table.cumulative, num_pages, tokens, int(queries.mask),
+                         queries.mask_bytes};
+  auto& call = s.calls[key];
+  if (!call)
+    call = std::make_unique<Impl::Call>(Impl::Call{&s, table.rows, table.cols, table.cumulative, num_pages, tokens,
+                                                   queries.mask, queries.mask_bytes});
   const std::size_t row = sizeof(std::int32_t) * std::size_t(table.cols);
   if (table.rows > 0) {
     CODEC_CUDA_CHECK(cudaMemcpy2DAsync(s.blocks, row, table.blocks, sizeof(std::int32_t) * table.row_stride, row,
@@ -185,6 +233,12 @@ void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages,
     CODEC_CUDA_CHECK(cudaMemcpyAsync(s.lengths, table.seq_lens,
                                      sizeof(std::int32_t) * std::size_t(table.rows + (table.cumulative ? 1 : 0)),
                                      cudaMemcpyDeviceToHost, stream));
+    if (tokens)
+      CODEC_CUDA_CHECK(cudaMemcpyAsync(s.qo_indptr, queries.qo_indptr, sizeof(std::int32_t) * (table.rows + 1),
+                                       cudaMemcpyDeviceToHost, stream));
+    if (bits)
+      CODEC_CUDA_CHECK(cudaMemcpyAsync(s.mask_bits, queries.mask_bits, std::size_t(queries.mask_bytes),
+                                       cudaMemcpyDeviceToHost, stream));
   }
   CODEC_CUDA_CHECK(cudaLaunchHostFunc(stream, &Impl::host_function, call.get()));
   CODEC_CUDA_CHECK(cudaMemcpyAsync(workspace.data(), s.staging, s.plan_bytes, cudaMemcpyHostToDevice, stream));
