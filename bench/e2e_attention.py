@@ -1,49 +1,63 @@
-"""The decode-attention backends of bench/e2e_decode.py, measured alike in
-the engine: a backend-neutral base (``InEngineAttention``) and its siblings,
+"""The attention backends of bench/e2e_decode.py, measured alike in the
+engine: a backend-neutral base (``InEngineAttention``) and its siblings,
 CoDec (``CodecAttention``), the no-op floor (``NoopAttention``) and its
-busy-GPU variant (``BusyAttention``); FlashInfer's decode and cascade are
-siblings too (e2e_flashinfer.py).
+busy-GPU variant (``BusyAttention``); FlashInfer's decode, cascade and
+prefill are siblings too (e2e_flashinfer.py).
 
 Each is the callable registered with the engine for its name. It composes
 the library's per-layer attention (``codec.integrations.transformers.
-PagedAttention``: the new tokens' KV into the cache, prefill chunks by a
-causal SDPA, the same for every backend) and is that attention's decode
-backend: the library calls ``plan`` at a step's first layer and ``run`` at
-every layer, and the base times them and checks the outputs before a
-subclass's ``plan_step``, ``plan_captured`` and ``attend`` do the work."""
+PagedAttention``: the new tokens' KV into the cache, then the step's rows)
+and is that attention's backend: the library calls ``plan`` at a step's
+first layer and ``run`` at every layer, and the base times them and checks
+the outputs before a subclass's ``plan_step``, ``plan_captured`` and
+``attend`` do the work. A backend with ``prefill`` takes a step's prefill
+chunks in the same plan (CoDec, the floor, which skips them, and FlashInfer's
+prefill wrapper); the others leave them to the library's causal SDPA."""
 
 import time
 
 import numpy as np
 import torch
 
-from codec.integrations.transformers import CodecDecode, GraphStep, PagedAttention
+from codec.integrations.transformers import CodecDecode, GraphStep, PagedAttention, Step
+
+
+def step_kind(step):
+    """"decode" (every row decodes), "prefill" (no row does) or "mixed"."""
+    return "decode" if step.all_decode else "prefill" if step.decode.size == 0 else "mixed"
 
 
 class InEngineAttention:
-    """One decode backend in the engine, with what the benchmark records of
-    it: the host time of each step's plan (``plan_ms``) and of all its
-    layers' attention calls (``host_ms``), when each step starts and
-    whether all its rows decode (``starts``), the decode requests per step
-    (``rows``), the GPU time of every layer's decode call (CUDA events
-    around it: kernels and any gaps between them), and the decode outputs of
-    the first steps against attention in float64 over the engine's own
-    cache (``errors``). Steps captured in a CUDA graph are not recorded:
-    their replays run without Python."""
+    """One attention backend in the engine, with what the benchmark records
+    of it: the host time of each decode-only step's plan (``plan_ms``) and
+    of all its layers' attention calls (``host_ms``), when each step starts
+    and whether all its rows decode (``starts``), the decode requests per
+    step (``rows``), the GPU time of every layer's backend call on
+    decode-only steps (CUDA events around it: kernels and any gaps between
+    them), the GPU time of every layer's whole attention on steps with
+    prefill chunks (``chunk_events``: the cache write, the backend and any
+    SDPA, by step kind), and the outputs of the first planned steps (each
+    request's last token) against attention in float64 over the engine's
+    own cache (``errors``). Steps captured in a CUDA graph are not
+    recorded: their replays run without Python."""
 
-    checked_steps = 3  # decode steps checked against float64 attention (the prefixes' warm-up has one)
+    prefill = False  # takes a step's prefill chunks in its plan (DecodeBackend.prefill)
+    checked_steps = 3  # planned steps checked against float64 attention
     checked_requests = 8  # of each, at most this many requests, spread over the batch
 
     def __init__(self) -> None:
-        self.layer = PagedAttention(self)  # the library's per-layer attention, its decode rows handed to this
+        self.layer = PagedAttention(self)  # the library's per-layer attention, its rows handed to this
         self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms = [], [], [], [], [], []
+        self.chunk_events = []  # (kind, [(start, end) of each layer's attention]) of each step with prefill chunks
+        self.planned = 0
         self.stream_plans, self.replay_plans = {}, {}  # a run's plans made in graphs' streams, before their replays
         self.scale, self.heads = None, None
 
     def clear(self):
         """Before a run: no records."""
-        for x in (self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms):
+        for x in (self.plan_ms, self.events, self.rows, self.starts, self.errors, self.host_ms, self.chunk_events):
             x.clear()
+        self.planned = 0
         self.stream_plans, self.replay_plans = {}, {}
 
     def finish(self):
@@ -52,31 +66,48 @@ class InEngineAttention:
     # What the engine calls: the library's layer, timed.
     def __call__(self, module, *args, **kwargs):
         t = time.perf_counter()
+        cache = kwargs["cache"]
+        before = self.layer.current_step(cache) if module.layer_idx else None
+        # GPU time of the whole layer on steps with prefill chunks (a new step's kind is known after its first layer)
+        timed = args[0].is_cuda and not torch.cuda.is_current_stream_capturing() and (
+            module.layer_idx == 0 or (isinstance(before, Step) and not before.all_decode))
+        if timed:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
         out = self.layer(module, *args, **kwargs)
-        step = self.layer.current_step(kwargs["cache"])
+        step = self.layer.current_step(cache)
         if isinstance(step, GraphStep):  # a capture: no step of its own
             return out
         if module.layer_idx == 0:  # a step starts: when, and whether all its rows decode
             self.starts.append((t, step.all_decode))
             self.host_ms.append(0.0)
+            if not step.all_decode:
+                self.chunk_events.append((step_kind(step), []))
+        if timed and not step.all_decode:
+            end.record()
+            self.chunk_events[-1][1].append((start, end))
         self.host_ms[-1] += (time.perf_counter() - t) * 1e3
         return out
 
-    # The library's decode backend (codec.integrations.transformers.DecodeBackend).
+    # The library's backend (codec.integrations.transformers.DecodeBackend).
     def plan(self, cache, step, query, scale):
         self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]  # this rank's, under --tp
         t0 = time.perf_counter()
         self.plan_step(cache, step, query, scale)
-        self.plan_ms.append((time.perf_counter() - t0) * 1e3)
-        self.events.append([])
-        self.rows.append(int(step.decode.size))
+        self.planned += 1
+        if step.all_decode:
+            self.plan_ms.append((time.perf_counter() - t0) * 1e3)
+            self.rows.append(int(step.decode.size))
+        self.events.append([] if step.all_decode else None)  # the backend's GPU time: decode-only steps'
+        
 
     def plan_in_stream(self, cache, step, query, scale):
         self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]
         self.plan_captured(cache, step, query, scale)
 
     def run(self, cache, step, q, pages, out):
-        if isinstance(step, GraphStep) or not q.is_cuda:  # captured (replays run without Python), or the CPU engine
+        # captured (replays run without Python), the CPU engine, or a step with prefill chunks (timed whole)
+        if isinstance(step, GraphStep) or not q.is_cuda or self.events[-1] is None:
             self.attend(cache, step, q, pages, out)
         else:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -84,7 +115,7 @@ class InEngineAttention:
             self.attend(cache, step, q, pages, out)
             end.record()
             self.events[-1].append((start, end))
-        if not isinstance(step, GraphStep) and len(self.plan_ms) <= self.checked_steps:
+        if not isinstance(step, GraphStep) and self.planned <= self.checked_steps:
             self.check(step, q, pages, out, cache.block_size)
 
     def check_stream_plans(self, cache=None):
@@ -92,7 +123,8 @@ class InEngineAttention:
 
     # What a backend says: how it plans a step and computes its decode rows.
     def plan_step(self, cache, step, query, scale):
-        """Plans an eager step's decode rows (the step's page tables) for every layer."""
+        """Plans an eager step's rows (the step's page tables; with prefill,
+        its qo_indptr too) for every layer."""
         raise NotImplementedError
 
     def plan_captured(self, cache, step, query, scale):
@@ -100,24 +132,26 @@ class InEngineAttention:
         raise NotImplementedError
 
     def attend(self, cache, step, q, pages, out):
-        """The decode rows q (n, Hq, D) over the layer's cache pages into out (n, Hq, D)."""
+        """The step's planned rows q (n, Hq, D) over the layer's cache pages into out (n, Hq, D)."""
         raise NotImplementedError
 
     # The records, read after a run.
     def check(self, step, q, pages, out, block_size):
-        """The relative L2 error of the decode rows' outputs against attention
-        in float64 over the engine's own cache, for a few requests of the step:
-        unlike the logprobs of a random model, it tells a wrong attention."""
+        """The relative L2 error of each request's last row (which sees all
+        of its KV) against attention in float64 over the engine's own cache,
+        for a few requests of the step: unlike the logprobs of a random
+        model, it tells a wrong attention."""
         n = step.indptr.size - 1
         for r in np.unique(np.linspace(0, n - 1, min(n, self.checked_requests)).astype(np.int64)):
+            row = r if step.qo_indptr is None else int(step.qo_indptr[r + 1]) - 1
             ids = torch.from_numpy(step.indices[step.indptr[r]:step.indptr[r + 1]].astype(np.int64)).to(q.device)
             length = (ids.numel() - 1) * block_size + int(step.last_page_len[r])
             k, v = (p[ids].flatten(0, 1)[:length].double() for p in pages)  # (L, Hkv, D)
             group = q.shape[1] // k.shape[1]
-            qr = q[r].double().view(k.shape[1], group, -1)  # (Hkv, group, D)
+            qr = q[row].double().view(k.shape[1], group, -1)  # (Hkv, group, D)
             p = torch.softmax(torch.einsum("hgd,lhd->hgl", qr, k) * self.scale, dim=-1)
             ref = torch.einsum("hgl,lhd->hgd", p, v).reshape(out.shape[1:])
-            self.errors.append(float(torch.linalg.vector_norm(out[r].double() - ref) / torch.linalg.vector_norm(ref)))
+            self.errors.append(float(torch.linalg.vector_norm(out[row].double() - ref) / torch.linalg.vector_norm(ref)))
 
     def decode_step_ms(self):
         """The host interval from each decode-only step's first layer to the next step's."""
@@ -128,13 +162,21 @@ class InEngineAttention:
         return [h for h, (_, decode_only) in zip(self.host_ms, self.starts) if decode_only]
 
     def attention_ms(self):
-        """The decode attention's GPU time of each planned step (after a synchronize)."""
+        """The decode attention's GPU time of each planned decode-only step (after a synchronize)."""
         return [sum(a.elapsed_time(b) for a, b in step) for step in self.events if step]
+
+    def chunk_step_ms(self, kind):
+        """The whole attention's GPU time (all layers: cache write, backend,
+        any SDPA) of each step of `kind` ("prefill" or "mixed")."""
+        return [sum(a.elapsed_time(b) for a, b in events) for k, events in self.chunk_events if k == kind and events]
 
 
 class CodecAttention(InEngineAttention):
-    """paged|codec's decode: the library's CodecDecode, planned on the host
-    for eager steps and in the stream for captured ones."""
+    """paged|codec's attention: the library's CodecDecode (decode rows and
+    prefill chunks in one plan), planned on the host for eager steps and in
+    the stream for captured ones."""
+
+    prefill = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -170,7 +212,10 @@ class CodecAttention(InEngineAttention):
 
 
 class NoopAttention(InEngineAttention):
-    """No decode attention (rows of zeros, no plan): the engine's cost without it."""
+    """No attention (rows of zeros, no plan), prefill chunks' included: the
+    engine's cost without it, so that a step's time less the floor's is attention."""
+
+    prefill = True
 
     def plan_step(self, cache, step, query, scale):
         pass

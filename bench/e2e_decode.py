@@ -18,12 +18,17 @@ Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
   fi_cascade  FlashInfer's MultiLevelCascadeAttentionWrapper, one level per
               depth of the step's prefix forest (codec.derive_forest), requests
               reordered per layer so that every node's requests are contiguous
+  fi_prefill  FlashInfer's BatchPrefillWithPagedKVCacheWrapper (causal) on every
+              eager step, prefill chunks and decode rows in one plan; its
+              decode wrapper in graphs of decode steps
   busy        noop that keeps the GPU busy instead, a spin kernel of
               --busy-us per layer (a diagnostic: whether the engine's host
               time depends on the GPU's load, which made noop's steps slower
               than codec's in run 21)
   sdpa        the engine's own paged|sdpa (slot-list path only)
-All but sdpa compute prefill chunks alike (codec's causal SDPA).
+codec computes prefill chunks in its plan, noop skips them (zeros) and
+fi_prefill runs them in its plan; fi_decode, fi_cascade and busy leave them
+to the library's causal SDPA over each request's own KV.
 
 The prefixes a workload's requests share (each document, the system prompt,
 the sampled prompt) are prefilled first, in the same engine, so that their
@@ -44,8 +49,14 @@ upload; the step's page tables are read before it), which is on the step's
 critical path. `attention_gpu_ms` (median and mean over the decode steps) is
 the GPU time of a step's decode attention, all layers, from CUDA events around
 each layer's call: unlike TPOT minus the floor it does not drown in the
-engine's host-time noise. Correctness, two ways: the decode outputs of the
-first decode steps (up to 8 requests a step, every layer) against attention
+engine's host-time noise. Steps with prefill chunks (`prefill`: none
+decodes; `mixed`: some do) have the GPU time of all their layers' whole
+attention (the cache write, the backend, any SDPA), from CUDA events around
+each layer's call: `prefill_step_attention_gpu_ms_*` and
+`mixed_step_attention_gpu_ms_*` (median, mean, total, count), in eager and
+graph mode alike (prefill steps always run eagerly). Correctness, two ways:
+each request's last row in the first planned steps (up to 8 requests a step,
+every layer) against attention
 in float64 over the engine's own cache (`attention_rel_l2_max`; noop's is
 1), and every backend's logprobs against sdpa@ri's (or, where that did not run, fi_decode's) on the steps whose token
 history both runs share (bench/e2e_check.py: L2 error relative to the
@@ -85,7 +96,7 @@ import codec.integrations.transformers as codec_tf
 
 from .e2e_attention import BusyAttention, CodecAttention, NoopAttention
 from .e2e_batches import WORKLOADS, combine_rounds, parse_workload, prompts
-from .e2e_flashinfer import FlashInferCascade, FlashInferDecode
+from .e2e_flashinfer import FlashInferCascade, FlashInferDecode, FlashInferPrefill
 from .e2e_harness import admit_first_scheduler, print_table, run, summary
 
 QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
@@ -157,7 +168,7 @@ def main(argv=None):
         mp.spawn(tp_rank, args=(a, model_dir, free_port(), device, rank_setup), nprocs=a.tp, join=True)
 
 
-BACKENDS = ("codec", "noop", "busy", "fi_decode", "fi_cascade", "sdpa")
+BACKENDS = ("codec", "noop", "busy", "fi_decode", "fi_cascade", "fi_prefill", "sdpa")
 
 
 def check_args(a, device):
@@ -173,8 +184,8 @@ def check_args(a, device):
     for b in backends:
         kind, _, path = b.partition("@")
         if kind not in BACKENDS or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
-            raise SystemExit(f"unknown backend {b!r}: codec, noop, busy, fi_decode, fi_cascade (each also @ri), "
-                             "sdpa@ri")
+            raise SystemExit(f"unknown backend {b!r}: codec, noop, busy, fi_decode, fi_cascade, fi_prefill (each "
+                             "also @ri), sdpa@ri")
         if kind == "busy" and device != "cuda":
             raise SystemExit("the busy backend keeps a GPU busy: it needs one")
     if a.tp < 1 or (device == "cuda" and a.tp > torch.cuda.device_count()):
@@ -237,7 +248,8 @@ def measure(a, model, device, write=True):
     """Every backend of a.backends on the workload, a.rounds times in turn;
     the results (and with write, their files and table)."""
     attention = {"codec": CodecAttention(), "noop": NoopAttention(), "fi_decode": FlashInferDecode(),
-                 "fi_cascade": FlashInferCascade(), "busy": BusyAttention(a.busy_us)}
+                 "fi_cascade": FlashInferCascade(), "fi_prefill": FlashInferPrefill(),
+                 "busy": BusyAttention(a.busy_us)}
     names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
     names["sdpa"] = "paged|sdpa"
     scheduler = admit_first_scheduler() if a.scheduler == "admit_first" else "fifo"

@@ -1,9 +1,10 @@
-"""FlashInfer's decode and cascade wrappers as in-engine decode backends of
-bench/e2e_decode.py, siblings of CoDec's and the floor's (e2e_attention.py):
-eager, planned once per step on its page tables; in the engine's graphs of
-decode steps, a CUDA-graph wrapper per graph, planned on the host before
-every replay (``plan_before_forward``, which the harness calls before each
-of the engine's forwards), the way serving engines run them."""
+"""FlashInfer's decode, cascade and prefill wrappers as in-engine backends
+of bench/e2e_decode.py, siblings of CoDec's and the floor's
+(e2e_attention.py): eager, planned once per step on its page tables; in the
+engine's graphs of decode steps, a CUDA-graph wrapper per graph, planned on
+the host before every replay (``plan_before_forward``, which the harness
+calls before each of the engine's forwards), the way serving engines run
+them."""
 
 import functools
 import time
@@ -151,6 +152,35 @@ class FlashInferDecode(FlashInferGraphs):
 
     def attend(self, cache, step, q, pages, out):
         out.copy_((self._graph.wrapper if isinstance(step, GraphStep) else self.wrapper).run(q.contiguous(), pages))
+
+
+class FlashInferPrefill(FlashInferDecode):
+    """FlashInfer's batch prefill wrapper (causal) on every eager step's page
+    tables, prefill chunks and decode rows in one plan, as engines that run
+    mixed batches through it do; in graphs of decode steps its decode
+    wrapper (FlashInferDecode's)."""
+
+    prefill = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefill_wrapper = None
+
+    def plan_step(self, cache, step, query, scale):
+        import flashinfer
+        if self.prefill_wrapper is None:
+            self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace(cache, self._spaces), "NHD")
+        n = step.indptr.size - 1
+        qo = step.qo_indptr if step.qo_indptr is not None else np.arange(n + 1)
+        self.prefill_wrapper.plan(host(qo), host(step.indptr), host(step.indices), host(step.last_page_len),
+                                  query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size,
+                                  causal=True, sm_scale=scale, q_data_type=query.dtype, kv_data_type=query.dtype)
+
+    def attend(self, cache, step, q, pages, out):
+        if isinstance(step, GraphStep):
+            super().attend(cache, step, q, pages, out)
+        else:
+            out.copy_(self.prefill_wrapper.run(q.contiguous(), pages))
 
 
 class FlashInferCascade(FlashInferGraphs):

@@ -102,6 +102,13 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
            "async_batching": True if async_batching else (profile.async_io if step_profile else None)}
     if step_profile:
         row["step_host_ms_median"] = profile.medians()
+    if attention is not None:  # steps with prefill chunks: eager in either mode, their whole attention timed
+        for kind in ("prefill", "mixed"):
+            ms = attention.chunk_step_ms(kind)
+            if ms:
+                row.update({f"{kind}_steps": len(ms), f"{kind}_step_attention_gpu_ms_median": float(np.median(ms)),
+                            f"{kind}_step_attention_gpu_ms_mean": float(np.mean(ms)),
+                            f"{kind}_step_attention_gpu_ms_total": float(np.sum(ms))})
     if attention is not None and attention.stream_plans:  # plans the graphs' replays made in their streams
         row.update({f"in_stream_{k}": v for k, v in attention.stream_plans.items()})
     if attention is not None and attention.replay_plans:  # plans made on the host before the replays
@@ -113,7 +120,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         row["plan_ms_mean"] = float(np.mean(attention.plan_ms))  # FlashInfer's first plans include its JIT builds
         row["plan_ms_median"] = float(np.median(attention.plan_ms))
         row["plan_share_of_tpot"] = row["plan_ms_mean"] / tpot
-        row["decode_steps_planned"] = len(attention.plan_ms)
+        row["decode_steps_planned"] = len(attention.plan_ms)  # decode-only steps
         row["heads"] = attention.heads  # query and kv heads of the process (a rank's slice under --tp)
         row["decode_requests_per_step_median"] = float(np.median(attention.rows))
         row["decode_requests_per_step_max"] = int(np.max(attention.rows))

@@ -11,7 +11,8 @@
 #   peers1   build, PAT, the peer set's first 9 workloads -> peers_1.json
 #   peers2   build, PAT, its other 12 -> peers_2.json
 #   e2e      build, pip install, loogle:8 in transformers' continuous batching, the engine's CUDA
-#            graphs: CoDec, the floor and FlashInfer decode -> e2e_loogle_8.json
+#            graphs: CoDec, the floor, FlashInfer decode (prefill chunks on SDPA) and FlashInfer
+#            prefill (prefill chunks in its plan) -> e2e_loogle_8.json
 #   pyapi    build, pip install, bench/python_api.py -> python_api.json
 # The GPU steps go through scripts/gpu_run.sh and also write machine_<table>.txt (GPU, driver,
 # nvcc, the tree's commit: pass CODEC_TREE_COMMIT=$(git rev-parse HEAD), evaluated here, since the
@@ -71,7 +72,7 @@ case $step in
   peers1) peer_step 1 "$first" ;;
   peers2) peer_step 2 "$rest" ;;
   e2e)
-    gpu_run "build install e2e" CODEC_E2E_MODES=graphs CODEC_E2E_GRAPH_BACKENDS=codec,noop,fi_decode \
+    gpu_run "build install e2e" CODEC_E2E_MODES=graphs CODEC_E2E_GRAPH_BACKENDS=codec,noop,fi_decode,fi_prefill \
       CODEC_E2E_WORKLOADS=loogle:8 CODEC_E2E_ARGS=--step-profile
     keep "$logs/e2e/graphs/e2e_loogle_8.json" e2e_loogle_8.json && keep "$logs/machine.txt" machine_e2e.txt ;;
   pyapi)

@@ -70,7 +70,8 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     assert row["decode_requests_per_step_max"] == 5  # prefilled past the shared prefix, they decode together
     assert 4 <= row["decode_only_steps"] <= row["decode_steps_planned"]
     assert row["decode_step_ms_median"] > 0 and row["plan_ms_median"] > 0
-    assert "attention_gpu_ms_median" not in row  # no GPU: no GPU time
+    assert attention.planned > row["decode_steps_planned"]  # the prefill chunks' steps planned on CoDec too
+    assert "attention_gpu_ms_median" not in row and "prefill_steps" not in row  # no GPU: no GPU time
 
 
 def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_path):
@@ -96,8 +97,9 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     # the decode outputs against float64 attention over the engine's cache: bf16 rounding, and zeros' 1
     assert result["rows"]["codec"]["attention_rel_l2_max"] < 1e-2
     assert result["rows"]["noop"]["attention_rel_l2_max"] == 1.0
-    # the warm-up's decode step (its one request), then two of the three requests', two layers each
-    assert result["rows"]["codec"]["attention_rows_checked"] == 2 * (1 + 3 + 3)
+    # the first three planned steps, two layers each: the prefix's prefill (its one request's last token), the
+    # warm-up's decode step, the three requests' prefill chunks over the cached prefix (on CoDec, each last row)
+    assert result["rows"]["codec"]["attention_rows_checked"] == 2 * (1 + 1 + 3)
     # parallel sampling: one prompt, its sequences forked after the prefill, decoding together; and a second
     # workload on the same model, with its own files
     e2e_decode.main(["--out", str(tmp_path), "--workload", "samples:3,distinct:2", "--backends", "codec",
