@@ -51,6 +51,10 @@ struct Case {
   // seeing nothing; its bits drawn from custom_seed.
   double custom_keep = 0;
   std::uint64_t custom_seed = 0;
+  // Planned at a capacity (CUDA graphs) of the batch's sizes plus this much
+  // slack (-1: none), with maxima of query tokens and mask bytes where it
+  // has several tokens a request.
+  int capacity_slack = -1;
 
   std::string describe() const {
     std::ostringstream os;
@@ -73,7 +77,8 @@ struct Case {
        << (w.tree_width > 0 ? " tree " + std::to_string(w.tree_width) + "x" + std::to_string(w.tree_depth)
            : w.q_len > 1    ? " q_len " + std::to_string(w.q_len)
                             : std::string())
-       << (custom_keep > 0 ? " custom keep " + std::to_string(custom_keep).substr(0, 3) : std::string());
+       << (custom_keep > 0 ? " custom keep " + std::to_string(custom_keep).substr(0, 3) : std::string())
+       << (capacity_slack >= 0 ? " capacity +" + std::to_string(capacity_slack) : std::string());
     return os.str();
   }
 };
@@ -186,7 +191,28 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
     else c.w = c.w.with_queries(1, d.in(1, 5), d.in(1, 4));
     if (c.w.tree_width == 0 && d.chance(0.3)) c.custom_keep = 0.1 * d.in(1, 10), c.custom_seed = d.bits();
   }
+  // a capacity's sizes bound derived forests (a flat one lists a request's path nodes apart)
+  if (!c.flat && d.chance(0.25)) c.capacity_slack = d.chance(0.5) ? 0 : d.in(1, 40);
   return c;
+}
+
+// The options of a case's plan: at a capacity where it has one, of the
+// batch's requests, page entries, query tokens, mask bytes and the slots of
+// its plan without one, each with the case's slack.
+PlannerOptions case_options(const Case& c, const Forest& forest, const HeadConfig& heads, const CostModel& cost,
+                            const PageTable& table, const QueryBatch& queries) {
+  PlannerOptions options = c.options;
+  if (c.capacity_slack < 0) return options;
+  const int slack = c.capacity_slack, requests = table.num_requests();
+  const std::int64_t slots = make_plan(forest, heads, c.w.dtype, cost, options, queries).stats().num_slots;
+  const bool tokens = !queries.one_token_each() || !queries.mask_bits.empty();
+  const QueryCapacity q = tokens ? QueryCapacity{queries.num_queries(requests) + 2 * slack,
+                                                 std::int64_t(queries.mask_bits.size()) + slack}
+                                 : QueryCapacity{};
+  options.capacity = PlanCapacity::for_batches(requests + slack, std::int64_t(table.indices.size()) + slack, heads,
+                                               options.max_tile_rows, options.num_blocks, slots + slack,
+                                               options.wide_blocks(), options.max_tail_tokens(), q);
+  return options;
 }
 
 // The batch's pool in `layout`, as host bytes, and its PagedKV over `base` (host or device).
@@ -315,8 +341,10 @@ std::string check_case(const Case& c, bool cuda) {
   RooflineParams params = c.roofline_cpu ? RooflineParams::cpu(2) : RooflineParams::h200();
   params.concurrent_blocks = c.options.num_blocks;
   const RooflineCostModel cost(params, c.w.heads, c.w.dtype);
-  const Forest forest = derive_forest(table);
-  const Plan plan = make_plan(c.flat ? flatten(forest) : forest, c.w.heads, c.w.dtype, cost, c.options, queries);
+  const Forest derived = derive_forest(table);
+  const Forest forest = c.flat ? flatten(derived) : derived;
+  const PlannerOptions options = case_options(c, forest, c.w.heads, cost, table, queries);
+  const Plan plan = make_plan(forest, c.w.heads, c.w.dtype, cost, options, queries);
   const Pool pool = relayout(b, c.layout);
 #if CODEC_HAS_CUDA
   Outcome o = cuda ? run_cuda_case(c, plan, b, pool) : run_cpu_case(c, plan, b, pool);
@@ -438,6 +466,7 @@ int run_fuzz(const FuzzArgs& args) {
   const int count = args.case_index >= 0 ? 1 : args.count;
   int passed = 0, failed = 0;
   int causal = 0, trees = 0, custom = 0;  // cases of several query tokens a request, by mask
+  int at_capacity = 0;                    // cases planned at a capacity (CUDA graphs)
   for (int i = first; i < first + count; ++i) {
     std::string why, what;
     Case c;
@@ -451,6 +480,7 @@ int run_fuzz(const FuzzArgs& args) {
         custom += c.custom_keep > 0;
         trees += c.w.tree_width > 0;
         causal += c.w.q_len > 1 && c.w.tree_width == 0 && c.custom_keep <= 0;
+        at_capacity += c.capacity_slack >= 0;
         why = check_case(c, cuda);
       }
     } catch (const std::exception& e) {
@@ -473,8 +503,9 @@ int run_fuzz(const FuzzArgs& args) {
                 file.empty() ? "" : ("\n  workload: " + file).c_str());
     std::fflush(stdout);
   }
-  std::printf("%d passed, %d failed (several query tokens a request: %d causal, %d draft trees, %d custom masks)\n",
-              passed, failed, causal, trees, custom);
+  std::printf("%d passed, %d failed (several query tokens a request: %d causal, %d draft trees, %d custom masks; "
+              "%d at a capacity)\n",
+              passed, failed, causal, trees, custom, at_capacity);
   return failed == 0 ? 0 : 1;
 }
 
