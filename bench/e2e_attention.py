@@ -34,9 +34,9 @@ class InEngineAttention:
     and whether all its rows decode (``starts``), the decode requests per
     step (``rows``), the GPU time of every layer's backend call on
     decode-only steps (CUDA events around it: kernels and any gaps between
-    them), the GPU time of every layer's whole attention on steps with
-    prefill chunks (``chunk_events``: the cache write, the backend and any
-    SDPA, by step kind), and the outputs of the first planned steps (each
+    them), the GPU time of every layer's whole attention but the first on
+    steps with prefill chunks (``chunk_events``: the cache write, the
+    backend and any SDPA, by step kind), and the outputs of the first planned steps (each
     request's last token) against attention in float64 over the engine's
     own cache (``errors``). Steps captured in a CUDA graph are not
     recorded: their replays run without Python."""
@@ -67,14 +67,18 @@ class InEngineAttention:
     def __call__(self, module, *args, **kwargs):
         t = time.perf_counter()
         cache = kwargs["cache"]
-        before = self.layer.current_step(cache) if module.layer_idx else None
-        # GPU time of the whole layer on steps with prefill chunks (a new step's kind is known after its first layer)
-        timed = args[0].is_cuda and not torch.cuda.is_current_stream_capturing() and (
-            module.layer_idx == 0 or (isinstance(before, Step) and not before.all_decode))
+        # The GPU time of the whole layer on steps with prefill chunks, from the
+        # second layer on: the first one's call also builds and plans the step,
+        # whose waits on the host would count (chunk_step_ms scales for it).
+        step = self.layer.current_step(cache) if module.layer_idx else None
+        timed = isinstance(step, Step) and not step.all_decode and args[0].is_cuda
         if timed:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         out = self.layer(module, *args, **kwargs)
+        if timed:
+            end.record()
+            self.chunk_events[-1][1].append((start, end))
         step = self.layer.current_step(cache)
         if isinstance(step, GraphStep):  # a capture: no step of its own
             return out
@@ -83,9 +87,6 @@ class InEngineAttention:
             self.host_ms.append(0.0)
             if not step.all_decode:
                 self.chunk_events.append((step_kind(step), []))
-        if timed and not step.all_decode:
-            end.record()
-            self.chunk_events[-1][1].append((start, end))
         self.host_ms[-1] += (time.perf_counter() - t) * 1e3
         return out
 
@@ -166,9 +167,11 @@ class InEngineAttention:
         return [sum(a.elapsed_time(b) for a, b in step) for step in self.events if step]
 
     def chunk_step_ms(self, kind):
-        """The whole attention's GPU time (all layers: cache write, backend,
-        any SDPA) of each step of `kind` ("prefill" or "mixed")."""
-        return [sum(a.elapsed_time(b) for a, b in events) for k, events in self.chunk_events if k == kind and events]
+        """The whole attention's GPU time (cache write, backend, any SDPA) of
+        each step of `kind` ("prefill" or "mixed"), all L layers: the L − 1
+        timed ones' × L / (L − 1)."""
+        return [sum(a.elapsed_time(b) for a, b in events) * (len(events) + 1) / len(events)
+                for k, events in self.chunk_events if k == kind and events]
 
 
 class CodecAttention(InEngineAttention):
@@ -229,7 +232,10 @@ class NoopAttention(InEngineAttention):
 
 class BusyAttention(NoopAttention):
     """noop with the GPU kept busy: a spin kernel (torch.cuda._sleep) of `us`
-    microseconds per layer in place of the decode attention, no memory read."""
+    microseconds per layer in place of the decode attention, no memory read;
+    prefill chunks on the library's SDPA."""
+
+    prefill = False
 
     def __init__(self, us) -> None:
         super().__init__()

@@ -54,7 +54,9 @@ decodes; `mixed`: some do) have the GPU time of all their layers' whole
 attention (the cache write, the backend, any SDPA), from CUDA events around
 each layer's call: `prefill_step_attention_gpu_ms_*` and
 `mixed_step_attention_gpu_ms_*` (median, mean, total, count), in eager and
-graph mode alike (prefill steps always run eagerly). Correctness, two ways:
+graph mode alike (prefill steps always run eagerly); the first layer's call
+also builds and plans the step on the host, so the other layers are timed
+and scaled to all. Correctness, two ways:
 each request's last row in the first planned steps (up to 8 requests a step,
 every layer) against attention
 in float64 over the engine's own cache (`attention_rel_l2_max`; noop's is

@@ -102,6 +102,9 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
            "async_batching": True if async_batching else (profile.async_io if step_profile else None)}
     if step_profile:
         row["step_host_ms_median"] = profile.medians()
+    if attention is not None and attention.errors:  # the first planned steps' rows checked against float64
+        row["attention_rel_l2_max"] = max(attention.errors)
+        row["attention_rows_checked"] = len(attention.errors)
     if attention is not None:  # steps with prefill chunks: eager in either mode, their whole attention timed
         for kind in ("prefill", "mixed"):
             ms = attention.chunk_step_ms(kind)
@@ -128,9 +131,6 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         if steps:  # the issue's TPOT: decode-only steps alone, prefill chunks and mixed steps left out
             row["decode_step_ms_median"] = float(np.median(steps))
             row["decode_only_steps"] = len(steps)
-        if attention.errors:
-            row["attention_rel_l2_max"] = max(attention.errors)  # the decode rows checked against float64
-            row["attention_rows_checked"] = len(attention.errors)
         host = attention.decode_host_ms()
         if host:
             row["attention_host_ms_median"] = float(np.median(host))  # all layers' calls of a decode-only step

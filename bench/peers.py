@@ -250,6 +250,20 @@ def multi_token(data):
             "keep": keep_matrices(mask, data["qo_indptr"], kv_lens, data["mask_bits"])}
 
 
+def own_last_nodes(levels, tokens, page_size):
+    """Whether the cascade's last level is a node of each request's own that
+    holds all its query tokens (what masking that level alone needs), under
+    a causal or draft mask."""
+    order, qo, kp, ki, kl = levels
+    if tokens["mask"] == "custom" or len(qo[-1]) - 1 != len(order):
+        return False
+    for g, r in enumerate(order):
+        leaf = (kp[-1][g + 1] - kp[-1][g] - 1) * page_size + kl[-1][g]
+        if leaf < tokens["q_lens"][r]:
+            return False
+    return True
+
+
 def tokens_mask(tokens):
     """FlashInfer's custom_mask (every request's keep matrix flattened, concatenated), or None when causal."""
     if tokens["mask"] == "causal":
@@ -322,8 +336,10 @@ def run_workload(name, d, timer, results, peers):
         levels = cascade_levels(data["forest"], ps)
         if levels is None:
             row["fi_cascade_note"] = "requests at different depths; not run"
-        elif tokens is not None and len(levels[1][-1]) - 1 != len(tokens["q_lens"]):
-            row["fi_cascade_note"] = "a last level shared by several requests' query tokens; not run"
+        elif tokens is not None and not own_last_nodes(levels, tokens, ps):
+            # the wrapper masks only its last level: each request's query tokens must lie in a node of its own
+            row["fi_cascade_note"] = ("a request's query tokens reach past a last level of its own, or a custom "
+                                      "mask; not run")
             levels = None
     if levels is not None:
         order, qo, kp, ki, kl = levels
@@ -347,10 +363,11 @@ def run_workload(name, d, timer, results, peers):
             cas.plan([t32(x) for x in qo], [t32(x) for x in kp], [t32(x) for x in ki], [t32(x) for x in kl], *args,
                      causal=tokens is not None, sm_scale=meta["sm_scale"], q_data_type=q.dtype, kv_data_type=k.dtype)
             try:
-                if last_mask is not None:
-                    cas._batch_prefill_wrappers[-1].plan(t32(qo[-1]), t32(kp[-1]), t32(ki[-1]), t32(kl[-1]), *args,
-                                                         custom_mask=last_mask, sm_scale=meta["sm_scale"],
-                                                         q_data_type=q.dtype, kv_data_type=k.dtype)
+                if last_mask is not None:  # a fresh last level: a planned "auto" one has chosen FA3, which has no masks
+                    last = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=variant)
+                    last.plan(t32(qo[-1]), t32(kp[-1]), t32(ki[-1]), t32(kl[-1]), *args, custom_mask=last_mask,
+                              sm_scale=meta["sm_scale"], q_data_type=q.dtype, kv_data_type=k.dtype)
+                    cas._batch_prefill_wrappers[-1] = last
                 measure("fi_cascade", variant, lambda: cas.run(qp, (k, v)), ref[perm])
             except Exception as e:  # noqa: BLE001 - a backend that refuses the mask: record it
                 row[f"fi_cascade_{variant}_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]

@@ -68,7 +68,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
             max_num_pages = len(paged_kv_indices_buffer)
         super().__init__(workspace_buffer, kv_layout, use_cuda_graph, backend, max_batch_size, max_num_pages,
                          num_threads, max_query_tokens)
-        self._uniform_qo = None  # ((rows, q_len_per_req), its device qo_indptr) for in-stream plans
+        self._uniform_qo = {}  # (rows, q_len_per_req, device) -> its device qo_indptr, for in-stream plans
 
     def plan(
         self,
@@ -183,8 +183,9 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         Several causal query tokens a request (draft tokens to verify):
         ``q_len_per_req`` of them each, or ``qo_indptr`` (batch + 1,) int32
         on the device, read in the stream like the table (padding rows
-        repeat its last entry). q and out then hold the wrapper's
-        max_query_tokens rows. Other arguments as ``plan``'s."""
+        repeat its last entry). q and out then hold the table's rows ×
+        q_len_per_req rows, or with qo_indptr the wrapper's max_query_tokens.
+        Other arguments as ``plan``'s."""
         _require(self._use_cuda_graph, "plan_block_table_in_stream needs a CUDA-graph wrapper (use_cuda_graph=True)")
         _require(is_torch(block_table) and is_torch(seq_lens) and (qo_indptr is None or is_torch(qo_indptr)),
                  "plan_block_table_in_stream takes torch tensors on the wrapper's device")
@@ -195,22 +196,23 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         _require(qo_indptr is None or self._max_query_tokens is not None,
                  "plan_block_table_in_stream with qo_indptr needs the wrapper's max_query_tokens (the host never "
                  "sees the tokens to fix it)")
-        if qo_indptr is None and q_len_per_req > 1:  # a device constant per shape: a graph holds its address
-            key = (rows, q_len_per_req)
-            if self._uniform_qo is None or self._uniform_qo[0] != key:
+        uniform = qo_indptr is None and q_len_per_req > 1
+        if uniform:  # a device constant per shape, kept: every graph that captured one copies from its address
+            key = (rows, q_len_per_req, str(block_table.device))
+            if key not in self._uniform_qo:
                 import torch
-                self._uniform_qo = (key, torch.arange(0, (rows + 1) * q_len_per_req, q_len_per_req,
-                                                      dtype=torch.int32, device=block_table.device))
-            qo_indptr = self._uniform_qo[1]
+                self._uniform_qo[key] = torch.arange(0, (rows + 1) * q_len_per_req, q_len_per_req,
+                                                     dtype=torch.int32, device=block_table.device)
+            qo_indptr = self._uniform_qo[key]
         tokens = 0 if qo_indptr is None else self._max_batch_size * q_len_per_req
         self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs, query_tokens=tokens)
         self._planned = False  # a call that fails leaves no plan to run
         self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
                                   current_stream(self._workspace), qo_indptr)
         # What run checks: the host never sees these plans, whose rows index q
-        # and whose pages index the cache, up to the table's rows (the
-        # capacity's query tokens) and num_pages.
-        self._stream_rows = rows if qo_indptr is None else self._max_query_tokens
+        # and whose pages index the cache, up to the table's rows (its tokens:
+        # rows × q_len_per_req, or with a device qo_indptr the capacity's) and num_pages.
+        self._stream_rows = rows * q_len_per_req if qo_indptr is None or uniform else self._max_query_tokens
         self._stream_pages = int(num_pages)
         if self._capacity_plan is None:
             self._capacity_plan = self._planner.capacity_plan()

@@ -178,8 +178,11 @@ PlanCapacity PlanCapacity::for_batches(int max_requests, std::int64_t max_page_e
   c.tasks = slots / std::max(1, std::min(heads.group(), max_tile_rows / 2));
   c.tail_tokens = std::int64_t(max_requests) * max_tail_tokens;
   if (queries.tokens > 0) {
-    const std::int64_t extra = std::int64_t(queries.tokens) - max_requests;
-    c.node_reqs = max_page_entries + extra * std::min<std::int64_t>(max_page_entries, max_requests);
+    // A batch of k requests lists at most P + (T − k) · min(P, k) node requests; the most over k.
+    std::int64_t extra = 0;
+    for (std::int64_t k = 1; k <= max_requests; ++k)
+      extra = std::max(extra, (queries.tokens - k) * std::min<std::int64_t>(max_page_entries, k));
+    c.node_reqs = max_page_entries + extra;
     c.masks = true;
     c.mask_words = queries.mask_bytes > 0 ? queries.mask_bytes / 4 + queries.tokens : 0;
     c.tail_tokens = 0;

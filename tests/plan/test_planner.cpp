@@ -283,6 +283,23 @@ TEST(Planner, PlansAtACapacityRefuseMasksByName) {
   EXPECT_TRUE(test::throws_with(masked, "its capacity was made for one query token a request"));
 }
 
+// A capacity's node requests hold any batch within its maxima, those of fewer
+// requests than its most included: 2 requests of 3 page entries listing 7
+// node requests under a capacity of 3 requests and 4 query tokens (its
+// bound's largest term is the batch of 2).
+TEST(Planner, QueryCapacityHoldsBatchesOfFewerRequests) {
+  const HeadConfig heads{8, 2, 64};
+  const std::vector<std::int32_t> indptr{0, 1, 3}, indices{0, 0, 1}, last{2, 2};  // request 1 extends request 0
+  const Forest f = derive_forest({indptr, indices, last, 2, 2});
+  const std::vector<std::int32_t> qo_indptr{0, 1, 4};  // 1 token at its one node, 3 at each of two
+  PlannerOptions opt;
+  opt.num_blocks = 4;
+  opt.capacity = PlanCapacity::for_batches(3, 3, heads, opt.max_tile_rows, opt.num_blocks, 1 << 12, 0, 0, {4, 0});
+  EXPECT_EQ(opt.capacity->node_reqs, 3 + 2 * 2);
+  const Plan plan = make_plan(f, heads, DType::bf16, roofline(heads), opt, {qo_indptr, QueryMask::causal, {}});
+  EXPECT_EQ(plan.num_requests(), 4);
+}
+
 TEST(Planner, FlatForestReadsEveryRequestsKv) {
   const HeadConfig heads{8, 2, 64};
   const Forest f = random_forest(4, 16, heads);

@@ -279,8 +279,9 @@ struct PlanCapacity {
   //   tail_tokens = max_requests · max_tail_tokens (a request has one tail).
   // With query tokens (queries.tokens = T >= max_requests = R, P page
   // entries) a run covers T rows and the plan's requests are its tokens:
-  //   node_reqs ≤ P + (T − R) · min(P, R) (a request's path has at most
-  //     min(its pages, R) nodes, each listed once per token);
+  //   node_reqs ≤ P + max over k ≤ R of (T − k) · min(P, k) (a batch of k
+  //     requests: each path has at most min(its pages, k) nodes, each
+  //     listed once per token, a request's first token within P);
   //   mask_words ≤ mask_bytes / 4 + T (a token's row of bits from a word
   //     boundary); no tail tokens.
   static PlanCapacity for_batches(int max_requests, std::int64_t max_page_entries, const HeadConfig& heads,

@@ -125,6 +125,7 @@ struct CudaStreamPlanner::Impl {
       const PageTable view = pages.view();
       std::vector<std::int64_t> kv_len;
       for (int r = 0; r < requests; ++r) kv_len.push_back(view.request_tokens(r));
+      QueryBatch{q.qo_indptr, QueryMask::causal, {}}.validate(kv_len);  // the tokens first: they size the mask
       const std::int64_t need = mask_byte_offsets(kv_len, q).back();
       CODEC_CHECK(need <= c.mask_bytes, "the batch's mask takes ", need, " bytes, more than the ", c.mask_bytes,
                   " enqueued");
