@@ -58,7 +58,14 @@ std::string dlpack_name(nb::dlpack::dtype t) {
 }
 
 std::string dtype_name(DType d) {
-  return d == DType::f16 ? "float16" : d == DType::bf16 ? "bfloat16" : "float32";
+  switch (d) {
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    case DType::f32: return "float32";
+    case DType::e4m3: return "float8_e4m3fn";
+    case DType::e5m2: return "float8_e5m2";
+  }
+  return "?";
 }
 
 DType dtype_of(const Tensor& a, DType expected, const char* name) {

@@ -1,5 +1,8 @@
 #include "codec/core/dtype.hpp"
 
+#include <cmath>
+#include <limits>
+
 #include "codec/core/error.hpp"
 
 namespace codec {
@@ -12,6 +15,10 @@ std::string_view to_string(DType dtype) {
       return "bf16";
     case DType::f32:
       return "fp32";
+    case DType::e4m3:
+      return "fp8_e4m3";
+    case DType::e5m2:
+      return "fp8_e5m2";
   }
   CODEC_FAIL("invalid DType value ", static_cast<int>(dtype));
 }
@@ -20,7 +27,65 @@ DType parse_dtype(std::string_view name) {
   if (name == "fp16" || name == "f16" || name == "half" || name == "float16") return DType::f16;
   if (name == "bf16" || name == "bfloat16") return DType::bf16;
   if (name == "fp32" || name == "f32" || name == "float32") return DType::f32;
-  CODEC_FAIL("unsupported dtype '", clip(name), "' (expected fp16, bf16 or fp32)");
+  if (name == "fp8_e4m3" || name == "float8_e4m3fn" || name == "e4m3" || name == "fp8") return DType::e4m3;
+  if (name == "fp8_e5m2" || name == "float8_e5m2" || name == "e5m2") return DType::e5m2;
+  CODEC_FAIL("unsupported dtype '", clip(name), "' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
+}
+
+void throw_not_a_query_dtype(DType dtype) {
+  CODEC_FAIL(to_string(dtype), " is a KV cache dtype only: queries and outputs are fp16, bf16 or fp32");
+}
+
+namespace {
+
+// An 8-bit float of `mantissa` bits and exponent bias `bias`, no infinities or
+// NaN handled here: sign · 2^(e − bias) · 1.m, or subnormal 2^(1 − bias) · 0.m.
+float fp8_value(std::uint8_t bits, int mantissa, int bias) {
+  const int e = (bits & 0x7f) >> mantissa, m = bits & ((1 << mantissa) - 1);
+  const float magnitude = e == 0 ? std::ldexp(float(m), 1 - bias - mantissa)
+                                 : std::ldexp(float((1 << mantissa) | m), e - bias - mantissa);
+  return bits & 0x80 ? -magnitude : magnitude;
+}
+
+// The nearest (ties to even) of the 8-bit floats [0, max_code] of `decode`
+// to |value|, its sign added; above the largest, that largest.
+std::uint8_t fp8_round(float value, std::uint8_t max_code, float (*decode)(std::uint8_t)) {
+  const std::uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  const float a = std::fabs(value);
+  std::uint8_t lo = 0, hi = max_code;  // the largest code whose value is <= a: codes increase with values
+  if (a >= decode(max_code)) return sign | max_code;
+  while (hi - lo > 1) {
+    const auto mid = std::uint8_t((lo + hi) / 2);
+    (decode(mid) <= a ? lo : hi) = mid;
+  }
+  const float below = decode(lo), above = decode(hi);
+  const std::uint8_t code = a - below < above - a ? lo : a - below > above - a ? hi : (lo & 1 ? hi : lo);
+  return sign | code;
+}
+
+}  // namespace
+
+float e4m3_to_float(std::uint8_t bits) {
+  if ((bits & 0x7f) == 0x7f) return std::numeric_limits<float>::quiet_NaN();
+  return fp8_value(bits, 3, 7);
+}
+
+float e5m2_to_float(std::uint8_t bits) {
+  if ((bits & 0x7c) == 0x7c) {  // exponent all ones: inf, or NaN
+    if (bits & 0x03) return std::numeric_limits<float>::quiet_NaN();
+    return bits & 0x80 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  }
+  return fp8_value(bits, 2, 15);
+}
+
+std::uint8_t float_to_e4m3(float value) {
+  if (std::isnan(value)) return 0x7f;
+  return fp8_round(value, 0x7e, e4m3_to_float);
+}
+
+std::uint8_t float_to_e5m2(float value) {
+  if (std::isnan(value)) return 0x7f;
+  return fp8_round(value, 0x7b, e5m2_to_float);
 }
 
 float f16_to_float(std::uint16_t bits) {
@@ -63,7 +128,7 @@ std::uint16_t float_to_f16(float value) {
 }
 
 std::vector<float> to_floats(std::span<const std::byte> data, DType dtype) {
-  return dispatch_dtype(dtype, [&](auto tag) {
+  return dispatch_kv_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     std::vector<float> out(data.size() / sizeof(T));
     const T* p = reinterpret_cast<const T*>(data.data());

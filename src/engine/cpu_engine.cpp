@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "codec/core/error.hpp"
@@ -44,14 +45,15 @@ void store(O* dst, const float* src, int n) {
   for (int d = 0; d < n; ++d) dst[d] = from_float<O>(src[d]);
 }
 
-// T: the KV and query dtype; O: the output's (T or fp32).
-template <typename T, typename O>
+// Q: the queries' dtype; K: the KV cache's (Q, or fp8 under 16- or 32-bit
+// queries), dequantised with its scales on load; O: the output's (Q or fp32).
+template <typename Q, typename K, typename O>
 class CpuRunner {
  public:
   CpuRunner(const PlanView& p, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> ws,
             const WorkspaceLayout& layout, float sm_scale)
       : p_(p), kv_(kv), io_(io), sm_scale_(sm_scale), lse_scale_(lse_scale(io.lse_base)),
-        k_(static_cast<const T*>(kv.k)), v_(static_cast<const T*>(kv.v)), q_(static_cast<const T*>(io.q.data)),
+        k_(static_cast<const K*>(kv.k)), v_(static_cast<const K*>(kv.v)), q_(static_cast<const Q*>(io.q.data)),
         out_(static_cast<O*>(io.out.data)), part_o_(reinterpret_cast<float*>(ws.data() + layout.o_offset)),
         part_lse_(reinterpret_cast<float*>(ws.data() + layout.lse_offset)) {}
 
@@ -64,7 +66,7 @@ class CpuRunner {
     // prologue: load the rows' queries, pre-scaled, and where the plan masks, what each row sees
     for (int r = 0; r < rows; ++r) {
       const int v = t.row_begin + r;
-      const T* src = q_ + io_.q.offset(reqs[v / G], t.kv_head * G + v % G);
+      const Q* src = q_ + io_.q.offset(reqs[v / G], t.kv_head * G + v % G);
       float* dst = &sc.q[std::size_t(r) * D];
       for (int d = 0; d < D; ++d) dst[d] = to_float(src[d]) * sm_scale_;
       std::fill_n(&sc.o[std::size_t(r) * D], D, 0.f);
@@ -78,13 +80,14 @@ class CpuRunner {
     // across a row of tokens with vector FMAs and no horizontal sums; with few
     // rows (a flat task has G) the strided transpose costs more than it saves.
     const bool transposed = rows >= kTransposeRows;
+    const float k_scale = kv_.k_scale.at(t.kv_head), v_scale = kv_.v_scale.at(t.kv_head);
     auto load = [&](int j, std::int32_t page, std::int32_t slot) {  // token j of the tile
       const std::int64_t off = kv_.offset(page, slot, t.kv_head);
       if (transposed)
-        for (int d = 0; d < D; ++d) sc.k[std::size_t(d) * kTileTokens + j] = to_float(k_[off + d]);
+        for (int d = 0; d < D; ++d) sc.k[std::size_t(d) * kTileTokens + j] = to_float(k_[off + d]) * k_scale;
       else
-        for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]);
-      for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]);
+        for (int d = 0; d < D; ++d) sc.k[std::size_t(j) * D + d] = to_float(k_[off + d]) * k_scale;
+      for (int d = 0; d < D; ++d) sc.v[std::size_t(j) * D + d] = to_float(v_[off + d]) * v_scale;
     };
     auto attend = [&](int r, int r_end, int n, const TileMask& m) {  // rows [r, r_end) to the tile's n tokens
       for (; r + kRowBlock <= r_end; r += kRowBlock) tile_rows<kRowBlock>(sc, r, n, transposed, m);
@@ -228,9 +231,9 @@ class CpuRunner {
   const AttentionIO& io_;
   float sm_scale_;
   float lse_scale_;
-  const T* k_;
-  const T* v_;
-  const T* q_;
+  const K* k_;
+  const K* v_;
+  const Q* q_;
   O* out_;
   float* part_o_;
   float* part_lse_;
@@ -238,6 +241,7 @@ class CpuRunner {
 
 void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cpu");
+  check_host_scales(kv);
   check_io(plan, io, /*out_f32=*/true, "run_cpu");
   const WorkspaceLayout layout = plan.workspace();
   CODEC_CHECK(workspace.size() >= layout.bytes, "run_cpu: workspace of ", workspace.size(),
@@ -246,12 +250,12 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
               "run_cpu: workspace must be 16-byte aligned");
 }
 
-template <typename T, typename O>
+template <typename Q, typename K, typename O>
 void run_with(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace,
               int threads) {
   PlanView p = plan.view();
   p.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
-  const CpuRunner<T, O> runner(p, kv, io, workspace, plan.workspace(), plan.heads().scale());
+  const CpuRunner<Q, K, O> runner(p, kv, io, workspace, plan.workspace(), plan.heads().scale());
   const int max_rows = std::max({1, plan.extent().max_task_rows, plan.extent().max_wide_rows});
   // Phase 1 (PAC): blocks, then wide blocks, are the plan's balanced bins; threads take them in turn.
   const int bins = p.num_blocks + p.num_wide_blocks;
@@ -279,10 +283,18 @@ void run_cpu(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::sp
              const CpuOptions& options) {
   validate_run(plan, kv, io, workspace);
   const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
-  dispatch_dtype(kv.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if (io.out.dtype == DType::f32) run_with<T, float>(plan, kv, io, workspace, threads);
-    else run_with<T, T>(plan, kv, io, workspace, threads);
+  auto with_q = [&](auto q_tag, auto kv_tag) {
+    using Q = decltype(q_tag);
+    using K = decltype(kv_tag);
+    if (io.out.dtype == DType::f32) run_with<Q, K, float>(plan, kv, io, workspace, threads);
+    else run_with<Q, K, Q>(plan, kv, io, workspace, threads);
+  };
+  dispatch_kv_dtype(kv.dtype, [&](auto kv_tag) {
+    using K = decltype(kv_tag);
+    if constexpr (std::is_same_v<K, e4m3_t> || std::is_same_v<K, e5m2_t>)  // q of its own dtype (check_io)
+      dispatch_dtype(io.q.dtype, [&](auto q_tag) { with_q(q_tag, kv_tag); });
+    else
+      with_q(kv_tag, kv_tag);
   });
 }
 

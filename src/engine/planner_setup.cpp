@@ -32,11 +32,18 @@ void AttentionShape::validate(PlanTarget target) const {
   heads().validate();
   CODEC_CHECK(head_dim_vo == head_dim_qk, "head_dim_vo ", head_dim_vo, " differs from head_dim_qk ", head_dim_qk,
               ": V and K of different widths are not supported yet");
-  CODEC_CHECK(q_dtype == kv_dtype, "q dtype ", to_string(q_dtype), " and KV dtype ", to_string(kv_dtype),
-              " differ: CoDec computes with q and KV in one dtype");
+  if (is_fp8(kv_dtype))
+    CODEC_CHECK(q_dtype == DType::f16 || q_dtype == DType::bf16 || (target == PlanTarget::cpu && q_dtype == DType::f32),
+                "q dtype ", to_string(q_dtype), " under a ", to_string(kv_dtype), " cache: q is fp16 or bf16",
+                target == PlanTarget::cpu ? " (or fp32)" : "");
+  else
+    CODEC_CHECK(q_dtype == kv_dtype, "q dtype ", to_string(q_dtype), " and KV dtype ", to_string(kv_dtype),
+                " differ: q and KV share one dtype but under an fp8 cache");
   CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
   CODEC_CHECK(target == PlanTarget::cpu || kv_dtype != DType::f32,
               "the CUDA engine takes float16 or bfloat16, not float32");
+  CODEC_CHECK(target == PlanTarget::cpu || !is_fp8(kv_dtype), "KV dtype ", to_string(kv_dtype),
+              ": fp8 caches run on the CPU engine for now (the CUDA engine's fp8 kernels are to come)");
 }
 
 std::string cost_table_file_name(const std::string& device, int head_dim, DType dtype) {

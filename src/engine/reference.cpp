@@ -19,10 +19,14 @@ std::int64_t token_offset(const PageTable& table, const PagedKV& kv, int r, std:
 }  // namespace
 
 ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
-                                    const void* q, const QueryBatch& queries) {
+                                    const void* q, const QueryBatch& queries, std::optional<DType> q_dtype) {
   table.validate();
   kv.validate();
+  check_host_scales(kv);
   heads.validate();
+  const DType qd_type = q_dtype.value_or(kv.dtype);
+  CODEC_CHECK(!is_fp8(qd_type), "reference: q of ", to_string(qd_type),
+              " (an fp8 cache's queries are fp16, bf16 or fp32: give q_dtype)");
   CODEC_CHECK(kv.num_kv_heads == heads.num_kv_heads && kv.head_dim == heads.head_dim,
               "reference: paged KV heads ", kv.num_kv_heads, "x", kv.head_dim, " do not match ",
               heads.num_kv_heads, "x", heads.head_dim);
@@ -45,16 +49,17 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
   res.out.assign(std::size_t(rows) * Hq * D, 0.0);
   res.lse.assign(std::size_t(rows) * Hq, -inf);
 
-  dispatch_dtype(kv.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  auto attend = [&](auto q_tag, auto kv_tag) {
+    using T = decltype(kv_tag);
     const T* K = static_cast<const T*>(kv.k);
     const T* V = static_cast<const T*>(kv.v);
-    const T* Q = static_cast<const T*>(q);
+    const auto* Q = static_cast<const decltype(q_tag)*>(q);
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::int64_t rh = 0; rh < std::int64_t(rows) * Hq; ++rh) {
       const int row = int(rh / Hq), h = int(rh % Hq), kvh = h / G;
       const int r = request_of[std::size_t(row)], i = token_of[std::size_t(row)];
       const std::int64_t n = kv_len[std::size_t(r)];
+      const double k_scale = kv.k_scale.at(kvh), v_scale = kv.v_scale.at(kvh);
       std::vector<double> qd(D), s(n);
       for (int d = 0; d < D; ++d) qd[d] = to_float(Q[rh * D + d]);
       double m = -inf;
@@ -63,7 +68,7 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
         if (!queries.sees(r, i, t, n, mask_byte[std::size_t(r)])) continue;
         const std::int64_t off = token_offset(table, kv, r, t, kvh);
         double dot = 0;
-        for (int d = 0; d < D; ++d) dot += qd[d] * to_float(K[off + d]);
+        for (int d = 0; d < D; ++d) dot += qd[d] * (to_float(K[off + d]) * k_scale);
         s[t] = dot * scale;
         m = std::max(m, s[t]);
       }
@@ -75,12 +80,13 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
         const double p = std::exp(s[t] - m);
         l += p;
         const std::int64_t off = token_offset(table, kv, r, t, kvh);
-        for (int d = 0; d < D; ++d) out[d] += p * to_float(V[off + d]);
+        for (int d = 0; d < D; ++d) out[d] += p * (to_float(V[off + d]) * v_scale);
       }
       for (int d = 0; d < D; ++d) out[d] /= l;
       res.lse[rh] = m + std::log(l);
     }
-  });
+  };
+  dispatch_kv_dtype(kv.dtype, [&](auto kv_tag) { dispatch_dtype(qd_type, [&](auto q_tag) { attend(q_tag, kv_tag); }); });
   return res;
 }
 
@@ -114,7 +120,9 @@ std::string ErrorStats::describe() const {
 
 double tolerance(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return 1e-2;
+    case DType::bf16:
+    case DType::e4m3:  // against the reference of the dequantised values: bf16's
+    case DType::e5m2: return 1e-2;
     case DType::f16: return 3e-3;
     case DType::f32: break;
   }

@@ -50,11 +50,17 @@ void check_io(const Plan& plan, const AttentionIO& io, bool out_f32, const char*
   const int batch = plan.num_requests(), covered = plan.view().num_requests;
   CODEC_CHECK(io.q.data != nullptr, engine, ": q must not be null");
   CODEC_CHECK(io.out.data != nullptr, engine, ": out must not be null");
-  CODEC_CHECK(io.q.dtype == plan.dtype(), engine, ": q.dtype ", to_string(io.q.dtype), " but the plan was made for ",
-              to_string(plan.dtype()));
-  CODEC_CHECK(io.out.dtype == plan.dtype() || (out_f32 && io.out.dtype == DType::f32), engine, ": out.dtype ",
-              to_string(io.out.dtype), " but the plan was made for ", to_string(plan.dtype()),
-              out_f32 ? " (fp32 is accepted too)" : "");
+  // q in the KV's dtype, or under an fp8 cache fp16 or bf16 (or on the CPU fp32); out in q's (or on the CPU fp32)
+  const DType kv = plan.dtype();
+  if (is_fp8(kv))
+    CODEC_CHECK(io.q.dtype == DType::f16 || io.q.dtype == DType::bf16 || (out_f32 && io.q.dtype == DType::f32), engine,
+                ": q.dtype ", to_string(io.q.dtype), " under the plan's ", to_string(kv), " cache: q is fp16 or bf16",
+                out_f32 ? " (or fp32)" : "");
+  else
+    CODEC_CHECK(io.q.dtype == kv, engine, ": q.dtype ", to_string(io.q.dtype), " but the plan was made for ",
+                to_string(kv));
+  CODEC_CHECK(io.out.dtype == io.q.dtype || (out_f32 && io.out.dtype == DType::f32), engine, ": out.dtype ",
+              to_string(io.out.dtype), " but q is ", to_string(io.q.dtype), out_f32 ? " (fp32 is accepted too)" : "");
   auto check_rows = [&](const char* name, const auto& t) {
     CODEC_CHECK(t.heads == h.num_qo_heads, engine, ": ", name, ".heads ", t.heads, " but the plan was made for ",
                 h.num_qo_heads, " qo heads");

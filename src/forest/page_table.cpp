@@ -1,8 +1,9 @@
 #include "codec/forest/page_table.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
-
+#include <utility>
 
 #include "codec/core/error.hpp"
 
@@ -93,13 +94,13 @@ void page_table_from_block_table(const BlockTable& t, int page_size, std::int64_
 PagedKV PagedKV::nhd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
                      int num_kv_heads, int head_dim) {
   const std::int64_t head = head_dim, token = std::int64_t(num_kv_heads) * head_dim;
-  return {k, v, dtype, num_pages, page_size, num_kv_heads, head_dim, token * page_size, token, head};
+  return {k, v, dtype, num_pages, page_size, num_kv_heads, head_dim, token * page_size, token, head, {}, {}};
 }
 
 PagedKV PagedKV::hnd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
                      int num_kv_heads, int head_dim) {
   const std::int64_t token = head_dim, head = std::int64_t(page_size) * head_dim;
-  return {k, v, dtype, num_pages, page_size, num_kv_heads, head_dim, head * num_kv_heads, token, head};
+  return {k, v, dtype, num_pages, page_size, num_kv_heads, head_dim, head * num_kv_heads, token, head, {}, {}};
 }
 
 PagedKV PagedKV::interleaved_nhd(const void* kv, DType dtype, std::int64_t num_pages, int page_size,
@@ -107,7 +108,7 @@ PagedKV PagedKV::interleaved_nhd(const void* kv, DType dtype, std::int64_t num_p
   const std::int64_t head = head_dim, token = std::int64_t(num_kv_heads) * head_dim;
   const std::int64_t half = token * page_size;  // K part of a page, in elements
   const void* v = static_cast<const std::byte*>(kv) + half * std::int64_t(dtype_size(dtype));
-  return {kv, v, dtype, num_pages, page_size, num_kv_heads, head_dim, 2 * half, token, head};
+  return {kv, v, dtype, num_pages, page_size, num_kv_heads, head_dim, 2 * half, token, head, {}, {}};
 }
 
 void PagedKV::validate() const {
@@ -119,6 +120,17 @@ void PagedKV::validate() const {
               " (supported: 64, 128, 256)");
   CODEC_CHECK(stride_page >= 0 && stride_token >= 0 && stride_head >= 0, "paged KV strides must be >= 0 (page ",
               stride_page, ", token ", stride_token, ", head ", stride_head, ")");
+  for (const auto& [name, scale] : {std::pair{"k_scale", k_scale}, std::pair{"v_scale", v_scale}})
+    CODEC_CHECK((scale.count == 0 && scale.data == nullptr) ||
+                    ((scale.count == 1 || scale.count == num_kv_heads) && scale.data != nullptr),
+                name, " has ", scale.count, " values", scale.data ? "" : " and no data",
+                ": expected none, one, or one per kv head (", num_kv_heads, ")");
+}
+
+void check_host_scales(const PagedKV& kv) {
+  for (const auto& [name, scale] : {std::pair{"k_scale", kv.k_scale}, std::pair{"v_scale", kv.v_scale}})
+    for (int i = 0; i < scale.count; ++i)
+      CODEC_CHECK(std::isfinite(scale.data[i]), name, "[", i, "] = ", scale.data[i], " is not finite");
 }
 
 }  // namespace codec

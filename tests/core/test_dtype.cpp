@@ -21,10 +21,13 @@ bool is_bf16_nan(std::uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7f
 float bits_to_float(std::uint32_t u) { return std::bit_cast<float>(u); }
 
 TEST(DType, NamesRoundTrip) {
-  for (DType d : {DType::f16, DType::bf16, DType::f32}) EXPECT_EQ(parse_dtype(to_string(d)), d);
+  for (DType d : {DType::f16, DType::bf16, DType::f32, DType::e4m3, DType::e5m2})
+    EXPECT_EQ(parse_dtype(to_string(d)), d);
   EXPECT_EQ(to_string(DType::f16), "fp16");
   EXPECT_EQ(to_string(DType::bf16), "bf16");
   EXPECT_EQ(to_string(DType::f32), "fp32");
+  EXPECT_EQ(to_string(DType::e4m3), "fp8_e4m3");
+  EXPECT_EQ(to_string(DType::e5m2), "fp8_e5m2");
 }
 
 TEST(DType, ParseAliases) {
@@ -33,11 +36,13 @@ TEST(DType, ParseAliases) {
   for (const char* name : {"bf16", "bfloat16"}) EXPECT_EQ(parse_dtype(name), DType::bf16) << name;
   for (const char* name : {"fp32", "f32", "float32"})
     EXPECT_EQ(parse_dtype(name), DType::f32) << name;
+  for (const char* name : {"fp8_e4m3", "float8_e4m3fn", "e4m3", "fp8"}) EXPECT_EQ(parse_dtype(name), DType::e4m3);
+  for (const char* name : {"fp8_e5m2", "float8_e5m2", "e5m2"}) EXPECT_EQ(parse_dtype(name), DType::e5m2);
 }
 
 TEST(DType, ParseRejectsUnknown) {
-  EXPECT_TRUE(throws_with([] { parse_dtype("fp8"); },
-                          "unsupported dtype 'fp8' (expected fp16, bf16 or fp32)"));
+  EXPECT_TRUE(throws_with([] { parse_dtype("fp4"); },
+                          "unsupported dtype 'fp4' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)"));
   EXPECT_TRUE(throws_with([] { parse_dtype(""); }, "unsupported dtype ''"));
   EXPECT_TRUE(
       throws_with([] { parse_dtype("FP16"); }, "unsupported dtype 'FP16'"));  // case matters
@@ -47,6 +52,58 @@ TEST(DType, Size) {
   EXPECT_EQ(dtype_size(DType::f16), 2u);
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
   EXPECT_EQ(dtype_size(DType::f32), 4u);
+  EXPECT_EQ(dtype_size(DType::e4m3), 1u);
+  EXPECT_EQ(dtype_size(DType::e5m2), 1u);
+}
+
+// fp8 is a cache dtype only: where q's or out's dtype goes it is refused by name.
+TEST(DType, Fp8IsNoQueryDtype) {
+  EXPECT_TRUE(throws_with([] { dispatch_dtype(DType::e4m3, [](auto) {}); },
+                          "fp8_e4m3 is a KV cache dtype only: queries and outputs are fp16, bf16 or fp32"));
+  EXPECT_EQ(dispatch_kv_dtype(DType::e5m2, [](auto tag) { return sizeof(tag); }), 1u);
+}
+
+TEST(Fp8, KnownValues) {
+  EXPECT_EQ(e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(e4m3_to_float(0x7e), 448.0f);                   // the largest
+  EXPECT_EQ(e4m3_to_float(0x08), std::ldexp(1.0f, -6));     // smallest normal
+  EXPECT_EQ(e4m3_to_float(0x01), std::ldexp(1.0f, -9));     // smallest subnormal
+  EXPECT_EQ(e4m3_to_float(0xc0), -2.0f);
+  EXPECT_TRUE(std::isnan(e4m3_to_float(0x7f)) && std::isnan(e4m3_to_float(0xff)));
+  EXPECT_EQ(e5m2_to_float(0x3c), 1.0f);
+  EXPECT_EQ(e5m2_to_float(0x7b), 57344.0f);
+  EXPECT_EQ(e5m2_to_float(0x04), std::ldexp(1.0f, -14));
+  EXPECT_EQ(e5m2_to_float(0x01), std::ldexp(1.0f, -16));
+  EXPECT_EQ(e5m2_to_float(0x7c), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(e5m2_to_float(0xfc), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(e5m2_to_float(0x7d)));
+}
+
+// Every finite code round-trips, codes increase with their values, and every
+// midpoint of neighbours rounds to the even one (one float ulp either side to
+// the nearer); past the largest value the conversion saturates.
+TEST(Fp8, RoundTripsAndRoundsToNearestEven) {
+  struct Format {
+    float (*decode)(std::uint8_t);
+    std::uint8_t (*encode)(float);
+    std::uint8_t max;
+  };
+  for (const Format f : {Format{e4m3_to_float, float_to_e4m3, 0x7e}, Format{e5m2_to_float, float_to_e5m2, 0x7b}}) {
+    for (int c = 0; c <= f.max; ++c) {
+      ASSERT_EQ(f.encode(f.decode(std::uint8_t(c))), c) << c;
+      ASSERT_EQ(f.encode(f.decode(std::uint8_t(c | 0x80))), c == 0 ? 0x80 : c | 0x80) << c;
+      if (c == f.max) break;
+      const float lo = f.decode(std::uint8_t(c)), hi = f.decode(std::uint8_t(c + 1));
+      ASSERT_LT(lo, hi) << c;
+      const float mid = lo + (hi - lo) / 2;
+      ASSERT_EQ(f.encode(mid), (c & 1) ? c + 1 : c) << c;
+      ASSERT_EQ(f.encode(std::nextafter(mid, 0.f)), c) << c;
+      ASSERT_EQ(f.encode(std::nextafter(mid, hi)), c + 1) << c;
+    }
+    ASSERT_EQ(f.encode(1e30f), f.max);
+    ASSERT_EQ(f.encode(-std::numeric_limits<float>::infinity()), f.max | 0x80);
+    ASSERT_TRUE(std::isnan(f.decode(f.encode(std::numeric_limits<float>::quiet_NaN()))));
+  }
 }
 
 TEST(F16, KnownValues) {

@@ -388,8 +388,8 @@ TEST(TableFile, RejectsUnsupportedHeadDimAndDtype) {
   EXPECT_TRUE(
       parse_fails(doc_with("128", "96"),
                   "cost table t.json: head_dim = 96 is unsupported (supported: 64, 128, 256)"));
-  EXPECT_TRUE(parse_fails(doc_with("\"bf16\"", "\"fp8\""),
-                          "cost table t.json: dtype: unsupported dtype 'fp8'"));
+  EXPECT_TRUE(parse_fails(doc_with("\"bf16\"", "\"fp4\""),
+                          "cost table t.json: dtype: unsupported dtype 'fp4'"));
   EXPECT_TRUE(
       parse_fails(doc_with("\"bf16\"", "16"), "cost table t.json: dtype = 16 must be a string"));
 }

@@ -154,6 +154,120 @@ TEST(CpuEngine, QueryTokensUnderEachMaskMatchTheReference) {
   EXPECT_GE(masked_plans, 70);  // the masks did apply (of 80 plans whose mask can hide a key)
 }
 
+// An fp8 copy of a batch's K and V: each value divided by its kv head's
+// scale and rounded to `dtype` (what a quantising cache stores).
+struct Fp8Pool {
+  std::vector<std::uint8_t> k, v;
+  std::vector<float> k_scale, v_scale;  // empty: none; one value, or one a kv head
+  PagedKV kv(const test::RandomBatch& b, DType dtype) const {
+    PagedKV p = PagedKV::nhd(k.data(), v.data(), dtype, b.num_pages, b.spec.page_size, b.spec.heads.num_kv_heads,
+                             b.spec.heads.head_dim);
+    p.k_scale = {k_scale.empty() ? nullptr : k_scale.data(), int(k_scale.size())};
+    p.v_scale = {v_scale.empty() ? nullptr : v_scale.data(), int(v_scale.size())};
+    return p;
+  }
+};
+
+Fp8Pool quantise(const test::RandomBatch& b, DType dtype, int scales) {
+  Fp8Pool pool;
+  const int H = b.spec.heads.num_kv_heads, D = b.spec.heads.head_dim;
+  for (int h = 0; h < scales; ++h) pool.k_scale.push_back(0.25f + 0.5f * h), pool.v_scale.push_back(1.5f - 0.125f * h);
+  auto convert = [&](const std::vector<std::byte>& src, const std::vector<float>& scale, std::vector<std::uint8_t>& dst) {
+    const std::vector<float> x = to_floats(src, b.spec.dtype);
+    dst.resize(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const int h = int(i / D % H);  // NHD: [page, token, head, dim]
+      const float s = scale.empty() ? 1.f : scale[scale.size() == 1 ? 0 : std::size_t(h)];
+      dst[i] = dtype == DType::e4m3 ? float_to_e4m3(x[i] / s) : float_to_e5m2(x[i] / s);
+    }
+  };
+  convert(b.k, pool.k_scale, pool.k);
+  convert(b.v, pool.v_scale, pool.v);
+  return pool;
+}
+
+// fp8 caches (e4m3, e5m2) under fp16, bf16 and fp32 queries: the engine
+// dequantises on load with one scale or one a kv head (or none) and matches
+// the fp64 reference of the same dequantised values, at every head dim, page
+// sizes 1, 7 and 16, one token a request and several under each mask; its
+// outputs in fp32 and in q's dtype. Bad scales and dtypes are refused by name.
+TEST(CpuEngine, Fp8CachesMatchTheDequantisedReference) {
+  struct Fp8Case {
+    HeadConfig heads;
+    DType kv, q;
+    int page_size, scales;
+    QueryMask mask;
+    int max_q;  // 0: one token a request, no qo_indptr
+  };
+  const Fp8Case cases[] = {
+      {{8, 2, 64}, DType::e4m3, DType::bf16, 1, 1, QueryMask::causal, 0},
+      {{16, 4, 128}, DType::e4m3, DType::f16, 7, 4, QueryMask::causal, 6},
+      {{8, 8, 256}, DType::e5m2, DType::bf16, 16, 8, QueryMask::draft, 9},
+      {{12, 4, 128}, DType::e5m2, DType::f32, 7, 0, QueryMask::custom, 5},
+      {{32, 8, 128}, DType::e4m3, DType::bf16, 16, 8, QueryMask::none, 3},
+      {{4, 1, 64}, DType::e5m2, DType::f16, 16, 1, QueryMask::causal, 0},
+  };
+  for (const Fp8Case& c : cases)
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.q, c.page_size, 4, 5, 0.3, 3);
+      const test::RandomBatch b = test::make_random_batch(spec);
+      const Fp8Pool pool = quantise(b, c.kv, c.scales == 0 ? 0 : c.scales == 1 ? 1 : c.heads.num_kv_heads);
+      const PagedKV kv = pool.kv(b, c.kv);
+      test::RandomQueries q = test::make_random_queries(b, c.mask, std::max(c.max_q, 1), seed);
+      if (c.max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;
+      const int rows = q.qo_indptr.empty() ? b.table().num_requests() : q.num_queries();
+      const std::string what = spec.describe() + " kv " + std::string(to_string(c.kv)) + " scales " +
+                               std::to_string(c.scales);
+      const ReferenceResult ref = reference_attention(b.table(), kv, c.heads, q.q.data(), q.view(), c.q);
+      PlannerOptions opt;
+      opt.num_blocks = 3 + int(seed);
+      const Plan plan = make_plan(derive_forest(b.table()), c.heads, c.kv,
+                                  RooflineCostModel(RooflineParams::cpu(2), c.heads, c.kv), opt, q.view());
+      const int Hq = c.heads.num_qo_heads, D = c.heads.head_dim;
+      for (const DType out_dtype : {DType::f32, c.q}) {
+        std::vector<std::byte> out(std::size_t(rows) * Hq * D * dtype_size(out_dtype), std::byte{0xff});
+        Outputs o;
+        o.lse.assign(std::size_t(rows) * Hq, NAN);
+        const AttentionIO io{QueryRows::contiguous(q.q.data(), c.q, rows, Hq, D),
+                             OutputRows::contiguous(out.data(), out_dtype, rows, Hq, D),
+                             LseRows::contiguous(o.lse.data(), rows, Hq)};
+        Workspace ws(plan.workspace().bytes);
+        run_cpu(plan, kv, io, ws.bytes, {2});
+        o.out = to_floats(out, out_dtype);
+        if (out_dtype == DType::f32) {
+          expect_matches(o, ref, what);
+        } else {  // rounded to q's dtype
+          const ErrorStats e = compare(o.out.data(), ref.out);
+          EXPECT_TRUE(e.within(tolerance(c.q))) << what << ": out in " << to_string(out_dtype) << " " << e.describe();
+        }
+      }
+    }
+  // Refusals: fp8 queries, a scale count that is neither one nor one a kv head, a scale that is not finite.
+  const test::RandomBatch b = test::make_random_batch(test::engine_spec(3, {8, 4, 64}, DType::bf16, 7, 3, 3, 0.0, 2));
+  Fp8Pool pool = quantise(b, DType::e4m3, 4);
+  const Plan plan = make_plan(derive_forest(b.table()), {8, 4, 64}, DType::e4m3,
+                              RooflineCostModel(RooflineParams::cpu(2), {8, 4, 64}, DType::e4m3), cpu_planner_options(2));
+  const int B = plan.num_requests();
+  std::vector<float> out(std::size_t(B) * 8 * 64), lse(std::size_t(B) * 8);
+  Workspace ws(plan.workspace().bytes);
+  auto run_with = [&](const PagedKV& kv, DType q_dtype) {
+    return [&, kv, q_dtype] {
+      run_cpu(plan, kv, {QueryRows::contiguous(b.q.data(), q_dtype, B, 8, 64),
+                         OutputRows::contiguous(out.data(), DType::f32, B, 8, 64), LseRows::contiguous(lse.data(), B, 8)},
+              ws.bytes);
+    };
+  };
+  EXPECT_NO_THROW(run_with(pool.kv(b, DType::e4m3), DType::bf16)());
+  EXPECT_TRUE(test::throws_with(run_with(pool.kv(b, DType::e4m3), DType::e4m3),
+                                "q.dtype fp8_e4m3 under the plan's fp8_e4m3 cache: q is fp16 or bf16 (or fp32)"));
+  PagedKV three = pool.kv(b, DType::e4m3);
+  three.k_scale.count = 3;
+  EXPECT_TRUE(test::throws_with(run_with(three, DType::bf16),
+                                "k_scale has 3 values: expected none, one, or one per kv head (4)"));
+  pool.v_scale[1] = INFINITY;
+  EXPECT_TRUE(test::throws_with(run_with(pool.kv(b, DType::e4m3), DType::bf16), "v_scale[1] = inf is not finite"));
+}
+
 // CUDA graphs of several query tokens a request: at a capacity with maxima
 // of query tokens and mask bytes, plans of every mask (and of one token a
 // request, which sees all its keys) share one layout, all carry masks (a

@@ -102,10 +102,19 @@ TEST(PlannerSetup, ShapesItCannotServeAreRefusedByName) {
   mla.head_dim_vo = 64;
   EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::cpu, mla)); },
                           "head_dim_vo 64 differs from head_dim_qk 128"));
-  AttentionShape fp8 = qwen3_4b();
-  fp8.q_dtype = DType::f16;
-  EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::cpu, fp8)); },
+  AttentionShape mixed = qwen3_4b();
+  mixed.q_dtype = DType::f16;
+  EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::cpu, mixed)); },
                           "q dtype fp16 and KV dtype bf16 differ"));
+  // an fp8 cache under 16-bit queries: on the CPU engine (fp32 queries too), not yet on CUDA
+  AttentionShape fp8 = qwen3_4b();
+  fp8.kv_dtype = DType::e4m3;
+  EXPECT_NO_THROW(make_planner_setup(args_for(PlanTarget::cpu, fp8)));
+  EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::h200, fp8)); },
+                          "KV dtype fp8_e4m3: fp8 caches run on the CPU engine for now"));
+  fp8.q_dtype = DType::e5m2;
+  EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::cpu, fp8)); },
+                          "q dtype fp8_e5m2 under a fp8_e4m3 cache: q is fp16 or bf16 (or fp32)"));
   EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::h200, qwen3_4b(DType::f32))); },
                           "the CUDA engine takes float16 or bfloat16, not float32"));
   AttentionShape bad = qwen3_4b();

@@ -819,8 +819,8 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   bad_io.q.data = fake + 8;
   expect_error(run_with(plan, kv, bad_io, small), "q 0x");
   bad_io = io;
-  bad_io.out.dtype = DType::f32;  // the CUDA engine writes the KV dtype only
-  expect_error(run_with(plan, kv, bad_io, small), "out.dtype fp32 but the plan was made for bf16");
+  bad_io.out.dtype = DType::f32;  // the CUDA engine writes q's dtype only
+  expect_error(run_with(plan, kv, bad_io, small), "out.dtype fp32 but q is bf16");
   bad_io = io;
   bad_io.q.stride_batch = 32 * 128 + 4;  // 8,200 bytes: not a multiple of 16
   expect_error(run_with(plan, kv, bad_io, small), "q.stride_batch 4100 elements");

@@ -2,6 +2,7 @@
 // Ground truth: naive fp64 attention of each request alone, straight from the
 // page tables (no forest, no planner), and the comparison of an output with it.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,15 @@ struct ReferenceResult {
   std::vector<double> lse;  // [rows, Hq], natural log
 };
 
-// q: [num_queries, Hq, D] in kv.dtype, contiguous: a row per request, or with
-// several query tokens a request (`queries`) a row per token, each seeing the
-// keys its mask leaves it (QueryBatch::sees); a row that sees none gets o = 0
-// and lse = −inf. out and lse have q's rows. Multithreaded over (row, head).
+// q: [num_queries, Hq, D] in kv.dtype (or q_dtype where given: under an fp8
+// cache, fp16, bf16 or fp32), contiguous: a row per request, or with several
+// query tokens a request (`queries`) a row per token, each seeing the keys its
+// mask leaves it (QueryBatch::sees); a row that sees none gets o = 0 and lse
+// = −inf. K and V are the stored values times kv's scales (host memory). out
+// and lse have q's rows. Multithreaded over (row, head).
 ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
-                                    const void* q, const QueryBatch& queries = {});
+                                    const void* q, const QueryBatch& queries = {},
+                                    std::optional<DType> q_dtype = std::nullopt);
 
 struct ErrorStats {
   double rel_l2 = 0;   // ‖out − ref‖₂ / ‖ref‖₂

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "codec/core/dtype.hpp"
+#include "codec/core/hd.hpp"
 
 namespace codec {
 
@@ -63,10 +64,21 @@ PageTableArrays page_table_from_block_table(const BlockTable& table, int page_si
 void page_table_from_block_table(const BlockTable& table, int page_size, std::int64_t num_pages,
                                  PageTableArrays& out);
 
+// The dequantisation scale of a pool's K or V (fp8 caches; FlashInfer's and
+// vLLM's k_scale / v_scale): the stored value times its scale is the real
+// value. count 0: none (1.0); 1: one for every kv head; num_kv_heads: one
+// each. In the memory of the engine that runs (host for the CPU's).
+struct KvScale {
+  const float* data = nullptr;
+  int count = 0;
+  CODEC_HD float at(int kv_head) const { return count == 0 ? 1.f : data[count == 1 ? 0 : kv_head]; }
+};
+
 // A page pool of K and V in any layout with a unit stride along head_dim:
 // element (page p, token t, kv head h, dim d) of K is at
 //   k + p·stride_page + t·stride_token + h·stride_head + d   (in elements of dtype)
-// and likewise for V with the same strides.
+// and likewise for V with the same strides; with scales, K's value is the
+// stored one times k_scale.at(h), V's times v_scale.at(h).
 struct PagedKV {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -78,6 +90,8 @@ struct PagedKV {
   std::int64_t stride_page = 0;
   std::int64_t stride_token = 0;
   std::int64_t stride_head = 0;
+  KvScale k_scale;
+  KvScale v_scale;
 
   // [pages, page_size, Hkv, D] for K and V separately.
   static PagedKV nhd(const void* k, const void* v, DType dtype, std::int64_t num_pages, int page_size,
@@ -94,5 +108,8 @@ struct PagedKV {
   }
   void validate() const;
 };
+
+// Throws naming a scale that is not finite; reads the scales, so host ones only.
+void check_host_scales(const PagedKV& kv);
 
 }  // namespace codec

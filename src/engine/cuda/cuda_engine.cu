@@ -45,7 +45,9 @@ decltype(auto) dispatch_config(int head_dim, DType dtype, F&& f) {
   switch (dtype) {
     case DType::f16: return with_dim(std::type_identity<__half>{});
     case DType::bf16: return with_dim(std::type_identity<__nv_bfloat16>{});
-    case DType::f32: break;
+    case DType::f32:
+    case DType::e4m3:
+    case DType::e5m2: break;
   }
   CODEC_FAIL("CUDA engine: dtype ", to_string(dtype), " is not supported (fp16 or bf16)");
 }
@@ -84,7 +86,9 @@ void check_workspace(const Plan& plan, std::span<std::byte> workspace, const cha
 void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cuda");
   CODEC_CHECK(kv.dtype == DType::f16 || kv.dtype == DType::bf16, "run_cuda: kv.dtype ", to_string(kv.dtype),
-              " is not supported on CUDA (fp16 or bf16)");
+              " is not supported on CUDA (fp16 or bf16; fp8 caches run on the CPU engine for now)");
+  CODEC_CHECK(kv.k_scale.count == 0 && kv.v_scale.count == 0,
+              "run_cuda: k_scale and v_scale are not supported on CUDA yet (the CPU engine takes them)");
   check_io(plan, io, /*out_f32=*/false, "run_cuda");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
   const std::pair<const void*, const char*> pointers[] = {{kv.k, "kv.k"}, {kv.v, "kv.v"}, {io.q.data, "q"},

@@ -114,6 +114,8 @@ void cuda_merge_states(const QueryRows& o_a, const LseRows& lse_a, const QueryRo
     case DType::f16: merge_states_kernel<__half><<<blocks, kThreads, 0, stream>>>(p); break;
     case DType::bf16: merge_states_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p); break;
     case DType::f32: merge_states_kernel<float><<<blocks, kThreads, 0, stream>>>(p); break;
+    case DType::e4m3:
+    case DType::e5m2: throw_not_a_query_dtype(o_a.dtype);
   }
   CODEC_CUDA_CHECK_LAUNCH("merge_states_kernel", stream);
 }
