@@ -38,7 +38,8 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
   cmd->add_option("--workload,-w", w.workload, "Built-in workload (e.g. batch:64, seq:512), a JSON file, 'all', or a comma-separated list of these")
       ->capture_default_str();
   cmd->add_option("--model", w.model, "Model shape from docs/BENCHMARKS.md (qwen3-4b, llama3.2-1b, ...)");
-  cmd->add_option("--dtype", w.dtype, "KV and query dtype: bf16, fp16 or fp32");
+  cmd->add_option("--dtype", w.dtype, "KV and query dtype: bf16, fp16 or fp32; or an fp8 KV cache (fp8 or fp8_e4m3, "
+                                      "fp8_e5m2) with a scale a kv head drawn from the seed, under bf16 queries");
   cmd->add_option("--page-size", w.page_size, "Tokens per KV page")->check(in_range(1, 1 << 20));
   cmd->add_option("--scale", w.scale, "Multiply every node's token count (default: 1 on a GPU, 1/16 on the CPU)")
       ->check(in_range(0, 1e6, true));

@@ -70,7 +70,7 @@ Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& r
   m.lse.assign(rows, NAN);
   Workspace ws(plan.workspace().bytes);
   const int B = p.num_requests, Hq = p.num_qo_heads;
-  const AttentionIO io{QueryRows::contiguous(batch.q.data(), batch.dtype, B, Hq, p.head_dim),
+  const AttentionIO io{QueryRows::contiguous(batch.q.data(), batch.q_dtype, B, Hq, p.head_dim),
                        OutputRows::contiguous(m.out.data(), DType::f32, B, Hq, p.head_dim),
                        LseRows::contiguous(m.lse.data(), B, Hq)};
   run_cpu(plan, batch.kv(), io, ws.bytes, {threads});  // warm-up, and the checked run
@@ -96,15 +96,23 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
                          {"num_kv_heads", h.num_kv_heads}, {"head_dim", h.head_dim},
                          {"page_size", b.page_size},       {"sm_scale", h.scale()},
                          {"layout", "NHD"},                {"dtype", std::string(to_string(b.dtype))},
+                         {"q_dtype", std::string(to_string(b.q_dtype))},
                          {"lse_base", "e"},                {"q_len", w.q_len},
                          {"mask", mask_name(b.queries)}};
   std::ofstream meta_file(dir + "/meta.json");
   meta_file << meta.dump(2) << "\n";
   CODEC_CHECK(meta_file.good(), "--dump: cannot write '", dir, "/meta.json'");
-  write_npy(dir + "/q.npy", to_floats(b.q, b.dtype).data(), {B, h.num_qo_heads, h.head_dim});
+  write_npy(dir + "/q.npy", to_floats(b.q, b.q_dtype).data(), {B, h.num_qo_heads, h.head_dim});
   const std::vector<std::int64_t> kv_shape = {b.num_pages, b.page_size, h.num_kv_heads, h.head_dim};
-  write_npy(dir + "/k_cache.npy", to_floats(b.k, b.dtype).data(), kv_shape);
-  write_npy(dir + "/v_cache.npy", to_floats(b.v, b.dtype).data(), kv_shape);
+  if (is_fp8(b.dtype)) {  // the stored bits (torch views them as its float8 dtype) and the scales
+    write_npy(dir + "/k_cache.npy", reinterpret_cast<const std::uint8_t*>(b.k.data()), kv_shape);
+    write_npy(dir + "/v_cache.npy", reinterpret_cast<const std::uint8_t*>(b.v.data()), kv_shape);
+    write_npy(dir + "/k_scale.npy", b.k_scale.data(), {std::int64_t(b.k_scale.size())});
+    write_npy(dir + "/v_scale.npy", b.v_scale.data(), {std::int64_t(b.v_scale.size())});
+  } else {
+    write_npy(dir + "/k_cache.npy", to_floats(b.k, b.dtype).data(), kv_shape);
+    write_npy(dir + "/v_cache.npy", to_floats(b.v, b.dtype).data(), kv_shape);
+  }
   const ForestManager::Tables& t = b.tables;
   write_npy(dir + "/kv_indptr.npy", t.indptr.data(), {std::int64_t(t.indptr.size())});
   write_npy(dir + "/kv_indices.npy", t.indices.data(), {std::int64_t(t.indices.size())});
@@ -261,7 +269,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   a.target = target == "cpu" ? PlanTarget::cpu : target == "cuda" ? PlanTarget::cuda : PlanTarget::h200;
   a.cpu_threads = threads;
   a.shape = {w.heads.num_qo_heads, w.heads.num_kv_heads, w.heads.head_dim, w.heads.head_dim, w.heads.sm_scale,
-             w.dtype,          w.dtype,          w.page_size};
+             is_fp8(w.dtype) ? DType::bf16 : w.dtype, w.dtype, w.page_size};
   a.num_blocks = args.blocks;
   a.cost_table = args.cost_table;
   PlannerSetup s = make_planner_setup(a);
@@ -343,7 +351,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const QueryBatch queries = batch.queries.view();
     const Plan flat = make_plan(flatten(forest), w.heads, w.dtype, *cost, opt, queries);  // split-KV, no sharing
     progress("fp64 reference");
-    const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data(), queries);
+    const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data(), queries, batch.q_dtype);
     progress("timing CoDec and flat");
 #if CODEC_HAS_CUDA
     const L2Flush flush = bench.flush == "read" ? L2Flush::read : L2Flush::write;

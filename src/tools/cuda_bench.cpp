@@ -41,7 +41,7 @@ struct CudaBench::Impl {
 
   Impl(const Batch& b, L2Flush mode)
       : batch(b), flush_mode(mode), k(b.k.size()), v(b.v.size()), q(b.q.size()),
-        out(std::size_t(b.num_queries()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.dtype)),
+        out(std::size_t(b.num_queries()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.q_dtype)),
         lse(std::size_t(b.num_queries()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes),
         sink(sizeof(std::uint32_t)) {
     CODEC_CUDA_CHECK(cudaStreamCreate(&stream));
@@ -69,7 +69,7 @@ struct CudaBench::Impl {
     CODEC_CHECK(B >= 0 && B <= batch.num_queries(), "CudaBench: a plan of ", B, " rows over a batch of ",
                 batch.num_queries());
     const int Hq = batch.heads.num_qo_heads, D = batch.heads.head_dim;
-    return {QueryRows::contiguous(q.ptr, batch.dtype, B, Hq, D), OutputRows::contiguous(out.ptr, batch.dtype, B, Hq, D),
+    return {QueryRows::contiguous(q.ptr, batch.q_dtype, B, Hq, D), OutputRows::contiguous(out.ptr, batch.q_dtype, B, Hq, D),
             LseRows::contiguous(static_cast<float*>(lse.ptr), B, Hq)};
   }
 };
@@ -91,16 +91,16 @@ Measured CudaBench::run(const Plan& plan, const ReferenceResult& ref, int reps, 
   const std::size_t out_elems = rows * s.batch.heads.head_dim;
 
   // Checked run: outputs poisoned first (0xFF bytes are NaN in fp16, bf16 and fp32).
-  CODEC_CUDA_CHECK(cudaMemsetAsync(s.out.ptr, 0xFF, out_elems * dtype_size(s.batch.dtype), s.stream));
+  CODEC_CUDA_CHECK(cudaMemsetAsync(s.out.ptr, 0xFF, out_elems * dtype_size(s.batch.q_dtype), s.stream));
   CODEC_CUDA_CHECK(cudaMemsetAsync(s.lse.ptr, 0xFF, rows * sizeof(float), s.stream));
   nvtxRangePushA(label);  // `ncu --nvtx --nvtx-include "<label>/"` profiles this run alone
   run_cuda(plan, s.kv(), io, ws, s.stream);
   nvtxRangePop();
   CODEC_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   Measured m;
-  std::vector<std::byte> raw(out_elems * dtype_size(s.batch.dtype));
+  std::vector<std::byte> raw(out_elems * dtype_size(s.batch.q_dtype));
   CODEC_CUDA_CHECK(cudaMemcpy(raw.data(), s.out.ptr, raw.size(), cudaMemcpyDeviceToHost));
-  m.out = to_floats(raw, s.batch.dtype);
+  m.out = to_floats(raw, s.batch.q_dtype);
   m.lse.resize(rows);
   CODEC_CUDA_CHECK(cudaMemcpy(m.lse.data(), s.lse.ptr, rows * sizeof(float), cudaMemcpyDeviceToHost));
   m.error = compare(m.out.data(), ref.out);

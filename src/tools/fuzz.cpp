@@ -193,6 +193,8 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   }
   // a capacity's sizes bound derived forests (a flat one lists a request's path nodes apart)
   if (!c.flat && d.chance(0.25)) c.capacity_slack = d.chance(0.5) ? 0 : d.in(1, 40);
+  // an fp8 cache with a scale a kv head, under bf16 queries (the CPU engine's for now)
+  if (!cuda && d.chance(0.15)) c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
   return c;
 }
 
@@ -220,12 +222,14 @@ struct Pool {
   std::vector<std::byte> k, v;  // v empty when interleaved (K and V in k)
   PagedKV at(const void* k_base, const void* v_base, const Batch& b, Layout layout) const {
     const int P = int(b.num_pages), S = b.page_size, H = b.heads.num_kv_heads, D = b.heads.head_dim;
+    PagedKV kv;
     switch (layout) {
-      case Layout::nhd: return PagedKV::nhd(k_base, v_base, b.dtype, P, S, H, D);
-      case Layout::hnd: return PagedKV::hnd(k_base, v_base, b.dtype, P, S, H, D);
-      case Layout::interleaved: break;
+      case Layout::nhd: kv = PagedKV::nhd(k_base, v_base, b.dtype, P, S, H, D); break;
+      case Layout::hnd: kv = PagedKV::hnd(k_base, v_base, b.dtype, P, S, H, D); break;
+      case Layout::interleaved: kv = PagedKV::interleaved_nhd(k_base, b.dtype, P, S, H, D); break;
     }
-    return PagedKV::interleaved_nhd(k_base, b.dtype, P, S, H, D);
+    kv.k_scale = b.kv().k_scale, kv.v_scale = b.kv().v_scale;  // host scales: the CPU engine's
+    return kv;
   }
 };
 
@@ -259,12 +263,12 @@ struct Outcome {
 
 Outcome run_cpu_case(const Case& c, const Plan& plan, const Batch& b, const Pool& pool) {
   const int B = b.num_queries(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
-  const DType out_dtype = c.out_f32 ? DType::f32 : b.dtype;
+  const DType out_dtype = c.out_f32 ? DType::f32 : b.q_dtype;
   std::vector<std::byte> out(std::size_t(B) * Hq * D * dtype_size(out_dtype), std::byte{0xff});  // NaN
   std::vector<float> lse(std::size_t(B) * Hq, NAN);
   std::vector<std::byte> ws(plan.workspace().bytes + 16);
   auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 15) / 16 * 16);
-  const AttentionIO io{QueryRows::contiguous(b.q.data(), b.dtype, B, Hq, D),
+  const AttentionIO io{QueryRows::contiguous(b.q.data(), b.q_dtype, B, Hq, D),
                        OutputRows::contiguous(out.data(), out_dtype, B, Hq, D), LseRows::contiguous(lse.data(), B, Hq),
                        c.lse_base};
   run_cpu(plan, pool.at(pool.k.data(), pool.v.empty() ? nullptr : pool.v.data(), b, c.layout), io,
@@ -286,7 +290,7 @@ struct DeviceBytes {
 
 Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Pool& pool) {
   const int B = b.num_queries(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
-  const std::size_t out_bytes = std::size_t(B) * Hq * D * dtype_size(b.dtype);
+  const std::size_t out_bytes = std::size_t(B) * Hq * D * dtype_size(b.q_dtype);
   DeviceBytes k(pool.k), v(pool.v), q(b.q), out(out_bytes), lse(std::size_t(B) * Hq * 4),
       ws(cuda_workspace_bytes(plan));
   CODEC_CUDA_CHECK(cudaMemset(out.p, 0xff, out_bytes));  // NaN: a row never written fails
@@ -294,7 +298,7 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
   CODEC_CUDA_CHECK(cudaMemset(ws.p, 0xff, cuda_workspace_bytes(plan)));
   const std::span<std::byte> workspace(static_cast<std::byte*>(ws.p), cuda_workspace_bytes(plan));
   cuda_upload_plan(plan, workspace, nullptr);
-  const AttentionIO io{QueryRows::contiguous(q.p, b.dtype, B, Hq, D), OutputRows::contiguous(out.p, b.dtype, B, Hq, D),
+  const AttentionIO io{QueryRows::contiguous(q.p, b.q_dtype, B, Hq, D), OutputRows::contiguous(out.p, b.q_dtype, B, Hq, D),
                        LseRows::contiguous(static_cast<float*>(lse.p), B, Hq), c.lse_base};
   run_cuda(plan, pool.at(k.p, pool.v.empty() ? nullptr : v.p, b, c.layout), io, workspace, nullptr);
   CODEC_CUDA_CHECK(cudaDeviceSynchronize());
@@ -303,7 +307,7 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
   o.lse.resize(std::size_t(B) * Hq);
   CODEC_CUDA_CHECK(cudaMemcpy(host.data(), out.p, out_bytes, cudaMemcpyDeviceToHost));
   CODEC_CUDA_CHECK(cudaMemcpy(o.lse.data(), lse.p, o.lse.size() * 4, cudaMemcpyDeviceToHost));
-  o.out = to_floats(host, b.dtype);
+  o.out = to_floats(host, b.q_dtype);
   return o;
 }
 #endif
@@ -337,7 +341,7 @@ std::string check_case(const Case& c, bool cuda) {
   const PageTable table = b.page_table();
   const WorkloadQueries case_q = case_queries(c, b, table);
   const QueryBatch queries = case_q.view();
-  const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data(), queries);
+  const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data(), queries, b.q_dtype);
   RooflineParams params = c.roofline_cpu ? RooflineParams::cpu(2) : RooflineParams::h200();
   params.concurrent_blocks = c.options.num_blocks;
   const RooflineCostModel cost(params, c.w.heads, c.w.dtype);
@@ -467,6 +471,7 @@ int run_fuzz(const FuzzArgs& args) {
   int passed = 0, failed = 0;
   int causal = 0, trees = 0, custom = 0;  // cases of several query tokens a request, by mask
   int at_capacity = 0;                    // cases planned at a capacity (CUDA graphs)
+  int fp8 = 0;                            // cases of an fp8 cache
   for (int i = first; i < first + count; ++i) {
     std::string why, what;
     Case c;
@@ -481,6 +486,7 @@ int run_fuzz(const FuzzArgs& args) {
         trees += c.w.tree_width > 0;
         causal += c.w.q_len > 1 && c.w.tree_width == 0 && c.custom_keep <= 0;
         at_capacity += c.capacity_slack >= 0;
+        fp8 += is_fp8(c.w.dtype);
         why = check_case(c, cuda);
       }
     } catch (const std::exception& e) {
@@ -504,8 +510,8 @@ int run_fuzz(const FuzzArgs& args) {
     std::fflush(stdout);
   }
   std::printf("%d passed, %d failed (several query tokens a request: %d causal, %d draft trees, %d custom masks; "
-              "%d at a capacity)\n",
-              passed, failed, causal, trees, custom, at_capacity);
+              "%d at a capacity; %d fp8 caches)\n",
+              passed, failed, causal, trees, custom, at_capacity, fp8);
   return failed == 0 ? 0 : 1;
 }
 

@@ -3,6 +3,7 @@
 // is a function of the token id only, so reading any request's pages back and
 // comparing with synthetic_kv cross-checks the manager's sharing and copies.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "codec/core/error.hpp"
@@ -167,7 +168,12 @@ WorkloadQueries workload_queries(const Workload& w) {
 }
 
 PagedKV Batch::kv() const {
-  return PagedKV::nhd(k.data(), v.data(), dtype, num_pages, page_size, heads.num_kv_heads, heads.head_dim);
+  PagedKV kv = PagedKV::nhd(k.data(), v.data(), dtype, num_pages, page_size, heads.num_kv_heads, heads.head_dim);
+  if (!k_scale.empty()) {
+    kv.k_scale = {k_scale.data(), int(k_scale.size())};
+    kv.v_scale = {v_scale.data(), int(v_scale.size())};
+  }
+  return kv;
 }
 
 Batch materialize(const Workload& w) {
@@ -180,6 +186,7 @@ Batch materialize(const Workload& w) {
   Batch b;
   b.heads = w.heads;
   b.dtype = w.dtype;
+  b.q_dtype = is_fp8(w.dtype) ? DType::bf16 : w.dtype;
   b.page_size = ps;
   b.num_pages = inserted.tables.num_pages;
   b.tables = std::move(inserted.tables.tables);
@@ -194,8 +201,16 @@ Batch materialize(const Workload& w) {
   b.v.resize(b.k.size());
   b.queries = workload_queries(w);
   const int rows = b.num_queries();
-  b.q.resize(std::size_t(rows) * std::size_t(hq) * std::size_t(dim) * esize);
-  dispatch_dtype(w.dtype, [&](auto tag) {
+  b.q.resize(std::size_t(rows) * std::size_t(hq) * std::size_t(dim) * dtype_size(b.q_dtype));
+  // An fp8 cache stores each value over its kv head's scale (2^-3 .. 2^3, from the seed), as quantisers do.
+  std::vector<float> k_range(std::size_t(hkv), 1.f), v_range(std::size_t(hkv), 1.f);
+  if (is_fp8(w.dtype))
+    for (int h = 0; h < hkv; ++h) {
+      b.k_scale.push_back(std::ldexp(1.f + unit(splitmix64(w.seed ^ (0x5ca1eull + h))) / 2, int(h % 7) - 3));
+      b.v_scale.push_back(std::ldexp(1.f + unit(splitmix64(~w.seed ^ (0x5ca1eull + h))) / 2, 3 - int(h % 7)));
+      k_range[std::size_t(h)] = 1.f / b.k_scale.back(), v_range[std::size_t(h)] = 1.f / b.v_scale.back();
+    }
+  dispatch_kv_dtype(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* k = reinterpret_cast<T*>(b.k.data());
     T* v = reinterpret_cast<T*>(b.v.data());
@@ -214,11 +229,16 @@ Batch materialize(const Workload& w) {
       for (std::int64_t t = fx.write_begin; t < fx.write_end; ++t) {
         const std::int64_t slot = std::int64_t(pages[t / ps]) * page_elems + (t % ps) * row;
         for (int h = 0; h < hkv; ++h) {
-          fill_row(k + slot + std::int64_t(h) * dim, kv_key(w.seed, tokens[std::size_t(t)], h, false), dim, 1.f);
-          fill_row(v + slot + std::int64_t(h) * dim, kv_key(w.seed, tokens[std::size_t(t)], h, true), dim, 1.f);
+          fill_row(k + slot + std::int64_t(h) * dim, kv_key(w.seed, tokens[std::size_t(t)], h, false), dim,
+                   k_range[std::size_t(h)]);
+          fill_row(v + slot + std::int64_t(h) * dim, kv_key(w.seed, tokens[std::size_t(t)], h, true), dim,
+                   v_range[std::size_t(h)]);
         }
       }
     }
+  });
+  dispatch_dtype(b.q_dtype, [&](auto tag) {
+    using T = decltype(tag);
     T* q = reinterpret_cast<T*>(b.q.data());
     for (int r = 0; r < rows; ++r)
       for (int h = 0; h < hq; ++h)

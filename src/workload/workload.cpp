@@ -50,8 +50,8 @@ void Workload::validate() const {
   }
   heads.validate();
   CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
-  CODEC_CHECK(dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::f32, "dtype value ", int(dtype),
-              " is not a valid DType");
+  CODEC_CHECK(dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::f32 || is_fp8(dtype), "dtype value ",
+              int(dtype), " is not a valid DType");
   if (!custom_mask.empty()) {
     CODEC_CHECK(tree_width == 0, "a custom mask and a draft tree (--tree): give one");
     const std::int64_t want = custom_mask_bytes(*this);
@@ -113,7 +113,7 @@ Workload::Footprint Workload::footprint() const {
                    + kManagerBytesPerPage * kv_pages;
   const double rows = double(requests.size()) * q_len * heads.num_qo_heads * heads.head_dim;
   f.batch_bytes = 2 * kv_pages * page_size * heads.num_kv_heads * heads.head_dim * double(dtype_size(dtype))
-                  + rows * (double(dtype_size(dtype)) + 8 + 3 * 4)  // q, the fp64 reference, outputs
+                  + rows * (double(is_fp8(dtype) ? 2 : dtype_size(dtype)) + 8 + 3 * 4)  // q, the fp64 reference, outputs
                   + double(custom_mask.size());
   return f;
 }

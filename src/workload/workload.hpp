@@ -28,7 +28,7 @@ struct Workload {
   std::string model = "qwen3-4b";
   HeadConfig heads = model_heads("qwen3-4b");
   int page_size = 16;
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;  // the KV cache's, and q's but under an fp8 cache (whose q is bf16)
   std::vector<WorkloadNode> nodes;   // parents before children
   std::vector<std::int32_t> requests;  // node index ending each request's path
   // Query tokens of every request (with_queries): 1 decodes; q_len > 1 are
@@ -102,11 +102,15 @@ struct Batch {
   HeadConfig heads;
   WorkloadQueries queries;  // q has a row per query token
   int num_queries() const { return queries.qo_indptr.empty() ? num_requests() : queries.qo_indptr.back(); }
-  DType dtype = DType::bf16;
+  DType dtype = DType::bf16;    // the KV cache's
+  DType q_dtype = DType::bf16;  // q's: the KV's, or bf16 under an fp8 cache
   int page_size = 0;
   std::int64_t num_pages = 0;
   std::vector<std::byte> k, v;   // [num_pages, page_size, Hkv, D] in dtype
-  std::vector<std::byte> q;      // [num_queries, Hq, D] in dtype
+  std::vector<std::byte> q;      // [num_queries, Hq, D] in q_dtype
+  // An fp8 cache's scales, one a kv head, drawn from the seed (empty: none):
+  // K's values are the stored ones times k_scale (PagedKV::k_scale).
+  std::vector<float> k_scale, v_scale;
   ForestManager::Tables tables;  // one page list per request, in request order
   PageTable page_table() const { return tables.view(num_pages, page_size); }
   PagedKV kv() const;
