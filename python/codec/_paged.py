@@ -9,7 +9,8 @@ from typing import Any, Optional, Tuple, Union
 
 from . import _codec
 from ._plan_slots import PlanSlot
-from ._tensors import current_stream, device_of, dtype_name, empty_like_rows, host_int32, is_torch, nbytes
+from ._tensors import (FP8, current_stream, device_of, dtype_name, empty_like_rows, host_int32, host_scale,
+                       is_torch, nbytes)
 
 _COST_TABLES = os.path.join(os.path.dirname(__file__), "data", "cost_tables")  # the wheel's measured tables
 
@@ -101,18 +102,19 @@ class PagedWrapper:
         q_dtype = dtype_name(q_data_type, "q_data_type")
         kv_source = kv_data_type if kv_data_type is not None else data_type
         kv_dtype = q_dtype if kv_source is None else dtype_name(kv_source, "kv_data_type")
-        _require(q_dtype == kv_dtype, f"q_data_type {q_dtype} and kv_data_type {kv_dtype} differ: "
-                 "CoDec computes with q and KV in one dtype")
+        _require(q_dtype not in FP8, f"q_data_type {q_dtype}: fp8 is a KV cache dtype; q is float16 or bfloat16")
+        _require(q_dtype == kv_dtype or kv_dtype in FP8, f"q_data_type {q_dtype} and kv_data_type {kv_dtype} "
+                 "differ: q and KV share one dtype but under an fp8 cache")
         for name, value in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
                             ("head_dim", head_dim), ("page_size", page_size)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, not {type(value).__name__}")
         scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        config = (num_qo_heads, num_kv_heads, head_dim, page_size, kv_dtype, scale)
+        config = (num_qo_heads, num_kv_heads, head_dim, page_size, kv_dtype, scale, q_dtype)
         if self._planner is None or config != self._config:
             _require(not (self._use_cuda_graph and self._planner is not None),
                      f"this CUDA-graph wrapper was planned for (num_qo_heads, num_kv_heads, head_dim, page_size, "
-                     f"dtype, sm_scale) = {self._config}; a graph cannot change them: got {config}")
+                     f"kv dtype, sm_scale, q dtype) = {self._config}; a graph cannot change them: got {config}")
             if self._use_cuda_graph and self._max_query_tokens is None:
                 self._max_query_tokens = query_tokens
             tokens = (self._max_query_tokens or 0) if self._use_cuda_graph else 0
@@ -122,7 +124,7 @@ class PagedWrapper:
                 self._device[0], self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
                 kv_dtype, scale, nbytes(self._workspace), self._max_batch_size, self._max_num_pages or 0,
                 self._num_threads, cost_table_dirs=[_COST_TABLES], max_query_tokens=tokens,
-                max_mask_bytes=self._max_mask_bytes if tokens else 0)
+                max_mask_bytes=self._max_mask_bytes if tokens else 0, q_dtype=q_dtype)
             self._config = config
 
     def _plan_pages(self, indptr: Any, indices: Any, last_page_len: Any, num_pages: Optional[int],
@@ -181,16 +183,21 @@ class PagedWrapper:
             lse_base: "e" (default: the natural log of this library's C++ API
                 and vLLM's merge_attn_states) or 2 (what FlashInfer's wrappers
                 return).
-            q_scale, k_scale, v_scale, enable_pdl, window_left: FlashInfer's;
-                scales are not supported, PDL is always on where the GPU has it.
+            k_scale, v_scale: an fp8 (or any) cache's scales, FlashInfer's and
+                vLLM's: the stored value times its scale is the real value; a
+                float, a 0-d tensor or array, or a float32 one of num_kv_heads
+                values (None: 1). On the CPU engine for now.
+            q_scale, enable_pdl, window_left: FlashInfer's; q_scale is not
+                supported, PDL is always on where the GPU has it.
 
         Returns:
             out, or (out, lse) when return_lse.
         """
         if args:
             raise TypeError(f"run() takes q and paged_kv_cache positionally, not {len(args)} more arguments")
-        _require(q_scale is None and k_scale is None and v_scale is None,
-                 "q_scale, k_scale, v_scale: CoDec takes unscaled q and KV (fold a scale into sm_scale)")
+        _require(q_scale is None, "q_scale: CoDec takes unscaled q (fold a scale into sm_scale)")
+        _require((k_scale is None and v_scale is None) or self._device[0] == "cpu",
+                 "k_scale, v_scale: the CUDA engine takes no scales yet (fp8 caches run on the CPU engine for now)")
         _require(window_left in (None, -1), f"window_left {window_left}: sliding windows are not supported")
         del enable_pdl
         _require(self._planned, "run() before plan(): plan the batch first")
@@ -213,9 +220,11 @@ class PagedWrapper:
             lse = empty_like_rows(q, (q.shape[0], q.shape[1]), "float32")
         if is_torch(q):  # through the custom op, which finds the plan by the slot's handle
             from . import _torch_ops  # torch is optional: loaded once a torch tensor shows up
-            _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2)
+            _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2,
+                              _torch_ops.scale(k_scale, "k_scale"), _torch_ops.scale(v_scale, "v_scale"))
         else:
-            self._slot.run(q, k, v, self._hnd, out, lse, self._workspace, base2, current_stream(q))
+            self._slot.run(q, k, v, self._hnd, out, lse, self._workspace, base2, current_stream(q),
+                           host_scale(k_scale, "k_scale"), host_scale(v_scale, "v_scale"))
         return (out, lse) if return_lse else out
 
     forward = run  # FlashInfer's older name

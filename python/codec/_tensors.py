@@ -6,7 +6,7 @@ imported only if a tensor of theirs shows up."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -14,7 +14,11 @@ _DTYPE_NAMES = {
     "float16": "float16", "half": "float16", "fp16": "float16", "f16": "float16",
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float32": "float32", "float": "float32", "fp32": "float32", "f32": "float32",
+    # KV caches only (numpy callers pass their bits as uint8)
+    "float8_e4m3fn": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2", "fp8_e5m2": "float8_e5m2", "e5m2": "float8_e5m2",
 }
+FP8 = ("float8_e4m3fn", "float8_e5m2")
 
 
 def framework(x: Any) -> str:
@@ -61,7 +65,8 @@ def current_stream(x: Any) -> int:
 
 
 def dtype_name(dtype: Any, argument: str) -> str:
-    """'float16', 'bfloat16' or 'float32' from a torch dtype, numpy dtype or string."""
+    """'float16', 'bfloat16', 'float32' (or for a KV cache 'float8_e4m3fn', 'float8_e5m2') from a torch
+    dtype, numpy dtype or string."""
     if dtype is None:
         raise TypeError(f"{argument} must be a dtype, not None")
     torch = sys.modules.get("torch")
@@ -75,7 +80,8 @@ def dtype_name(dtype: Any, argument: str) -> str:
         except TypeError:
             name = str(dtype)
     if name.lower() not in _DTYPE_NAMES:
-        raise TypeError(f"{argument} {dtype!r} is not a dtype CoDec takes (float16, bfloat16, float32)")
+        raise TypeError(f"{argument} {dtype!r} is not a dtype CoDec takes (float16, bfloat16, float32; "
+                        "float8_e4m3fn, float8_e5m2 for a KV cache)")
     return _DTYPE_NAMES[name.lower()]
 
 
@@ -122,3 +128,14 @@ def nbytes(x: Any) -> int:
     if is_torch(x):
         return x.numel() * x.element_size()
     return int(x.nbytes)
+
+
+def host_scale(x: Any, name: str) -> Optional[np.ndarray]:
+    """A KV cache's scale (k_scale, v_scale) as a host float32 array: None, a
+    float, or a 0-d or 1-D array or tensor (copied from a device once)."""
+    if x is None:
+        return None
+    a = np.ascontiguousarray(host_array(x) if not isinstance(x, (int, float)) else np.array(x), dtype=np.float32)
+    if a.ndim > 1:
+        raise ValueError(f"{name} has shape {a.shape}; expected a scalar or (num_kv_heads,)")
+    return a

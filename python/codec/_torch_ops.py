@@ -33,7 +33,8 @@ def _stream(t: torch.Tensor) -> int:
 # DLPack (code, bits) of the dtypes a tensor may have here; others are refused by name.
 _DLPACK = {torch.float16: (2, 16), torch.bfloat16: (4, 16), torch.float32: (2, 32), torch.float64: (2, 64),
            torch.uint8: (1, 8), torch.int8: (0, 8), torch.int16: (0, 16), torch.uint16: (1, 16),
-           torch.int32: (0, 32), torch.int64: (0, 64)}
+           torch.int32: (0, 32), torch.int64: (0, 64),
+           torch.float8_e4m3fn: (10, 8), torch.float8_e5m2: (12, 8)}  # DLPack 1.1's float8 codes
 
 
 def _fields(t: Optional[torch.Tensor]):
@@ -45,10 +46,22 @@ def _fields(t: Optional[torch.Tensor]):
     return (t.data_ptr(), code, bits, t.shape, t.stride(), t.get_device())
 
 
+def scale(x, name: str) -> Optional[torch.Tensor]:
+    """A KV cache's scale (k_scale, v_scale) as a float32 tensor: None, a
+    float (a host tensor: the CPU engine's), or a 0-d or 1-D tensor."""
+    if x is None:
+        return None
+    t = x if isinstance(x, torch.Tensor) else torch.tensor(x)
+    if t.dim() > 1:
+        raise ValueError(f"{name} has shape {tuple(t.shape)}; expected a scalar or (num_kv_heads,)")
+    return t.to(torch.float32).contiguous()
+
+
 def _decode_impl(q: torch.Tensor, k: torch.Tensor, v: Optional[torch.Tensor], workspace: torch.Tensor,
-                 out: torch.Tensor, lse: Optional[torch.Tensor], handle: int, hnd: bool, lse_base2: bool) -> None:
+                 out: torch.Tensor, lse: Optional[torch.Tensor], handle: int, hnd: bool, lse_base2: bool,
+                 k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None) -> None:
     slot_for(handle).run_fields(_fields(q), _fields(k), _fields(v), hnd, _fields(out), _fields(lse), _fields(workspace),
-                                lse_base2, _stream(q))
+                                lse_base2, _stream(q), _fields(k_scale), _fields(v_scale))
 
 
 # The workspace is written too (the partial results), so it is declared mutated.
@@ -57,15 +70,15 @@ _decode_op = torch.library.custom_op("codec::batch_prefix_decode", mutates_args=
 
 
 @_decode_op.register_fake
-def _(q, k, v, workspace, out, lse, handle, hnd, lse_base2) -> None:
+def _(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale=None, v_scale=None) -> None:
     return None
 
 
-def decode(q, k, v, workspace, out, lse, handle: int, hnd: bool, lse_base2: bool) -> None:
+def decode(q, k, v, workspace, out, lse, handle: int, hnd: bool, lse_base2: bool, k_scale=None, v_scale=None) -> None:
     if torch.compiler.is_compiling():
-        torch.ops.codec.batch_prefix_decode(q, k, v, workspace, out, lse, handle, hnd, lse_base2)
+        torch.ops.codec.batch_prefix_decode(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale, v_scale)
     else:
-        _decode_impl(q, k, v, workspace, out, lse, handle, hnd, lse_base2)
+        _decode_impl(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale, v_scale)
 
 
 def _merge_impl(v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor, s_b: torch.Tensor,

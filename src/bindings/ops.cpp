@@ -78,7 +78,7 @@ void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_
 
 std::unique_ptr<PyPlan> Planner::capacity_plan() const {
   CODEC_CHECK(stream_ != nullptr, "capacity_plan: no stream_plan yet");
-  return std::make_unique<PyPlan>(PyPlan{stream_->capacity_plan(), engine_});
+  return std::make_unique<PyPlan>(PyPlan{stream_->capacity_plan(), engine_, setup_.shape.q_dtype});
 }
 
 std::optional<std::string> Planner::take_stream_error() {
@@ -98,9 +98,20 @@ nb::dict Planner::stream_stats() const {
 
 namespace {
 
+// A scale of the KV cache (FlashInfer's k_scale / v_scale): float32, one
+// value (0-d or 1-D) or one a kv head, in the engine's memory.
+KvScale scale_of(const std::optional<Tensor>& t, const Engine& e, const char* name) {
+  if (!t) return {};
+  check_device(*t, e, name);
+  if (t->dtype() != nb::dtype<float>()) type_error(std::string(name) + " has dtype " + dlpack_name(t->dtype()) + "; expected float32");
+  CODEC_CHECK(t->ndim() <= 1 && (t->ndim() == 0 || t->shape(0) <= 1 || t->stride(0) == 1), name, " is ", shape_of(*t),
+              "; expected a float32 scalar or a contiguous (num_kv_heads,)");
+  return {static_cast<const float*>(t->data()), t->ndim() == 0 ? 1 : int(t->shape(0))};
+}
+
 void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<Tensor>& v, bool hnd, const Tensor& out,
          const std::optional<Tensor>& lse, const Tensor& workspace, bool lse_base2, std::uintptr_t stream,
-         int num_threads) {
+         int num_threads, const std::optional<Tensor>& k_scale, const std::optional<Tensor>& v_scale) {
   const Plan& plan = p.plan;
   const Engine& e = p.engine;
   check_device(q, e, "q");
@@ -112,15 +123,17 @@ void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<
   const DType dtype = plan.dtype();
   const DType kv_dtype = dtype_of(k, dtype, v ? "k_cache" : "paged_kv_cache");
   if (v) dtype_of(*v, dtype, "v_cache");
-  const DType q_dtype = dtype_of(q, dtype, "q");
-  const DType out_dtype = dtype_of(out, dtype, "out");
-  auto wrong = [&](const char* name, DType got) {
-    type_error(std::string(name) + " is " + dtype_name(got) + " but the plan was made for " + dtype_name(dtype));
+  const DType q_dtype = dtype_of(q, p.q_dtype, "q");
+  const DType out_dtype = dtype_of(out, p.q_dtype, "out");
+  auto wrong = [&](const char* name, DType got, DType want) {
+    type_error(std::string(name) + " is " + dtype_name(got) + " but the plan was made for " + dtype_name(want));
   };
-  if (kv_dtype != dtype) wrong(v ? "k_cache" : "paged_kv_cache", kv_dtype);
-  if (q_dtype != dtype) wrong("q", q_dtype);
-  if (out_dtype != dtype && !(out_dtype == DType::f32 && !e.cuda)) wrong("out", out_dtype);
-  const PagedKV kv = paged_kv(k, v, hnd, dtype);
+  if (kv_dtype != dtype) wrong(v ? "k_cache" : "paged_kv_cache", kv_dtype, dtype);
+  if (q_dtype != p.q_dtype) wrong("q", q_dtype, p.q_dtype);
+  if (out_dtype != p.q_dtype && !(out_dtype == DType::f32 && !e.cuda)) wrong("out", out_dtype, p.q_dtype);
+  PagedKV kv = paged_kv(k, v, hnd, dtype);
+  kv.k_scale = scale_of(k_scale, e, "k_scale");
+  kv.v_scale = scale_of(v_scale, e, "v_scale");
   AttentionIO io{rows_of<QueryRows>(q, q_dtype, "q"), rows_of<OutputRows>(out, out_dtype, "out"), lse_of(lse, "lse"),
                  lse_base2 ? LseBase::two : LseBase::e};
   if (e.cuda) {
@@ -136,21 +149,25 @@ void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<
 // run on ndarrays (every framework, through DLPack or the buffer protocol).
 void run_arrays(const PyPlan& p, const Array& q, const Array& k, const std::optional<Array>& v, bool hnd,
                 const Writable& out, const std::optional<Writable>& lse, const Writable& workspace, bool lse_base2,
-                std::uintptr_t stream, int num_threads) {
+                std::uintptr_t stream, int num_threads, const std::optional<Array>& k_scale,
+                const std::optional<Array>& v_scale) {
   const char* k_name = v ? "k_cache" : "paged_kv_cache";
   run(p, tensor_of(q, "q"), tensor_of(k, k_name), optional_of(v, "v_cache", tensor_of<Array>), hnd,
       tensor_of(out, "out"), optional_of(lse, "lse", tensor_of<Writable>), tensor_of(workspace, "workspace_buffer"),
-      lse_base2, stream, num_threads);
+      lse_base2, stream, num_threads, optional_of(k_scale, "k_scale", tensor_of<Array>),
+      optional_of(v_scale, "v_scale", tensor_of<Array>));
 }
 
 // run on torch tensors' fields (tensor_of_fields).
 void run_fields(const PyPlan& p, nb::handle q, nb::handle k, const std::optional<nb::handle>& v, bool hnd,
                 nb::handle out, const std::optional<nb::handle>& lse, nb::handle workspace, bool lse_base2,
-                std::uintptr_t stream, int num_threads) {
+                std::uintptr_t stream, int num_threads, const std::optional<nb::handle>& k_scale,
+                const std::optional<nb::handle>& v_scale) {
   const char* k_name = v ? "k_cache" : "paged_kv_cache";
   run(p, tensor_of_fields(q, "q"), tensor_of_fields(k, k_name), optional_of(v, "v_cache", tensor_of_fields), hnd,
       tensor_of_fields(out, "out"), optional_of(lse, "lse", tensor_of_fields),
-      tensor_of_fields(workspace, "workspace_buffer"), lse_base2, stream, num_threads);
+      tensor_of_fields(workspace, "workspace_buffer"), lse_base2, stream, num_threads,
+      optional_of(k_scale, "k_scale", tensor_of_fields), optional_of(v_scale, "v_scale", tensor_of_fields));
 }
 
 void merge_state(const Array& v_a, const Array& s_a, const Array& v_b, const Array& s_b, const Writable& v_out,
@@ -202,10 +219,11 @@ void copy_pages(const Array& k_array, const std::optional<Array>& v_array, bool 
 void bind_ops(nb::module_& m) {
   m.def("run", &run_arrays, nb::arg("plan"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("workspace"), nb::arg("lse_base2"), nb::arg("stream"),
-        nb::arg("num_threads"));
+        nb::arg("num_threads"), nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none());
   m.def("run_fields", &run_fields, nb::arg("plan"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(),
         nb::arg("hnd"), nb::arg("out"), nb::arg("lse").none(), nb::arg("workspace"), nb::arg("lse_base2"),
-        nb::arg("stream"), nb::arg("num_threads"));
+        nb::arg("stream"), nb::arg("num_threads"), nb::arg("k_scale").none() = nb::none(),
+        nb::arg("v_scale").none() = nb::none());
   m.def("merge_state", &merge_state, nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b"), nb::arg("s_b"), nb::arg("out"),
         nb::arg("lse_out"), nb::arg("base2"), nb::arg("stream"));
   m.def("copy_pages", &copy_pages, nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"), nb::arg("copies"),

@@ -43,15 +43,16 @@ nb::dict stats_of(const PlanStats& s) {
 Planner::Planner(const std::string& engine, int device, int num_qo_heads, int num_kv_heads, int head_dim,
                  int page_size, const std::string& dtype, float sm_scale, std::size_t workspace_bytes, int max_requests,
                  std::int64_t max_page_entries, int num_threads, const std::string& cost_table,
-                 const std::vector<std::string>& cost_table_dirs, int max_query_tokens, std::int64_t max_mask_bytes)
+                 const std::vector<std::string>& cost_table_dirs, int max_query_tokens, std::int64_t max_mask_bytes,
+                 const std::string& q_dtype)
     : engine_{engine == "cuda", device} {
   CODEC_CHECK(engine == "cpu" || engine == "cuda", "engine '", engine, "' is not cpu or cuda");
   CODEC_CHECK(sm_scale > 0, "sm_scale ", sm_scale, " must be > 0");  // no "0: the default" in Python
-  const DType d = parse_dtype_name(dtype);
+  const DType d = parse_dtype_name(dtype), q = q_dtype.empty() ? d : parse_dtype_name(q_dtype);
   PlannerSetupArgs args;
   args.target = engine_.cuda ? PlanTarget::cuda : PlanTarget::cpu;
   args.cpu_threads = num_threads;
-  args.shape = {num_qo_heads, num_kv_heads, head_dim, head_dim, sm_scale, d, d, page_size};
+  args.shape = {num_qo_heads, num_kv_heads, head_dim, head_dim, sm_scale, q, d, page_size};
   args.workspace = {workspace_bytes, max_requests, max_page_entries, max_query_tokens, max_mask_bytes};
   args.cost_table = cost_table;
   args.table_dirs = cost_table_dirs;
@@ -87,7 +88,8 @@ std::unique_ptr<PyPlan> Planner::plan(const HostInts& indptr, const HostInts& in
   queries.validate(request_lengths(forest));
   const PlannerOptions options = setup_.options_for(forest, std::int64_t(indices.size()), queries);
   return std::make_unique<PyPlan>(
-      PyPlan{make_plan(forest, setup_.heads(), setup_.kv_dtype(), *setup_.cost, options, queries), engine_});
+      PyPlan{make_plan(forest, setup_.heads(), setup_.kv_dtype(), *setup_.cost, options, queries), engine_,
+             setup_.shape.q_dtype});
 }
 
 std::string Planner::describe() const {
@@ -148,6 +150,7 @@ void bind_planning(nb::module_& m) {
       .def_prop_ro("num_requests", [](const PyPlan& p) { return p.plan.num_requests(); })
       .def_prop_ro("covered_requests", [](const PyPlan& p) { return p.plan.view().num_requests; })
       .def_prop_ro("dtype", [](const PyPlan& p) { return dtype_name(p.plan.dtype()); })
+      .def_prop_ro("q_dtype", [](const PyPlan& p) { return dtype_name(p.q_dtype); })
       .def_prop_ro("page_size", [](const PyPlan& p) { return p.plan.page_size(); })
       .def_prop_ro("num_qo_heads", [](const PyPlan& p) { return p.plan.heads().num_qo_heads; })
       .def_prop_ro("num_kv_heads", [](const PyPlan& p) { return p.plan.heads().num_kv_heads; })
@@ -159,12 +162,13 @@ void bind_planning(nb::module_& m) {
 
   nb::class_<Planner>(m, "Planner")
       .def(nb::init<const std::string&, int, int, int, int, int, const std::string&, float, std::size_t, int,
-                    std::int64_t, int, const std::string&, const std::vector<std::string>&, int, std::int64_t>(),
+                    std::int64_t, int, const std::string&, const std::vector<std::string>&, int, std::int64_t,
+                    const std::string&>(),
            nb::arg("engine"), nb::arg("device"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
            nb::arg("page_size"), nb::arg("dtype"), nb::arg("sm_scale"), nb::arg("workspace_bytes"),
            nb::arg("max_requests"), nb::arg("max_page_entries"), nb::arg("num_threads"), nb::arg("cost_table") = "",
            nb::arg("cost_table_dirs") = std::vector<std::string>(), nb::arg("max_query_tokens") = 0,
-           nb::arg("max_mask_bytes") = 0)
+           nb::arg("max_mask_bytes") = 0, nb::arg("q_dtype") = "")
       .def("plan", &Planner::plan, nb::arg("indptr"), nb::arg("indices"), nb::arg("last_page_len"),
            nb::arg("num_pages"), nb::arg("qo_indptr").none() = nb::none(), nb::arg("mask") = "causal",
            nb::arg("mask_bits").none() = nb::none())

@@ -23,6 +23,7 @@ namespace codec::bindings {
 struct PyPlan {
   Plan plan;
   Engine engine;
+  DType q_dtype;  // q's and out's: the plan's (KV) dtype, or under an fp8 cache the planner's q dtype
 };
 
 nb::dict stats_of(const PlanStats& s);
@@ -34,10 +35,12 @@ class Planner {
   // query tokens (0: one a request) and max_mask_bytes of mask. cost_table: "" for the
   // measured table of the device where one is found (in cost_table_dirs,
   // then the library's), else the roofline; "roofline"; or a table's file.
+  // dtype: the KV cache's; q_dtype: the queries' ("": dtype's; under an fp8 cache float16, bfloat16 or float32).
   Planner(const std::string& engine, int device, int num_qo_heads, int num_kv_heads, int head_dim, int page_size,
           const std::string& dtype, float sm_scale, std::size_t workspace_bytes, int max_requests,
           std::int64_t max_page_entries, int num_threads, const std::string& cost_table,
-          const std::vector<std::string>& cost_table_dirs, int max_query_tokens, std::int64_t max_mask_bytes);
+          const std::vector<std::string>& cost_table_dirs, int max_query_tokens, std::int64_t max_mask_bytes,
+          const std::string& q_dtype);
 
   // qo_indptr: several query tokens a request (QueryBatch), under `mask`
   // ("none", "causal", "custom" or "draft", with mask_bits packed as

@@ -49,10 +49,15 @@ DType parse_dtype_name(const std::string& name) {
   if (name == "float16") return DType::f16;
   if (name == "bfloat16") return DType::bf16;
   if (name == "float32") return DType::f32;
-  type_error("dtype '" + name + "' is not one CoDec takes (float16, bfloat16, float32)");
+  if (name == "float8_e4m3fn") return DType::e4m3;
+  if (name == "float8_e5m2") return DType::e5m2;
+  type_error("dtype '" + name + "' is not one CoDec takes (float16, bfloat16, float32; float8_e4m3fn, float8_e5m2 "
+             "for a KV cache)");
 }
 
 std::string dlpack_name(nb::dlpack::dtype t) {
+  if (t.code == kDlFloat8E4m3fn) return "float8_e4m3fn";
+  if (t.code == kDlFloat8E5m2) return "float8_e5m2";
   const char* kinds[] = {"int", "uint", "float", "?", "bfloat", "complex", "bool"};
   return std::string(t.code < 7 ? kinds[t.code] : "?") + std::to_string(t.bits);
 }
@@ -78,9 +83,14 @@ DType dtype_of(const Tensor& a, DType expected, const char* name) {
   else if (t.lanes == 1 && t.bits == 16 && expected == DType::bf16 &&
            (code == nb::dlpack::dtype_code::UInt || code == nb::dlpack::dtype_code::Int))
     d = DType::bf16;  // the bits of bfloat16 values
+  else if (t.lanes == 1 && t.bits == 8 && t.code == kDlFloat8E4m3fn) d = DType::e4m3;
+  else if (t.lanes == 1 && t.bits == 8 && t.code == kDlFloat8E5m2) d = DType::e5m2;
+  else if (t.lanes == 1 && t.bits == 8 && is_fp8(expected) && code == nb::dlpack::dtype_code::UInt)
+    d = expected;  // the bits of fp8 values (numpy has no fp8 type)
   if (!d)
     type_error(std::string(name) + " has dtype " + dlpack_name(t) + "; expected " + dtype_name(expected) +
-               " (float16, bfloat16 or float32; bfloat16 may come as uint16 bits)");
+               " (float16, bfloat16 or float32; bfloat16 may come as uint16 bits; an fp8 cache as torch's float8 "
+               "or uint8 bits)");
   return *d;
 }
 

@@ -30,6 +30,7 @@ using HostInts = nb::ndarray<const std::int32_t, nb::ndim<1>, nb::c_contig, nb::
 using HostBytes = nb::ndarray<const std::uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;  // packed masks
 
 constexpr int kDlCpu = 1, kDlCuda = 2, kDlCudaHost = 3;  // DLPack device types
+constexpr int kDlFloat8E4m3fn = 10, kDlFloat8E5m2 = 12;  // DLPack 1.1 dtype codes (torch's float8 dtypes)
 
 [[noreturn]] void type_error(const std::string& message);
 

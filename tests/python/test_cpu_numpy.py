@@ -215,8 +215,8 @@ def test_plan_refuses_what_it_cannot_do(setup):
         codec.BatchPrefixDecodeWrapper(workspace(), use_cuda_graph=True, max_batch_size=4, max_num_pages=10)
     with pytest.raises(ValueError, match="run\\(\\) before plan\\(\\)"):
         codec.BatchPrefixDecodeWrapper(workspace()).run(q, kv)
-    with pytest.raises(ValueError, match="q_scale, k_scale, v_scale"):
-        w.run(q, kv, k_scale=0.5)
+    with pytest.raises(ValueError, match="q_scale: CoDec takes unscaled q"):
+        w.run(q, kv, q_scale=0.5)
     with pytest.raises(ValueError, match="lse_base 10"):
         w.run(q, kv, lse_base=10)
     with pytest.raises(ValueError, match="kv_indptr\\[0\\] = 1 must be 0"):

@@ -1,0 +1,120 @@
+"""fp8 KV caches (float8_e4m3fn, float8_e5m2) with scales, on the CPU engine
+(the CUDA engine's fp8 kernels are to come): numpy callers pass the bits as
+uint8 with kv_data_type naming the format, torch callers float8 tensors;
+k_scale and v_scale as a float, a 0-d array or tensor, or one a kv head.
+Against float64 attention over the dequantised values (the stored value
+times its scale), for the decode and prefill wrappers; bad scales and dtypes
+refused by name."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import codec
+from batches import TOLERANCE, random_batch, reference, rel_l2, store, widen
+
+FORMATS = {"float8_e4m3fn": (3, 7, 0x7E), "float8_e5m2": (2, 15, 0x7B)}  # mantissa bits, bias, largest code
+
+
+def fp8_values(fmt):
+    """The value of every finite non-negative code of the format, in code order."""
+    mantissa, bias, top = FORMATS[fmt]
+    codes = np.arange(top + 1)
+    e, m = codes >> mantissa, codes & ((1 << mantissa) - 1)
+    return np.where(e == 0, np.ldexp(m.astype(np.float64), 1 - bias - mantissa),
+                    np.ldexp(((1 << mantissa) | m).astype(np.float64), e - bias - mantissa))
+
+
+def quantise(x, fmt):
+    """float values -> the format's bits (nearest, ties to the even code; in range), as uint8."""
+    values = fp8_values(fmt)
+    a = np.abs(x.astype(np.float64))
+    hi = np.clip(np.searchsorted(values, a), 1, values.size - 1)
+    lo = hi - 1
+    take_hi = (values[hi] - a < a - values[lo]) | ((values[hi] - a == a - values[lo]) & (lo % 2 == 1))
+    code = np.where(take_hi, hi, lo).astype(np.uint8)
+    return code | np.where(np.signbit(x), 0x80, 0).astype(np.uint8)
+
+
+def dequantise(bits, fmt):
+    values = fp8_values(fmt)
+    v = values[bits & 0x7F]
+    return np.where(bits & 0x80, -v, v)
+
+
+def fp8_case(seed, fmt, per_head, hq=8, hkv=2, dim=64, page=7):
+    """A random batch whose K and V are stored in `fmt` over scales (one, or one a
+    kv head): the bits, the scales, and the batch of the dequantised values."""
+    b = random_batch(seed, hq, hkv, dim, page, "bfloat16", nodes=4, requests=5)
+    k_scale = (np.linspace(0.5, 2.0, hkv) if per_head else np.array([0.75])).astype(np.float32)
+    v_scale = (np.linspace(3.0, 0.25, hkv) if per_head else np.array([1.5])).astype(np.float32)
+    bits = {}
+    real = {}
+    for name, x, s in (("k", b.k, k_scale), ("v", b.v, v_scale)):
+        per = s if s.size > 1 else np.full(hkv, s[0], np.float32)
+        bits[name] = quantise(x / per[None, None, :, None], fmt)
+        real[name] = (dequantise(bits[name], fmt) * per[None, None, :, None]).astype(np.float32)
+    return bits, k_scale, v_scale, dataclasses.replace(b, k=real["k"], v=real["v"])
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("per_head", [False, True], ids=["one_scale", "per_head"])
+def test_numpy_fp8_cache_matches_float64(fmt, per_head):
+    bits, k_scale, v_scale, b = fp8_case(3, fmt, per_head)
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(16 << 20, np.uint8))
+    w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="bfloat16", kv_data_type=fmt)
+    cache = np.ascontiguousarray(np.stack([bits["k"], bits["v"]], axis=1))  # (pages, 2, page, Hkv, D) uint8
+    scales = dict(k_scale=float(k_scale[0]), v_scale=v_scale) if not per_head else dict(k_scale=k_scale,
+                                                                                         v_scale=v_scale)
+    out, lse = w.run(store(b.q, "bfloat16"), cache, return_lse=True, **scales)
+    ref_out, ref_lse = reference(b)
+    assert out.dtype == np.uint16  # q's dtype (bfloat16 bits)
+    assert rel_l2(widen(out, "bfloat16"), ref_out) <= TOLERANCE["bfloat16"]
+    assert rel_l2(lse, ref_lse) <= 1e-5
+    f32 = np.empty((b.batch_size, 8, 64), np.float32)
+    w.run(store(b.q, "bfloat16"), cache, out=f32, **scales)
+    assert rel_l2(f32, ref_out) <= 2e-5  # fp32 out: the engine's accumulation only
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_torch_float8_cache_and_prefill_with_scales(fmt):
+    torch = pytest.importorskip("torch")
+    bits, k_scale, v_scale, b = fp8_case(4, fmt, per_head=True)
+    tdtype = getattr(torch, fmt)
+    cache = (torch.from_numpy(bits["k"]).view(tdtype), torch.from_numpy(bits["v"]).view(tdtype))
+    q = torch.from_numpy(b.q).to(torch.float16)
+    w = codec.BatchPrefixDecodeWrapper(torch.zeros(16 << 20, dtype=torch.uint8))
+    w.plan(torch.from_numpy(b.indptr), torch.from_numpy(b.indices), torch.from_numpy(b.last_page_len), 8, 2, 64, 7,
+           q_data_type=torch.float16, kv_data_type=tdtype)
+    out = w.run(q, cache, k_scale=torch.from_numpy(k_scale), v_scale=torch.from_numpy(v_scale))
+    assert out.dtype == torch.float16
+    qb = dataclasses.replace(b, q=q.float().numpy())
+    assert rel_l2(out.float().numpy(), reference(qb)[0]) <= TOLERANCE["float16"]
+    # the prefill wrapper, each request's last token a query, the same cache and scales
+    qo = np.arange(b.batch_size + 1, dtype=np.int32)
+    pre = codec.BatchPrefixPrefillWrapper(torch.zeros(16 << 20, dtype=torch.uint8))
+    pre.plan(torch.from_numpy(qo), torch.from_numpy(b.indptr), torch.from_numpy(b.indices),
+             torch.from_numpy(b.last_page_len), 8, 2, 64, 7, causal=True, q_data_type=torch.float16, kv_data_type=tdtype)
+    out2 = pre.run(q, cache, k_scale=torch.from_numpy(k_scale), v_scale=torch.from_numpy(v_scale))
+    assert torch.equal(out, out2)
+
+
+def test_bad_fp8_arguments_are_refused_by_name():
+    bits, k_scale, v_scale, b = fp8_case(5, "float8_e4m3fn", per_head=True)
+    cache = np.ascontiguousarray(np.stack([bits["k"], bits["v"]], axis=1))
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(16 << 20, np.uint8))
+    plan = lambda **kw: w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, **kw)  # noqa: E731
+    with pytest.raises(ValueError, match="q_data_type float8_e4m3fn: fp8 is a KV cache dtype"):
+        plan(q_data_type="float8_e4m3fn")
+    plan(q_data_type="bfloat16", kv_data_type="fp8_e4m3")
+    q = store(b.q, "bfloat16")
+    with pytest.raises(ValueError, match=r"k_scale has 3 values: expected none, one, or one per kv head \(2\)"):
+        w.run(q, cache, k_scale=np.ones(3, np.float32))
+    with pytest.raises(ValueError, match=r"v_scale\[1\] = inf is not finite"):
+        w.run(q, cache, v_scale=np.array([1.0, np.inf], np.float32))
+    with pytest.raises(TypeError, match="k_cache|paged_kv_cache"):  # a bf16 cache where the plan says fp8
+        w.run(q, store(np.stack([b.k, b.v], axis=1), "bfloat16"))
+    with pytest.raises(ValueError, match="kv_data_type float16 differ"):
+        w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="bfloat16", kv_data_type="float16")
