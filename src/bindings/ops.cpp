@@ -204,7 +204,11 @@ void copy_pages(const Array& k_array, const std::optional<Array>& v_array, bool 
   std::vector<PageCopy> copies(flat_copies.size() / 3);
   std::memcpy(copies.data(), flat_copies.data(), copies.size() * sizeof(PageCopy));
   static_assert(sizeof(PageCopy) == 3 * sizeof(std::int32_t));
-  const DType d = dtype_of(k, DType::bf16, v ? "k_cache" : "paged_kv_cache");
+  // Copies move bytes: a one-byte cache (torch's float8, or numpy's uint8 bits) is an fp8 one of either format.
+  const bool bytes = k.dtype().bits == 8 && k.dtype().lanes == 1 &&
+                     (k.dtype().code == kDlFloat8E4m3fn || k.dtype().code == kDlFloat8E5m2 ||
+                      k.dtype().code == std::uint8_t(nb::dlpack::dtype_code::UInt));
+  const DType d = bytes ? DType::e4m3 : dtype_of(k, DType::bf16, v ? "k_cache" : "paged_kv_cache");
   const PagedKV kv = paged_kv(k, v, hnd, d);
   if (e.cuda) {
     const DeviceScope scope(e);

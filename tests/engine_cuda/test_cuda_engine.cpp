@@ -1226,6 +1226,15 @@ TEST(CudaEngine, MergeStatesAndCopyPagesMatchTheCpu) {
   copy_pages_cpu(PagedKV::hnd(k.data(), v.data(), DType::bf16, P, S, Hk, D), copies);
   EXPECT_EQ(dk.download<std::uint16_t>(), k);
   EXPECT_EQ(dv.download<std::uint16_t>(), v);
+  // The same copies in an fp8 pool: a byte an element
+  std::vector<std::uint8_t> k8(k.size()), v8(k.size());
+  for (std::size_t i = 0; i < k8.size(); ++i) k8[i] = std::uint8_t(i * 7), v8[i] = std::uint8_t(i * 13 + 1);
+  const DeviceBuffer dk8(k8.data(), k8.size()), dv8(v8.data(), v8.size());
+  cuda_copy_pages(PagedKV::hnd(dk8.data(), dv8.data(), DType::e4m3, P, S, Hk, D), copies, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  copy_pages_cpu(PagedKV::hnd(k8.data(), v8.data(), DType::e4m3, P, S, Hk, D), copies);
+  EXPECT_EQ(dk8.download<std::uint8_t>(), k8);
+  EXPECT_EQ(dv8.download<std::uint8_t>(), v8);
 }
 
 }  // namespace

@@ -118,3 +118,22 @@ def test_bad_fp8_arguments_are_refused_by_name():
         w.run(q, store(np.stack([b.k, b.v], axis=1), "bfloat16"))
     with pytest.raises(ValueError, match="kv_data_type float16 differ"):
         w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="bfloat16", kv_data_type="float16")
+
+
+def test_copy_pages_moves_fp8_bytes():
+    """copy_pages on an fp8 cache: numpy's uint8 bits and torch's float8 tensors, copied byte for byte."""
+    rng = np.random.default_rng(7)
+    cache = rng.integers(0, 256, (6, 2, 4, 2, 64), dtype=np.uint8)
+    copies = np.array([[1, 3, 4], [0, 5, 2]], np.int32)
+    want = cache.copy()
+    want[3, :, :4] = cache[1, :, :4]
+    want[5, :, :2] = cache[0, :, :2]
+    codec.copy_pages(cache, copies)
+    assert np.array_equal(cache, want)
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(rng.integers(0, 256, (6, 2, 4, 2, 64), dtype=np.uint8)).view(torch.float8_e5m2)
+    before = t.view(torch.uint8).clone()
+    codec.copy_pages(t, copies)
+    after = t.view(torch.uint8)
+    assert torch.equal(after[3, :, :4], before[1, :, :4]) and torch.equal(after[5, :, :2], before[0, :, :2])
+    assert torch.equal(after[:3], before[:3]) and torch.equal(after[4], before[4])

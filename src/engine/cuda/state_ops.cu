@@ -128,8 +128,11 @@ void cuda_copy_pages(const PagedKV& kv, std::span<const PageCopy> copies, CudaSt
   std::set<std::int32_t> written, read;
   auto flush = [&] {
     if (p.num_copies == 0) return;
-    if (dtype_size(kv.dtype) == 4) copy_pages_kernel<std::uint32_t><<<p.num_copies, 256, 0, stream>>>(p);
-    else copy_pages_kernel<std::uint16_t><<<p.num_copies, 256, 0, stream>>>(p);
+    switch (dtype_size(kv.dtype)) {  // elements as words of their size: strides count elements
+      case 4: copy_pages_kernel<std::uint32_t><<<p.num_copies, 256, 0, stream>>>(p); break;
+      case 2: copy_pages_kernel<std::uint16_t><<<p.num_copies, 256, 0, stream>>>(p); break;
+      default: copy_pages_kernel<std::uint8_t><<<p.num_copies, 256, 0, stream>>>(p); break;
+    }
     CODEC_CUDA_CHECK_LAUNCH("copy_pages_kernel", stream);
     p.num_copies = 0;
     written.clear();
