@@ -20,6 +20,8 @@ void HeadConfig::validate() const {
               head_dim, " (supported: 64, 128, 256)");
   CODEC_CHECK(std::isfinite(sm_scale) && sm_scale >= 0.f, "sm_scale ", sm_scale,
               " must be finite and >= 0 (0 means 1/sqrt(head_dim))");
+  CODEC_CHECK(std::isfinite(logits_soft_cap) && logits_soft_cap >= 0.f, "logits_soft_cap ", logits_soft_cap,
+              " must be finite and >= 0 (0: none)");
 }
 
 HeadSlice tensor_parallel_slice(const HeadConfig& model, int tp_size, int rank) {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -51,8 +52,9 @@ template <typename Q, typename K, typename O>
 class CpuRunner {
  public:
   CpuRunner(const PlanView& p, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> ws,
-            const WorkspaceLayout& layout, float sm_scale)
-      : p_(p), kv_(kv), io_(io), sm_scale_(sm_scale), lse_scale_(lse_scale(io.lse_base)),
+            const WorkspaceLayout& layout, const HeadConfig& heads, int batch)
+      : p_(p), kv_(kv), io_(io), sm_scale_(heads.scale()), soft_cap_(heads.logits_soft_cap), batch_(batch),
+        lse_scale_(lse_scale(io.lse_base)),
         k_(static_cast<const K*>(kv.k)), v_(static_cast<const K*>(kv.v)), q_(static_cast<const Q*>(io.q.data)),
         out_(static_cast<O*>(io.out.data)), part_o_(reinterpret_cast<float*>(ws.data() + layout.o_offset)),
         part_lse_(reinterpret_cast<float*>(ws.data() + layout.lse_offset)) {}
@@ -159,6 +161,9 @@ class CpuRunner {
         }
       }
     }
+    if (soft_cap_ > 0.f)  // s = sm_scale·q·k (q came pre-scaled) becomes cap·tanh(s / cap)
+      for (int i = 0; i < R; ++i)
+        for (int j = 0; j < n; ++j) s[i][j] = soft_cap_ * std::tanh(s[i][j] / soft_cap_);
     // masked keys score −inf: they weigh 0 and move no max
     if (mask.plan)
       for (int i = 0; i < R; ++i) {
@@ -221,15 +226,30 @@ class CpuRunner {
   }
 
  private:
+  // A finished row: with a sink (AttentionIO::sinks), its denominator gains
+  // exp(sink): o scales by exp(lse − lse'), lse' = log(exp(lse) + exp(sink)).
+  // Rows past the plan's batch (a capacity's) stay the empty state.
   void write_row(int req, int head, const float* o, float lse) const {
+    float* dst_lse = io_.lse.data ? &io_.lse.data[io_.lse.offset(req, head)] : nullptr;
+    if (io_.sinks && req < batch_) {
+      const MergeWeights w = merge_weights(lse, io_.sinks[head]);  // the sink: a partial of value 0
+      float scaled[kMaxDim];
+      for (int d = 0; d < p_.head_dim; ++d) scaled[d] = w.w1 * o[d];
+      store(out_ + io_.out.offset(req, head), scaled, p_.head_dim);
+      if (dst_lse) *dst_lse = w.lse * lse_scale_;
+      return;
+    }
     store(out_ + io_.out.offset(req, head), o, p_.head_dim);
-    if (io_.lse.data) io_.lse.data[io_.lse.offset(req, head)] = lse * lse_scale_;
+    if (dst_lse) *dst_lse = lse * lse_scale_;
   }
 
+  static constexpr int kMaxDim = 256;
   const PlanView& p_;
   const PagedKV& kv_;
   const AttentionIO& io_;
   float sm_scale_;
+  float soft_cap_;
+  int batch_;
   float lse_scale_;
   const K* k_;
   const K* v_;
@@ -243,6 +263,10 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
   check_plan_and_kv(plan, kv, "run_cpu");
   check_host_scales(kv);
   check_io(plan, io, /*out_f32=*/true, "run_cpu");
+  if (io.sinks)
+    for (int h = 0; h < plan.heads().num_qo_heads; ++h)
+      CODEC_CHECK(!std::isnan(io.sinks[h]) && io.sinks[h] < INFINITY, "run_cpu: sinks[", h, "] = ", io.sinks[h],
+                  " must be a number below +inf");
   const WorkspaceLayout layout = plan.workspace();
   CODEC_CHECK(workspace.size() >= layout.bytes, "run_cpu: workspace of ", workspace.size(),
               " bytes is smaller than the ", layout.bytes, " bytes the plan needs");
@@ -255,7 +279,7 @@ void run_with(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
               int threads) {
   PlanView p = plan.view();
   p.num_requests = io.out.batch;  // the rows this run writes (AttentionIO)
-  const CpuRunner<Q, K, O> runner(p, kv, io, workspace, plan.workspace(), plan.heads().scale());
+  const CpuRunner<Q, K, O> runner(p, kv, io, workspace, plan.workspace(), plan.heads(), plan.num_requests());
   const int max_rows = std::max({1, plan.extent().max_task_rows, plan.extent().max_wide_rows});
   // Phase 1 (PAC): blocks, then wide blocks, are the plan's balanced bins; threads take them in turn.
   const int bins = p.num_blocks + p.num_wide_blocks;

@@ -19,7 +19,8 @@ std::int64_t token_offset(const PageTable& table, const PagedKV& kv, int r, std:
 }  // namespace
 
 ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
-                                    const void* q, const QueryBatch& queries, std::optional<DType> q_dtype) {
+                                    const void* q, const QueryBatch& queries, std::optional<DType> q_dtype,
+                                    std::span<const float> sinks) {
   table.validate();
   kv.validate();
   check_host_scales(kv);
@@ -35,6 +36,8 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
   CODEC_CHECK(table.num_pages <= kv.num_pages, "reference: page table addresses ", table.num_pages,
               " pages but the KV pool has ", kv.num_pages);
   const int B = table.num_requests(), Hq = heads.num_qo_heads, D = heads.head_dim, G = heads.group();
+  CODEC_CHECK(sinks.empty() || int(sinks.size()) == Hq, "reference: ", sinks.size(), " sinks for ", Hq, " qo heads");
+  const double cap = heads.logits_soft_cap;
   std::vector<std::int64_t> kv_len(static_cast<std::size_t>(B));
   for (int r = 0; r < B; ++r) kv_len[std::size_t(r)] = table.request_tokens(r);
   queries.validate(kv_len);
@@ -69,10 +72,14 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
         const std::int64_t off = token_offset(table, kv, r, t, kvh);
         double dot = 0;
         for (int d = 0; d < D; ++d) dot += qd[d] * (to_float(K[off + d]) * k_scale);
-        s[t] = dot * scale;
+        s[t] = cap > 0 ? cap * std::tanh(dot * scale / cap) : dot * scale;
         m = std::max(m, s[t]);
       }
-      if (m == -inf) continue;  // no key seen: the empty state
+      const double sink = sinks.empty() ? -inf : double(sinks[std::size_t(h)]);
+      if (m == -inf) {  // no key seen: the empty state, or the sink alone (o = 0)
+        res.lse[rh] = sink;
+        continue;
+      }
       double l = 0;
       double* out = &res.out[rh * D];
       for (std::int64_t t = 0; t < n; ++t) {
@@ -82,6 +89,7 @@ ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, c
         const std::int64_t off = token_offset(table, kv, r, t, kvh);
         for (int d = 0; d < D; ++d) out[d] += p * (to_float(V[off + d]) * v_scale);
       }
+      if (sink > -inf) l += std::exp(sink - m);  // the sink: in the denominator, no value
       for (int d = 0; d < D; ++d) out[d] /= l;
       res.lse[rh] = m + std::log(l);
     }

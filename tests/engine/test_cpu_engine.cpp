@@ -268,6 +268,111 @@ TEST(CpuEngine, Fp8CachesMatchTheDequantisedReference) {
   EXPECT_TRUE(test::throws_with(run_with(pool.kv(b, DType::e4m3), DType::bf16), "v_scale[1] = inf is not finite"));
 }
 
+// Logit soft-cap (Gemma 2's) and attention sinks (gpt-oss's) against fp64:
+// large logits (a large sm_scale and rising keys) under caps of 5 and 50,
+// sinks from −4 to 12 (above every logit too), one token a request and
+// several under causal and custom masks (rows that see nothing: o = 0, lse =
+// the sink), bf16 and fp8 caches, plans whose rows merge partials and plans
+// whose rows have one.
+TEST(CpuEngine, SoftCapAndSinksMatchTheReference) {
+  struct Case {
+    HeadConfig heads;
+    DType kv;
+    float cap;
+    bool sinks;
+    QueryMask mask;
+    int max_q;
+  };
+  const Case cases[] = {
+      {{8, 2, 64, 2.f, 5.f}, DType::f32, 5.f, false, QueryMask::causal, 0},
+      {{8, 2, 128, 1.f, 50.f}, DType::bf16, 50.f, true, QueryMask::causal, 0},
+      {{12, 4, 64}, DType::f16, 0.f, true, QueryMask::custom, 6},
+      {{16, 4, 128, 0.5f, 30.f}, DType::e4m3, 30.f, true, QueryMask::causal, 5},
+      {{4, 4, 256, 0.f, 20.f}, DType::bf16, 20.f, true, QueryMask::draft, 4},
+  };
+  for (const Case& c : cases)
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      const DType q_dtype = is_fp8(c.kv) ? DType::bf16 : c.kv;
+      test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, q_dtype, 7, 4, 5, 0.3, 3);
+      spec.key_ramp = 0.4f;
+      const test::RandomBatch b = test::make_random_batch(spec);
+      const Fp8Pool pool = is_fp8(c.kv) ? quantise(b, c.kv, c.heads.num_kv_heads) : Fp8Pool{};
+      const PagedKV kv = is_fp8(c.kv) ? pool.kv(b, c.kv) : b.kv();
+      test::RandomQueries q = test::make_random_queries(b, c.mask, std::max(c.max_q, 1), seed);
+      if (c.max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;
+      const int rows = q.qo_indptr.empty() ? b.table().num_requests() : q.num_queries();
+      std::vector<float> sinks;
+      for (int h = 0; h < c.heads.num_qo_heads && c.sinks; ++h) sinks.push_back(-4.f + 16.f * float(h % 5) / 4.f);
+      const std::string what = spec.describe() + " cap " + std::to_string(c.cap) + (c.sinks ? " sinks" : "");
+      const ReferenceResult ref = reference_attention(b.table(), kv, c.heads, q.q.data(), q.view(), q_dtype, sinks);
+      const RooflineCostModel cost(RooflineParams::cpu(2), c.heads, c.kv);
+      for (const bool split : {false, true}) {
+        PlannerOptions opt = cpu_planner_options(3);
+        if (split) opt.split = SplitPolicy::fixed, opt.fixed_splits = 3;  // partials merged before the sink
+        const Plan plan = make_plan(derive_forest(b.table()), c.heads, c.kv, cost, opt, q.view());
+        const int Hq = c.heads.num_qo_heads, D = c.heads.head_dim;
+        Outputs o;
+        o.out.assign(std::size_t(rows) * Hq * D, NAN);
+        o.lse.assign(std::size_t(rows) * Hq, NAN);
+        AttentionIO io{QueryRows::contiguous(q.q.data(), q_dtype, rows, Hq, D),
+                       OutputRows::contiguous(o.out.data(), DType::f32, rows, Hq, D),
+                       LseRows::contiguous(o.lse.data(), rows, Hq)};
+        io.sinks = sinks.empty() ? nullptr : sinks.data();
+        Workspace ws(plan.workspace().bytes);
+        run_cpu(plan, kv, io, ws.bytes, {2});
+        expect_matches(o, ref, what + (split ? " split" : ""));
+      }
+    }
+  // A sink that is NaN is refused by name.
+  const test::RandomBatch b = test::make_random_batch(test::engine_spec(3, {8, 2, 64}, DType::f32, 7, 3, 3, 0.0, 2));
+  const Plan plan = make_plan(derive_forest(b.table()), {8, 2, 64}, DType::f32,
+                              RooflineCostModel(RooflineParams::cpu(2), {8, 2, 64}, DType::f32), cpu_planner_options(2));
+  Outputs o;
+  AttentionIO io = contiguous_io(plan, b.q.data(), o);
+  std::vector<float> sinks(8, 0.f);
+  sinks[3] = NAN;
+  io.sinks = sinks.data();
+  Workspace ws(plan.workspace().bytes);
+  EXPECT_TRUE(test::throws_with([&] { run_cpu(plan, b.kv(), io, ws.bytes); }, "run_cpu: sinks[3] = nan"));
+  EXPECT_TRUE(test::throws_with([] { HeadConfig{8, 2, 64, 0.f, -1.f}.validate(); },
+                                "logits_soft_cap -1 must be finite and >= 0"));
+}
+
+// merge_state of two outputs is exact when exactly one side carries the sink:
+// attention over a request's first pages with the sink, over the rest
+// without, merged, is attention over all of them with the sink.
+TEST(CpuEngine, MergingAStateWithTheSinkAndOneWithoutIsExact) {
+  const HeadConfig heads{8, 2, 64};
+  const test::RandomBatch b = test::make_random_batch(test::engine_spec(5, heads, DType::f32, 8, 3, 4, 0.0, 3));
+  const PageTable all = b.table();
+  std::vector<std::int32_t> first_indptr{0}, first_indices, first_last, rest_indptr{0}, rest_indices, rest_last;
+  for (int r = 0; r < all.num_requests(); ++r) {
+    const int n = all.indptr[r + 1] - all.indptr[r], cut = std::max(1, n / 2);
+    ASSERT_GE(n, 2) << "request " << r << " needs two pages to split";
+    first_indices.insert(first_indices.end(), all.indices.begin() + all.indptr[r], all.indices.begin() + all.indptr[r] + cut);
+    rest_indices.insert(rest_indices.end(), all.indices.begin() + all.indptr[r] + cut, all.indices.begin() + all.indptr[r + 1]);
+    first_indptr.push_back(std::int32_t(first_indices.size()));
+    rest_indptr.push_back(std::int32_t(rest_indices.size()));
+    first_last.push_back(all.page_size);
+    rest_last.push_back(all.last_page_len[r]);
+  }
+  const PageTable first{first_indptr, first_indices, first_last, all.page_size, all.num_pages};
+  const PageTable rest{rest_indptr, rest_indices, rest_last, all.page_size, all.num_pages};
+  const std::vector<float> sinks{-2.f, 0.f, 1.f, 3.f, 5.f, 8.f, -1.f, 2.f};
+  const ReferenceResult a = reference_attention(first, b.kv(), heads, b.q.data(), {}, std::nullopt, sinks);
+  const ReferenceResult c = reference_attention(rest, b.kv(), heads, b.q.data());
+  const ReferenceResult whole = reference_attention(all, b.kv(), heads, b.q.data(), {}, std::nullopt, sinks);
+  const int B = all.num_requests(), Hq = 8, D = 64;
+  auto floats = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+  std::vector<float> oa = floats(a.out), la = floats(a.lse), oc = floats(c.out), lc = floats(c.lse);
+  std::vector<float> out(oa.size()), lse(la.size());
+  merge_states_cpu(QueryRows::contiguous(oa.data(), DType::f32, B, Hq, D), LseRows::contiguous(la.data(), B, Hq),
+                   QueryRows::contiguous(oc.data(), DType::f32, B, Hq, D), LseRows::contiguous(lc.data(), B, Hq),
+                   OutputRows::contiguous(out.data(), DType::f32, B, Hq, D), LseRows::contiguous(lse.data(), B, Hq),
+                   LseBase::e);
+  expect_matches({out, lse}, whole, "merged");
+}
+
 // CUDA graphs of several query tokens a request: at a capacity with maxima
 // of query tokens and mask bytes, plans of every mask (and of one token a
 // request, which sees all its keys) share one layout, all carry masks (a

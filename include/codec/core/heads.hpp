@@ -10,6 +10,8 @@ struct HeadConfig {
   int num_kv_heads = 0;  // Hkv; query head h reads kv head h / group()
   int head_dim = 0;      // D ∈ {64, 128, 256}
   float sm_scale = 0.f;  // 0 means 1/sqrt(head_dim)
+  // > 0: every logit s = sm_scale · q·k becomes cap · tanh(s / cap) (Gemma 2's, FlashInfer's logits_soft_cap)
+  float logits_soft_cap = 0.f;
 
   int group() const { return num_qo_heads / num_kv_heads; }  // G = Hq / Hkv
   float scale() const { return sm_scale > 0.f ? sm_scale : 1.f / std::sqrt(float(head_dim)); }

@@ -64,10 +64,14 @@ inline float lse_scale(LseBase base) { return base == LseBase::two ? kLog2E : 1.
 // packed at one (PlanCapacity), whose rows past its batch come out as the
 // empty state (o = 0, lse = −inf). q.batch equals out.batch.
 struct AttentionIO {
-  QueryRows q;    // in the plan's dtype
-  OutputRows out; // CUDA: the plan's dtype; CPU: the plan's dtype or fp32
+  QueryRows q;    // in the plan's dtype (under an fp8 cache fp16, bf16 or on the CPU fp32)
+  OutputRows out; // q's dtype, or on the CPU fp32
   LseRows lse;    // optional (data null)
   LseBase lse_base = LseBase::e;
+  // Attention sinks (gpt-oss): one logit a qo head, [Hq] fp32 in the engine's
+  // memory, not scaled, added to every row's softmax denominator (exp(sink −
+  // m), no value) once its partials have merged; the lse includes it. null: none.
+  const float* sinks = nullptr;
 };
 
 }  // namespace codec

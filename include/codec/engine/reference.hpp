@@ -3,6 +3,7 @@
 // page tables (no forest, no planner), and the comparison of an output with it.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,13 @@ struct ReferenceResult {
 // cache, fp16, bf16 or fp32), contiguous: a row per request, or with several
 // query tokens a request (`queries`) a row per token, each seeing the keys its
 // mask leaves it (QueryBatch::sees); a row that sees none gets o = 0 and lse
-// = −inf. K and V are the stored values times kv's scales (host memory). out
-// and lse have q's rows. Multithreaded over (row, head).
+// = −inf. K and V are the stored values times kv's scales (host memory);
+// heads.logits_soft_cap caps the logits; `sinks` ([Hq], or empty) adds each
+// head's sink to every row's denominator (a row that sees no key: o = 0, lse
+// = the sink). out and lse have q's rows. Multithreaded over (row, head).
 ReferenceResult reference_attention(const PageTable& table, const PagedKV& kv, const HeadConfig& heads,
                                     const void* q, const QueryBatch& queries = {},
-                                    std::optional<DType> q_dtype = std::nullopt);
+                                    std::optional<DType> q_dtype = std::nullopt, std::span<const float> sinks = {});
 
 struct ErrorStats {
   double rel_l2 = 0;   // ‖out − ref‖₂ / ‖ref‖₂
