@@ -97,7 +97,10 @@ class PagedWrapper:
         _require(pos_encoding_mode == "NONE",
                  f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
         _require(window_left in (-1, None), f"window_left {window_left}: sliding windows are not supported")
-        _require(logits_soft_cap in (None, 0, 0.0), f"logits_soft_cap {logits_soft_cap}: not supported")
+        cap = 0.0 if logits_soft_cap is None else float(logits_soft_cap)
+        _require(math.isfinite(cap) and cap >= 0, f"logits_soft_cap {logits_soft_cap} must be None or finite >= 0")
+        _require(cap == 0 or self._device[0] == "cpu",
+                 f"logits_soft_cap {logits_soft_cap}: the soft-cap runs on the CPU engine for now")
         _require(rope_scale is None and rope_theta is None, "rope_scale and rope_theta: CoDec applies no RoPE")
         q_dtype = dtype_name(q_data_type, "q_data_type")
         kv_source = kv_data_type if kv_data_type is not None else data_type
@@ -110,11 +113,12 @@ class PagedWrapper:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, not {type(value).__name__}")
         scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        config = (num_qo_heads, num_kv_heads, head_dim, page_size, kv_dtype, scale, q_dtype)
+        config = (num_qo_heads, num_kv_heads, head_dim, page_size, kv_dtype, scale, q_dtype, cap)
         if self._planner is None or config != self._config:
             _require(not (self._use_cuda_graph and self._planner is not None),
                      f"this CUDA-graph wrapper was planned for (num_qo_heads, num_kv_heads, head_dim, page_size, "
-                     f"kv dtype, sm_scale, q dtype) = {self._config}; a graph cannot change them: got {config}")
+                     f"kv dtype, sm_scale, q dtype, soft-cap) = {self._config}; a graph cannot change them: got "
+                     f"{config}")
             if self._use_cuda_graph and self._max_query_tokens is None:
                 self._max_query_tokens = query_tokens
             tokens = (self._max_query_tokens or 0) if self._use_cuda_graph else 0
@@ -124,7 +128,7 @@ class PagedWrapper:
                 self._device[0], self._device[1], num_qo_heads, num_kv_heads, head_dim, page_size,
                 kv_dtype, scale, nbytes(self._workspace), self._max_batch_size, self._max_num_pages or 0,
                 self._num_threads, cost_table_dirs=[_COST_TABLES], max_query_tokens=tokens,
-                max_mask_bytes=self._max_mask_bytes if tokens else 0, q_dtype=q_dtype)
+                max_mask_bytes=self._max_mask_bytes if tokens else 0, q_dtype=q_dtype, logits_soft_cap=cap)
             self._config = config
 
     def _plan_pages(self, indptr: Any, indices: Any, last_page_len: Any, num_pages: Optional[int],
@@ -157,6 +161,7 @@ class PagedWrapper:
         enable_pdl: Optional[bool] = None,
         window_left: Optional[int] = None,
         lse_base: Union[str, float] = "e",
+        sinks: Any = None,
     ) -> Union[Any, Tuple[Any, Any]]:
         """Attention of every request's query rows over its KV.
 
@@ -183,6 +188,9 @@ class PagedWrapper:
             lse_base: "e" (default: the natural log of this library's C++ API
                 and vLLM's merge_attn_states) or 2 (what FlashInfer's wrappers
                 return).
+            sinks: attention sinks (gpt-oss): (num_qo_heads,) float32 logits,
+                unscaled, added to every row's softmax denominator (no value);
+                the lse includes them. On the CPU engine for now.
             k_scale, v_scale: an fp8 (or any) cache's scales, FlashInfer's and
                 vLLM's: the stored value times its scale is the real value; a
                 float, a 0-d tensor or array, or a float32 one of num_kv_heads
@@ -198,6 +206,7 @@ class PagedWrapper:
         _require(q_scale is None, "q_scale: CoDec takes unscaled q (fold a scale into sm_scale)")
         _require((k_scale is None and v_scale is None) or self._device[0] == "cpu",
                  "k_scale, v_scale: the CUDA engine takes no scales yet (fp8 caches run on the CPU engine for now)")
+        _require(sinks is None or self._device[0] == "cpu", "sinks: the CUDA engine takes none yet (the CPU engine does)")
         _require(window_left in (None, -1), f"window_left {window_left}: sliding windows are not supported")
         del enable_pdl
         _require(self._planned, "run() before plan(): plan the batch first")
@@ -221,10 +230,11 @@ class PagedWrapper:
         if is_torch(q):  # through the custom op, which finds the plan by the slot's handle
             from . import _torch_ops  # torch is optional: loaded once a torch tensor shows up
             _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2,
-                              _torch_ops.scale(k_scale, "k_scale"), _torch_ops.scale(v_scale, "v_scale"))
+                              _torch_ops.scale(k_scale, "k_scale"), _torch_ops.scale(v_scale, "v_scale"),
+                              _torch_ops.scale(sinks, "sinks"))
         else:
             self._slot.run(q, k, v, self._hnd, out, lse, self._workspace, base2, current_stream(q),
-                           host_scale(k_scale, "k_scale"), host_scale(v_scale, "v_scale"))
+                           host_scale(k_scale, "k_scale"), host_scale(v_scale, "v_scale"), host_scale(sinks, "sinks"))
         return (out, lse) if return_lse else out
 
     forward = run  # FlashInfer's older name

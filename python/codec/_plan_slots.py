@@ -41,17 +41,18 @@ class PlanSlot:
         _SLOTS[self.handle] = self
 
     def run(self, q: Any, k: Any, v: Any, hnd: bool, out: Any, lse: Any, workspace: Any, lse_base2: bool,
-            stream: int, k_scale: Any = None, v_scale: Any = None) -> None:
+            stream: int, k_scale: Any = None, v_scale: Any = None, sinks: Any = None) -> None:
         """The plan over tensors of any framework (DLPack, the buffer protocol)."""
-        _codec.run(self.plan, q, k, v, hnd, out, lse, workspace, lse_base2, stream, self.num_threads, k_scale, v_scale)
+        _codec.run(self.plan, q, k, v, hnd, out, lse, workspace, lse_base2, stream, self.num_threads, k_scale, v_scale,
+                   sinks)
 
     def run_fields(self, q: Any, k: Any, v: Any, hnd: bool, out: Any, lse: Any, workspace: Any, lse_base2: bool,
-                   stream: int, k_scale: Any = None, v_scale: Any = None) -> None:
+                   stream: int, k_scale: Any = None, v_scale: Any = None, sinks: Any = None) -> None:
         """The plan over tensors given as (data_ptr, dlpack code, bits, shape,
         strides, device index) tuples, or None: what a torch tensor costs
         least host time to describe."""
         _codec.run_fields(self.plan, q, k, v, hnd, out, lse, workspace, lse_base2, stream, self.num_threads, k_scale,
-                          v_scale)
+                          v_scale, sinks)
 
 
 def slot_for(handle: int) -> PlanSlot:

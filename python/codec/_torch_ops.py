@@ -47,8 +47,8 @@ def _fields(t: Optional[torch.Tensor]):
 
 
 def scale(x, name: str) -> Optional[torch.Tensor]:
-    """A KV cache's scale (k_scale, v_scale) as a float32 tensor: None, a
-    float (a host tensor: the CPU engine's), or a 0-d or 1-D tensor."""
+    """A KV cache's scale (k_scale, v_scale) or the sinks as a float32
+    tensor: None, a float (a host tensor: the CPU engine's), or a 0-d or 1-D tensor."""
     if x is None:
         return None
     t = x if isinstance(x, torch.Tensor) else torch.tensor(x)
@@ -59,9 +59,10 @@ def scale(x, name: str) -> Optional[torch.Tensor]:
 
 def _decode_impl(q: torch.Tensor, k: torch.Tensor, v: Optional[torch.Tensor], workspace: torch.Tensor,
                  out: torch.Tensor, lse: Optional[torch.Tensor], handle: int, hnd: bool, lse_base2: bool,
-                 k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None) -> None:
+                 k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
+                 sinks: Optional[torch.Tensor] = None) -> None:
     slot_for(handle).run_fields(_fields(q), _fields(k), _fields(v), hnd, _fields(out), _fields(lse), _fields(workspace),
-                                lse_base2, _stream(q), _fields(k_scale), _fields(v_scale))
+                                lse_base2, _stream(q), _fields(k_scale), _fields(v_scale), _fields(sinks))
 
 
 # The workspace is written too (the partial results), so it is declared mutated.
@@ -70,15 +71,17 @@ _decode_op = torch.library.custom_op("codec::batch_prefix_decode", mutates_args=
 
 
 @_decode_op.register_fake
-def _(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale=None, v_scale=None) -> None:
+def _(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale=None, v_scale=None, sinks=None) -> None:
     return None
 
 
-def decode(q, k, v, workspace, out, lse, handle: int, hnd: bool, lse_base2: bool, k_scale=None, v_scale=None) -> None:
+def decode(q, k, v, workspace, out, lse, handle: int, hnd: bool, lse_base2: bool, k_scale=None, v_scale=None,
+           sinks=None) -> None:
     if torch.compiler.is_compiling():
-        torch.ops.codec.batch_prefix_decode(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale, v_scale)
+        torch.ops.codec.batch_prefix_decode(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale, v_scale,
+                                            sinks)
     else:
-        _decode_impl(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale, v_scale)
+        _decode_impl(q, k, v, workspace, out, lse, handle, hnd, lse_base2, k_scale, v_scale, sinks)
 
 
 def _merge_impl(v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor, s_b: torch.Tensor,

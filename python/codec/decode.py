@@ -116,9 +116,11 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
                 request r's rows ``qo_indptr[r]:qo_indptr[r+1]`` of q and
                 out; ``run`` then takes a row per query token. Other masks:
                 ``BatchPrefixPrefillWrapper``.
-            pos_encoding_mode, window_left, logits_soft_cap, rope_scale,
-            rope_theta: FlashInfer's; CoDec supports their defaults only
-                (apply RoPE before writing the cache) and refuses others.
+            logits_soft_cap: each logit s becomes cap · tanh(s / cap)
+                (Gemma 2's); None or 0: none. The CPU engine's for now.
+            pos_encoding_mode, window_left, rope_scale, rope_theta:
+                FlashInfer's; CoDec supports their defaults only (apply RoPE
+                before writing the cache) and refuses others.
         """
         del non_blocking  # page tables are read on the host; device ones are copied once here either way
         _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,

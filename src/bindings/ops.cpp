@@ -111,7 +111,8 @@ KvScale scale_of(const std::optional<Tensor>& t, const Engine& e, const char* na
 
 void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<Tensor>& v, bool hnd, const Tensor& out,
          const std::optional<Tensor>& lse, const Tensor& workspace, bool lse_base2, std::uintptr_t stream,
-         int num_threads, const std::optional<Tensor>& k_scale, const std::optional<Tensor>& v_scale) {
+         int num_threads, const std::optional<Tensor>& k_scale, const std::optional<Tensor>& v_scale,
+         const std::optional<Tensor>& sinks) {
   const Plan& plan = p.plan;
   const Engine& e = p.engine;
   check_device(q, e, "q");
@@ -136,6 +137,14 @@ void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<
   kv.v_scale = scale_of(v_scale, e, "v_scale");
   AttentionIO io{rows_of<QueryRows>(q, q_dtype, "q"), rows_of<OutputRows>(out, out_dtype, "out"), lse_of(lse, "lse"),
                  lse_base2 ? LseBase::two : LseBase::e};
+  if (sinks) {  // one float32 logit a qo head
+    check_device(*sinks, e, "sinks");
+    if (sinks->dtype() != nb::dtype<float>()) type_error("sinks has dtype " + dlpack_name(sinks->dtype()) + "; expected float32");
+    const int hq = plan.heads().num_qo_heads;
+    CODEC_CHECK(sinks->ndim() == 1 && sinks->shape(0) == std::size_t(hq) && (hq == 1 || sinks->stride(0) == 1),
+                "sinks is ", shape_of(*sinks), "; expected a contiguous (", hq, ",): one a qo head");
+    io.sinks = static_cast<const float*>(sinks->data());
+  }
   if (e.cuda) {
     const DeviceScope scope(e);
     run_cuda(plan, kv, io, workspace_of(workspace, kCudaAlign), reinterpret_cast<CudaStream>(stream));
@@ -150,24 +159,25 @@ void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<
 void run_arrays(const PyPlan& p, const Array& q, const Array& k, const std::optional<Array>& v, bool hnd,
                 const Writable& out, const std::optional<Writable>& lse, const Writable& workspace, bool lse_base2,
                 std::uintptr_t stream, int num_threads, const std::optional<Array>& k_scale,
-                const std::optional<Array>& v_scale) {
+                const std::optional<Array>& v_scale, const std::optional<Array>& sinks) {
   const char* k_name = v ? "k_cache" : "paged_kv_cache";
   run(p, tensor_of(q, "q"), tensor_of(k, k_name), optional_of(v, "v_cache", tensor_of<Array>), hnd,
       tensor_of(out, "out"), optional_of(lse, "lse", tensor_of<Writable>), tensor_of(workspace, "workspace_buffer"),
       lse_base2, stream, num_threads, optional_of(k_scale, "k_scale", tensor_of<Array>),
-      optional_of(v_scale, "v_scale", tensor_of<Array>));
+      optional_of(v_scale, "v_scale", tensor_of<Array>), optional_of(sinks, "sinks", tensor_of<Array>));
 }
 
 // run on torch tensors' fields (tensor_of_fields).
 void run_fields(const PyPlan& p, nb::handle q, nb::handle k, const std::optional<nb::handle>& v, bool hnd,
                 nb::handle out, const std::optional<nb::handle>& lse, nb::handle workspace, bool lse_base2,
                 std::uintptr_t stream, int num_threads, const std::optional<nb::handle>& k_scale,
-                const std::optional<nb::handle>& v_scale) {
+                const std::optional<nb::handle>& v_scale, const std::optional<nb::handle>& sinks) {
   const char* k_name = v ? "k_cache" : "paged_kv_cache";
   run(p, tensor_of_fields(q, "q"), tensor_of_fields(k, k_name), optional_of(v, "v_cache", tensor_of_fields), hnd,
       tensor_of_fields(out, "out"), optional_of(lse, "lse", tensor_of_fields),
       tensor_of_fields(workspace, "workspace_buffer"), lse_base2, stream, num_threads,
-      optional_of(k_scale, "k_scale", tensor_of_fields), optional_of(v_scale, "v_scale", tensor_of_fields));
+      optional_of(k_scale, "k_scale", tensor_of_fields), optional_of(v_scale, "v_scale", tensor_of_fields),
+      optional_of(sinks, "sinks", tensor_of_fields));
 }
 
 void merge_state(const Array& v_a, const Array& s_a, const Array& v_b, const Array& s_b, const Writable& v_out,
@@ -223,11 +233,12 @@ void copy_pages(const Array& k_array, const std::optional<Array>& v_array, bool 
 void bind_ops(nb::module_& m) {
   m.def("run", &run_arrays, nb::arg("plan"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("workspace"), nb::arg("lse_base2"), nb::arg("stream"),
-        nb::arg("num_threads"), nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none());
+        nb::arg("num_threads"), nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
+        nb::arg("sinks").none() = nb::none());
   m.def("run_fields", &run_fields, nb::arg("plan"), nb::arg("q"), nb::arg("k"), nb::arg("v").none(),
         nb::arg("hnd"), nb::arg("out"), nb::arg("lse").none(), nb::arg("workspace"), nb::arg("lse_base2"),
         nb::arg("stream"), nb::arg("num_threads"), nb::arg("k_scale").none() = nb::none(),
-        nb::arg("v_scale").none() = nb::none());
+        nb::arg("v_scale").none() = nb::none(), nb::arg("sinks").none() = nb::none());
   m.def("merge_state", &merge_state, nb::arg("v_a"), nb::arg("s_a"), nb::arg("v_b"), nb::arg("s_b"), nb::arg("out"),
         nb::arg("lse_out"), nb::arg("base2"), nb::arg("stream"));
   m.def("copy_pages", &copy_pages, nb::arg("k"), nb::arg("v").none(), nb::arg("hnd"), nb::arg("copies"),

@@ -44,7 +44,7 @@ Planner::Planner(const std::string& engine, int device, int num_qo_heads, int nu
                  int page_size, const std::string& dtype, float sm_scale, std::size_t workspace_bytes, int max_requests,
                  std::int64_t max_page_entries, int num_threads, const std::string& cost_table,
                  const std::vector<std::string>& cost_table_dirs, int max_query_tokens, std::int64_t max_mask_bytes,
-                 const std::string& q_dtype)
+                 const std::string& q_dtype, float logits_soft_cap)
     : engine_{engine == "cuda", device} {
   CODEC_CHECK(engine == "cpu" || engine == "cuda", "engine '", engine, "' is not cpu or cuda");
   CODEC_CHECK(sm_scale > 0, "sm_scale ", sm_scale, " must be > 0");  // no "0: the default" in Python
@@ -52,7 +52,7 @@ Planner::Planner(const std::string& engine, int device, int num_qo_heads, int nu
   PlannerSetupArgs args;
   args.target = engine_.cuda ? PlanTarget::cuda : PlanTarget::cpu;
   args.cpu_threads = num_threads;
-  args.shape = {num_qo_heads, num_kv_heads, head_dim, head_dim, sm_scale, q, d, page_size};
+  args.shape = {num_qo_heads, num_kv_heads, head_dim, head_dim, sm_scale, q, d, page_size, logits_soft_cap};
   args.workspace = {workspace_bytes, max_requests, max_page_entries, max_query_tokens, max_mask_bytes};
   args.cost_table = cost_table;
   args.table_dirs = cost_table_dirs;
@@ -163,12 +163,12 @@ void bind_planning(nb::module_& m) {
   nb::class_<Planner>(m, "Planner")
       .def(nb::init<const std::string&, int, int, int, int, int, const std::string&, float, std::size_t, int,
                     std::int64_t, int, const std::string&, const std::vector<std::string>&, int, std::int64_t,
-                    const std::string&>(),
+                    const std::string&, float>(),
            nb::arg("engine"), nb::arg("device"), nb::arg("num_qo_heads"), nb::arg("num_kv_heads"), nb::arg("head_dim"),
            nb::arg("page_size"), nb::arg("dtype"), nb::arg("sm_scale"), nb::arg("workspace_bytes"),
            nb::arg("max_requests"), nb::arg("max_page_entries"), nb::arg("num_threads"), nb::arg("cost_table") = "",
            nb::arg("cost_table_dirs") = std::vector<std::string>(), nb::arg("max_query_tokens") = 0,
-           nb::arg("max_mask_bytes") = 0, nb::arg("q_dtype") = "")
+           nb::arg("max_mask_bytes") = 0, nb::arg("q_dtype") = "", nb::arg("logits_soft_cap") = 0.f)
       .def("plan", &Planner::plan, nb::arg("indptr"), nb::arg("indices"), nb::arg("last_page_len"),
            nb::arg("num_pages"), nb::arg("qo_indptr").none() = nb::none(), nb::arg("mask") = "causal",
            nb::arg("mask_bits").none() = nb::none())

@@ -40,7 +40,7 @@ class Planner {
           const std::string& dtype, float sm_scale, std::size_t workspace_bytes, int max_requests,
           std::int64_t max_page_entries, int num_threads, const std::string& cost_table,
           const std::vector<std::string>& cost_table_dirs, int max_query_tokens, std::int64_t max_mask_bytes,
-          const std::string& q_dtype);
+          const std::string& q_dtype, float logits_soft_cap);
 
   // qo_indptr: several query tokens a request (QueryBatch), under `mask`
   // ("none", "causal", "custom" or "draft", with mask_bits packed as

@@ -44,6 +44,8 @@ void AttentionShape::validate(PlanTarget target) const {
               "the CUDA engine takes float16 or bfloat16, not float32");
   CODEC_CHECK(target == PlanTarget::cpu || !is_fp8(kv_dtype), "KV dtype ", to_string(kv_dtype),
               ": fp8 caches run on the CPU engine for now (the CUDA engine's fp8 kernels are to come)");
+  CODEC_CHECK(target == PlanTarget::cpu || logits_soft_cap == 0, "logits_soft_cap ", logits_soft_cap,
+              ": the soft-cap runs on the CPU engine for now");
 }
 
 std::string cost_table_file_name(const std::string& device, int head_dim, DType dtype) {

@@ -203,8 +203,8 @@ def test_plan_refuses_what_it_cannot_do(setup):
         w.plan(*args, q_data_type="float16", kv_data_type="bfloat16")
     with pytest.raises(ValueError, match="pos_encoding_mode 'ROPE_LLAMA'"):
         w.plan(*args, pos_encoding_mode="ROPE_LLAMA")
-    with pytest.raises(ValueError, match="logits_soft_cap 30"):
-        w.plan(*args, logits_soft_cap=30.0)
+    with pytest.raises(ValueError, match="logits_soft_cap -30.0 must be None or finite >= 0"):
+        w.plan(*args, logits_soft_cap=-30.0)
     with pytest.raises(ValueError, match="kv_last_page_len\\[1\\] = 17 is outside"):
         w.plan(b.indptr, b.indices, np.where(np.arange(b.batch_size) == 1, 17, b.last_page_len), 8, 2, 64, 16)
     with pytest.raises(ValueError, match="request 0 has no pages"):

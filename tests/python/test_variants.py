@@ -1,0 +1,75 @@
+"""The attention variants of today's models on the CPU engine (the CUDA
+engine's are to come): the logit soft-cap of Gemma 2 (plan's
+logits_soft_cap) and the attention sinks of gpt-oss (run's sinks), with
+numpy and torch tensors, against float64; the lse includes the sinks."""
+
+import math
+
+import numpy as np
+import pytest
+
+import codec
+from batches import random_batch, rel_l2
+
+
+def reference(b, cap=0.0, sinks=None, scale=None):
+    """float64 attention of each request, logits soft-capped, sinks in the denominator; lse natural log."""
+    scale = 1.0 / math.sqrt(b.head_dim) if scale is None else scale
+    group = b.num_qo_heads // b.num_kv_heads
+    out = np.zeros((b.batch_size, b.num_qo_heads, b.head_dim))
+    lse = np.zeros((b.batch_size, b.num_qo_heads))
+    for r in range(b.batch_size):
+        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
+        n = (len(pages) - 1) * b.page_size + int(b.last_page_len[r])
+        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        for h in range(b.num_qo_heads):
+            s = keys[:, h // group] @ b.q[r, h].astype(np.float64) * scale
+            if cap:
+                s = cap * np.tanh(s / cap)
+            m = s.max()
+            p = np.exp(s - m)
+            denominator = p.sum() + (math.exp(sinks[h] - m) if sinks is not None else 0.0)
+            out[r, h] = p @ values[:, h // group] / denominator
+            lse[r, h] = m + math.log(denominator)
+    return out, lse
+
+
+@pytest.mark.parametrize("cap,with_sinks", [(5.0, False), (0.0, True), (20.0, True)])
+def test_soft_cap_and_sinks_match_float64(cap, with_sinks):
+    b = random_batch(11, 8, 2, 64, 7, "float32", nodes=4, requests=6)
+    b.q *= 6  # large logits: the cap bites
+    sinks = np.linspace(-3, 9, 8).astype(np.float32) if with_sinks else None
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(16 << 20, np.uint8))
+    w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", logits_soft_cap=cap)
+    cache = np.ascontiguousarray(np.stack([b.k, b.v], axis=1))
+    out, lse = w.run(b.q, cache, return_lse=True, sinks=sinks)
+    ref_out, ref_lse = reference(b, cap, sinks)
+    assert rel_l2(out, ref_out) <= 2e-5 and rel_l2(lse, ref_lse) <= 2e-5
+    if cap:  # the cap changed the result
+        assert rel_l2(reference(b, 0.0, sinks)[0], ref_out) > 1e-2
+
+
+@pytest.mark.torch
+def test_torch_sinks_through_the_custom_op():
+    torch = pytest.importorskip("torch")
+    b = random_batch(12, 8, 2, 64, 16, "float32", nodes=3, requests=4)
+    sinks = torch.linspace(-1, 4, 8)
+    w = codec.BatchPrefixDecodeWrapper(torch.zeros(16 << 20, dtype=torch.uint8))
+    w.plan(torch.from_numpy(b.indptr), torch.from_numpy(b.indices), torch.from_numpy(b.last_page_len), 8, 2, 64, 16,
+           q_data_type=torch.float32, logits_soft_cap=30.0)
+    cache = torch.from_numpy(np.ascontiguousarray(np.stack([b.k, b.v], axis=1)))
+    out, lse = w.run(torch.from_numpy(b.q), cache, return_lse=True, sinks=sinks)
+    ref_out, ref_lse = reference(b, 30.0, sinks.numpy())
+    assert rel_l2(out.numpy(), ref_out) <= 2e-5 and rel_l2(lse.numpy(), ref_lse) <= 2e-5
+
+
+def test_bad_sinks_are_refused_by_name():
+    b = random_batch(13, 8, 2, 64, 7, "float32", nodes=3, requests=3)
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(16 << 20, np.uint8))
+    w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32")
+    cache = np.ascontiguousarray(np.stack([b.k, b.v], axis=1))
+    with pytest.raises(ValueError, match=r"sinks is \(3,\); expected a contiguous \(8,\): one a qo head"):
+        w.run(b.q, cache, sinks=np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match=r"sinks\[2\] = nan"):
+        w.run(b.q, cache, sinks=np.array([0, 0, np.nan, 0, 0, 0, 0, 0], np.float32))
