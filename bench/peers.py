@@ -133,6 +133,8 @@ class Timer:
 def load_dump(d):
     meta = json.load(open(os.path.join(d, "meta.json")))
     forest = json.load(open(os.path.join(d, "forest.json")))
+    if meta["dtype"] not in ("bf16", "fp16"):
+        raise ValueError(f"the peers take fp16 and bf16 caches for now, not {meta['dtype']}")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[meta["dtype"]]
 
     def dev(name, dt):

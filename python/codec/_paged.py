@@ -105,7 +105,9 @@ class PagedWrapper:
         q_dtype = dtype_name(q_data_type, "q_data_type")
         kv_source = kv_data_type if kv_data_type is not None else data_type
         kv_dtype = q_dtype if kv_source is None else dtype_name(kv_source, "kv_data_type")
-        _require(q_dtype not in FP8, f"q_data_type {q_dtype}: fp8 is a KV cache dtype; q is float16 or bfloat16")
+        _require(q_dtype not in FP8, f"q_data_type {q_dtype}: fp8 is a KV cache dtype; q is float16 or bfloat16 "
+                 "(or float32 on the CPU engine)")
+        self._q_dtype = q_dtype
         _require(q_dtype == kv_dtype or kv_dtype in FP8, f"q_data_type {q_dtype} and kv_data_type {kv_dtype} "
                  "differ: q and KV share one dtype but under an fp8 cache")
         for name, value in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
@@ -170,7 +172,7 @@ class PagedWrapper:
         in a CUDA graph; the plan serves every layer.
 
         Args:
-            q: (rows, num_qo_heads, head_dim) in the planned dtype, a row per
+            q: (rows, num_qo_heads, head_dim) in the planned q dtype, a row per
                 request, or per query token where the plan has several a
                 request; any row and head strides with a contiguous last
                 dimension.
@@ -181,8 +183,8 @@ class PagedWrapper:
                 num_kv_heads, page_size, head_dim) tensors with equal strides
                 (vLLM's (2, blocks, ...) cache as (kv[0], kv[1])). Any page,
                 token and head strides; the last dimension contiguous.
-            out: (rows, num_qo_heads, head_dim), the planned dtype (float32
-                too on the CPU engine); allocated when None.
+            out: (rows, num_qo_heads, head_dim), q's dtype (float32 too on
+                the CPU engine); allocated when None.
             lse: (rows, num_qo_heads) float32; allocated when None and
                 return_lse.
             lse_base: "e" (default: the natural log of this library's C++ API

@@ -15,7 +15,7 @@ _DTYPE_NAMES = {
     "bfloat16": "bfloat16", "bf16": "bfloat16",
     "float32": "float32", "float": "float32", "fp32": "float32", "f32": "float32",
     # KV caches only (numpy callers pass their bits as uint8)
-    "float8_e4m3fn": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn",
+    "float8_e4m3fn": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn", "fp8": "float8_e4m3fn",
     "float8_e5m2": "float8_e5m2", "fp8_e5m2": "float8_e5m2", "e5m2": "float8_e5m2",
 }
 FP8 = ("float8_e4m3fn", "float8_e5m2")

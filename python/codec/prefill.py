@@ -169,8 +169,8 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
                         logits_soft_cap, q_data_type, kv_data_type, None, sm_scale, rope_scale, rope_theta, tokens)
         if o_data_type is not None:
             from ._tensors import dtype_name
-            _require(dtype_name(o_data_type, "o_data_type") == self._config[4],
-                     f"o_data_type {o_data_type} differs from q's {self._config[4]}")
+            _require(dtype_name(o_data_type, "o_data_type") == self._q_dtype,
+                     f"o_data_type {o_data_type} differs from q's {self._q_dtype}")
         del non_blocking
         _require(sum(m is not None for m in (custom_mask, packed_custom_mask, draft_mask)) <= 1,
                  "give one of custom_mask, packed_custom_mask and draft_mask")

@@ -123,13 +123,14 @@ void run(const PyPlan& p, const Tensor& q, const Tensor& k, const std::optional<
   check_device(workspace, e, "workspace_buffer");
   const DType dtype = plan.dtype();
   const DType kv_dtype = dtype_of(k, dtype, v ? "k_cache" : "paged_kv_cache");
-  if (v) dtype_of(*v, dtype, "v_cache");
+  const DType v_dtype = v ? dtype_of(*v, dtype, "v_cache") : kv_dtype;
   const DType q_dtype = dtype_of(q, p.q_dtype, "q");
   const DType out_dtype = dtype_of(out, p.q_dtype, "out");
   auto wrong = [&](const char* name, DType got, DType want) {
     type_error(std::string(name) + " is " + dtype_name(got) + " but the plan was made for " + dtype_name(want));
   };
   if (kv_dtype != dtype) wrong(v ? "k_cache" : "paged_kv_cache", kv_dtype, dtype);
+  if (v_dtype != dtype) wrong("v_cache", v_dtype, dtype);
   if (q_dtype != p.q_dtype) wrong("q", q_dtype, p.q_dtype);
   if (out_dtype != p.q_dtype && !(out_dtype == DType::f32 && !e.cuda)) wrong("out", out_dtype, p.q_dtype);
   PagedKV kv = paged_kv(k, v, hnd, dtype);
@@ -219,6 +220,8 @@ void copy_pages(const Array& k_array, const std::optional<Array>& v_array, bool 
                      (k.dtype().code == kDlFloat8E4m3fn || k.dtype().code == kDlFloat8E5m2 ||
                       k.dtype().code == std::uint8_t(nb::dlpack::dtype_code::UInt));
   const DType d = bytes ? DType::e4m3 : dtype_of(k, DType::bf16, v ? "k_cache" : "paged_kv_cache");
+  CODEC_CHECK(!v || (v->dtype().bits == k.dtype().bits && v->dtype().lanes == k.dtype().lanes), "v_cache has dtype ",
+              v ? dlpack_name(v->dtype()) : "", " but k_cache ", dlpack_name(k.dtype()), ": copies need one element size");
   const PagedKV kv = paged_kv(k, v, hnd, d);
   if (e.cuda) {
     const DeviceScope scope(e);

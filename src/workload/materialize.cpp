@@ -202,7 +202,7 @@ Batch materialize(const Workload& w) {
   b.queries = workload_queries(w);
   const int rows = b.num_queries();
   b.q.resize(std::size_t(rows) * std::size_t(hq) * std::size_t(dim) * dtype_size(b.q_dtype));
-  // An fp8 cache stores each value over its kv head's scale (2^-3 .. 2^3, from the seed), as quantisers do.
+  // An fp8 cache stores each value over its kv head's scale ([1/16, 12), from the seed), as quantisers do.
   std::vector<float> k_range(std::size_t(hkv), 1.f), v_range(std::size_t(hkv), 1.f);
   if (is_fp8(w.dtype))
     for (int h = 0; h < hkv; ++h) {

@@ -116,8 +116,18 @@ def test_bad_fp8_arguments_are_refused_by_name():
         w.run(q, cache, v_scale=np.array([1.0, np.inf], np.float32))
     with pytest.raises(TypeError, match="k_cache|paged_kv_cache"):  # a bf16 cache where the plan says fp8
         w.run(q, store(np.stack([b.k, b.v], axis=1), "bfloat16"))
+    with pytest.raises(TypeError, match="v_cache has dtype uint16; expected float8_e4m3fn"):  # K and V apart
+        w.run(q, (bits["k"], store(b.v, "bfloat16")))
     with pytest.raises(ValueError, match="kv_data_type float16 differ"):
         w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="bfloat16", kv_data_type="float16")
+    # the prefill wrapper's o_data_type is q's, not the cache's
+    pre = codec.BatchPrefixPrefillWrapper(np.zeros(16 << 20, np.uint8))
+    qo = np.arange(b.batch_size + 1, dtype=np.int32)
+    pre.plan(qo, b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="bfloat16", kv_data_type="fp8",
+             o_data_type="bfloat16")
+    with pytest.raises(ValueError, match="o_data_type float8_e4m3fn differs from q's bfloat16"):
+        pre.plan(qo, b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="bfloat16",
+                 kv_data_type="fp8", o_data_type="float8_e4m3fn")
 
 
 def test_copy_pages_moves_fp8_bytes():

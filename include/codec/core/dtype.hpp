@@ -1,5 +1,6 @@
 #pragma once
 // Storage dtypes and exact host-side conversions of 16- and 8-bit floats.
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -55,15 +56,28 @@ struct e5m2_t {
 float e4m3_to_float(std::uint8_t bits);  // exact
 float e5m2_to_float(std::uint8_t bits);
 // Round to nearest even, saturating at the largest finite value (as quantisers
-// clamp: ±448 and ±57344); NaN stays NaN.
+// clamp: ±448 and ±57344, infinities included, where torch's casts give NaN
+// for e4m3 and ±inf for e5m2); NaN stays NaN (0x7f).
 std::uint8_t float_to_e4m3(float value);
 std::uint8_t float_to_e5m2(float value);
+
+// Every code's value, for the engines' loads (a table lookup, not a decode).
+inline const std::array<float, 256> kE4m3Values = [] {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) t[std::size_t(c)] = e4m3_to_float(std::uint8_t(c));
+  return t;
+}();
+inline const std::array<float, 256> kE5m2Values = [] {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) t[std::size_t(c)] = e5m2_to_float(std::uint8_t(c));
+  return t;
+}();
 
 inline float to_float(float x) { return x; }
 inline float to_float(f16_t x) { return f16_to_float(x.bits); }
 inline float to_float(bf16_t x) { return bf16_to_float(x.bits); }
-inline float to_float(e4m3_t x) { return e4m3_to_float(x.bits); }
-inline float to_float(e5m2_t x) { return e5m2_to_float(x.bits); }
+inline float to_float(e4m3_t x) { return kE4m3Values[x.bits]; }
+inline float to_float(e5m2_t x) { return kE5m2Values[x.bits]; }
 
 template <typename T>
 T from_float(float x);
