@@ -73,6 +73,7 @@ class PagedWrapper:
         self._slot = PlanSlot(self._num_threads)
         self._handle = self._slot.handle
         self._planned = False
+        self._window_left = -1  # the planned sliding window (QueryBatch::window_left)
         self._in_stream = False  # the current plan is made in the stream (plan_block_table_in_stream)
         self._stream_rows = self._stream_pages = 0
         self._capacity_plan = None
@@ -96,7 +97,11 @@ class PagedWrapper:
         unless it was given one (0: one a request)."""
         _require(pos_encoding_mode == "NONE",
                  f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
-        _require(window_left in (-1, None), f"window_left {window_left}: sliding windows are not supported")
+        window = -1 if window_left is None else window_left
+        _require(isinstance(window, int) and window >= -1, f"window_left {window_left!r} must be an int >= -1")
+        _require(window == -1 or self._device[0] == "cpu",
+                 f"window_left {window_left}: sliding windows run on the CPU engine for now")
+        self._window_left = window
         cap = 0.0 if logits_soft_cap is None else float(logits_soft_cap)
         _require(math.isfinite(cap) and cap >= 0, f"logits_soft_cap {logits_soft_cap} must be None or finite >= 0")
         _require(cap == 0 or self._device[0] == "cpu",
@@ -143,7 +148,8 @@ class PagedWrapper:
         qo_h = None if qo_indptr is None else host_int32(qo_indptr, "qo_indptr")
         if num_pages is None:
             num_pages = int(indices_h.max()) + 1 if indices_h.size else 1
-        plan = self._planner.plan(indptr_h, indices_h, last_h, int(num_pages), qo_h, mask, mask_bits)
+        plan = self._planner.plan(indptr_h, indices_h, last_h, int(num_pages), qo_h, mask, mask_bits,
+                                  self._window_left)
         self._planner.upload(plan, self._workspace, current_stream(self._workspace))
         self._slot.plan = plan
         self._planned = True
@@ -197,8 +203,10 @@ class PagedWrapper:
                 vLLM's: the stored value times its scale is the real value; a
                 float, a 0-d tensor or array, or a float32 one of num_kv_heads
                 values (None: 1). On the CPU engine for now.
-            q_scale, enable_pdl, window_left: FlashInfer's; q_scale is not
-                supported, PDL is always on where the GPU has it.
+            window_left: FlashInfer's override, accepted only equal to the
+                planned window (None: the planned one).
+            q_scale, enable_pdl: FlashInfer's; q_scale is not supported, PDL
+                is always on where the GPU has it.
 
         Returns:
             out, or (out, lse) when return_lse.
@@ -209,7 +217,8 @@ class PagedWrapper:
         _require((k_scale is None and v_scale is None) or self._device[0] == "cpu",
                  "k_scale, v_scale: the CUDA engine takes no scales yet (fp8 caches run on the CPU engine for now)")
         _require(sinks is None or self._device[0] == "cpu", "sinks: the CUDA engine takes none yet (the CPU engine does)")
-        _require(window_left in (None, -1), f"window_left {window_left}: sliding windows are not supported")
+        _require(window_left is None or window_left == self._window_left, f"window_left {window_left} differs "
+                 f"from the planned {self._window_left}: plan again with it (the window shapes the plan)")
         del enable_pdl
         _require(self._planned, "run() before plan(): plan the batch first")
         base2 = lse_base2(lse_base)

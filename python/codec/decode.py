@@ -120,9 +120,12 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
                 ``BatchPrefixPrefillWrapper``.
             logits_soft_cap: each logit s becomes cap · tanh(s / cap)
                 (Gemma 2's); None or 0: none. The CPU engine's for now.
-            pos_encoding_mode, window_left, rope_scale, rope_theta:
-                FlashInfer's; CoDec supports their defaults only (apply RoPE
-                before writing the cache) and refuses others.
+            window_left: a sliding window, FlashInfer's (-1: none): a query
+                token sees window_left + 1 keys up to its own (transformers'
+                sliding_window w is w - 1). The CPU engine's for now.
+            pos_encoding_mode, rope_scale, rope_theta: FlashInfer's; CoDec
+                supports their defaults only (apply RoPE before writing the
+                cache) and refuses others.
         """
         del non_blocking  # page tables are read on the host; device ones are copied once here either way
         _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,

@@ -75,13 +75,15 @@ QueryMask query_mask(const std::string& name) {
 
 std::unique_ptr<PyPlan> Planner::plan(const HostInts& indptr, const HostInts& indices, const HostInts& last_page_len,
                                       std::int64_t num_pages, const std::optional<HostInts>& qo_indptr,
-                                      const std::string& mask, const std::optional<HostBytes>& mask_bits) const {
+                                      const std::string& mask, const std::optional<HostBytes>& mask_bits,
+                                      int window_left) const {
   const PageTable table{{indptr.data(), indptr.size()}, {indices.data(), indices.size()},
                         {last_page_len.data(), last_page_len.size()}, setup_.shape.page_size, num_pages};
   QueryBatch queries;
   queries.mask = query_mask(mask);
   if (qo_indptr) queries.qo_indptr = {qo_indptr->data(), qo_indptr->size()};
   if (mask_bits) queries.mask_bits = {mask_bits->data(), mask_bits->size()};
+  queries.window_left = window_left;
   nb::gil_scoped_release release;
   table.validate();
   const Forest forest = derive_forest(table);
@@ -171,7 +173,7 @@ void bind_planning(nb::module_& m) {
            nb::arg("max_mask_bytes") = 0, nb::arg("q_dtype") = "", nb::arg("logits_soft_cap") = 0.f)
       .def("plan", &Planner::plan, nb::arg("indptr"), nb::arg("indices"), nb::arg("last_page_len"),
            nb::arg("num_pages"), nb::arg("qo_indptr").none() = nb::none(), nb::arg("mask") = "causal",
-           nb::arg("mask_bits").none() = nb::none())
+           nb::arg("mask_bits").none() = nb::none(), nb::arg("window_left") = -1)
       .def("upload", &Planner::upload, nb::arg("plan"), nb::arg("workspace"), nb::arg("stream"))
       .def("stream_plan", &Planner::stream_plan, nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("cumulative"),
            nb::arg("num_pages"), nb::arg("workspace"), nb::arg("stream"), nb::arg("qo_indptr").none() = nb::none())

@@ -47,7 +47,8 @@ class Planner {
   // FlashInfer packs them); None: one token each.
   std::unique_ptr<PyPlan> plan(const HostInts& indptr, const HostInts& indices, const HostInts& last_page_len,
                                std::int64_t num_pages, const std::optional<HostInts>& qo_indptr,
-                               const std::string& mask, const std::optional<HostBytes>& mask_bits) const;
+                               const std::string& mask, const std::optional<HostBytes>& mask_bits,
+                               int window_left) const;
   // Writes the plan into the workspace on `stream` (CUDA); the CPU engine reads the host plan.
   void upload(const PyPlan& p, const Writable& workspace, std::uintptr_t stream);
   // Plans a device block table in stream order (CudaStreamPlanner): the plan

@@ -260,6 +260,7 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   if (!a.query_lo.empty()) {
     const PlanView v = view();
     for (const Task& t : a.tasks) extent_.masked_tasks += v.masked(t);
+    extent_.windowed = std::any_of(a.query_lo.begin(), a.query_lo.end(), [](std::int32_t lo) { return lo > 0; });
   }
 }
 

@@ -22,6 +22,7 @@ bool bit(std::span<const std::uint8_t> bits, std::int64_t b) { return bits[std::
 
 void QueryBatch::validate(std::span<const std::int64_t> kv_len) const {
   const int batch = int(kv_len.size());
+  CODEC_CHECK(window_left >= -1, "window_left ", window_left, " must be >= -1 (-1: no window)");
   if (!one_token_each()) {
     CODEC_CHECK(qo_indptr.size() == std::size_t(batch) + 1, "qo_indptr has ", qo_indptr.size(),
                 " entries, expected ", batch + 1, " (one per request and one more)");
@@ -41,6 +42,7 @@ void QueryBatch::validate(std::span<const std::int64_t> kv_len) const {
 
 bool QueryBatch::sees(int r, int i, std::int64_t j, std::int64_t kv_len, std::int64_t mask_byte) const {
   const std::int64_t n = q_len(r), first_new = kv_len - n;
+  if (window_left >= 0 && j < first_new + i - window_left) return false;
   switch (mask) {
     case QueryMask::none: return true;
     case QueryMask::causal: return j <= first_new + i;
@@ -98,7 +100,8 @@ void query_masks(const Forest& forest, const QueryBatch& queries, PlanArrays& a,
     for (int i = 0; i < n; ++i) {
       const int q = first + i;
       hi[q] = queries.mask == QueryMask::causal ? len - n + i + 1 : len;
-      masked = masked || hi[q] < len;
+      if (queries.window_left >= 0) lo[q] = std::max(0, len - n + i - queries.window_left);
+      masked = masked || hi[q] < len || lo[q] > 0;
       if (!bits) continue;
       // Row i of the request's matrix: the keys from `pos` on, a bit each (QueryBatch::sees).
       const int pos = queries.mask == QueryMask::custom ? 0 : len - n;

@@ -55,6 +55,7 @@ struct Case {
   // slack (-1: none), with maxima of query tokens and mask bytes where it
   // has several tokens a request.
   int capacity_slack = -1;
+  int window_left = -1;  // a sliding window (QueryBatch::window_left; the CPU engine's for now)
 
   std::string describe() const {
     std::ostringstream os;
@@ -78,7 +79,8 @@ struct Case {
            : w.q_len > 1    ? " q_len " + std::to_string(w.q_len)
                             : std::string())
        << (custom_keep > 0 ? " custom keep " + std::to_string(custom_keep).substr(0, 3) : std::string())
-       << (capacity_slack >= 0 ? " capacity +" + std::to_string(capacity_slack) : std::string());
+       << (capacity_slack >= 0 ? " capacity +" + std::to_string(capacity_slack) : std::string())
+       << (window_left >= 0 ? " window_left " + std::to_string(window_left) : std::string());
     return os.str();
   }
 };
@@ -195,6 +197,7 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   if (!c.flat && d.chance(0.25)) c.capacity_slack = d.chance(0.5) ? 0 : d.in(1, 40);
   // an fp8 cache with a scale a kv head, under bf16 queries (the CPU engine's for now)
   if (!cuda && d.chance(0.15)) c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
+  if (!cuda && d.chance(0.15)) c.window_left = d.chance(0.3) ? d.in(0, 4) : d.in(5, 400);
   return c;
 }
 
@@ -207,7 +210,7 @@ PlannerOptions case_options(const Case& c, const Forest& forest, const HeadConfi
   if (c.capacity_slack < 0) return options;
   const int slack = c.capacity_slack, requests = table.num_requests();
   const std::int64_t slots = make_plan(forest, heads, c.w.dtype, cost, options, queries).stats().num_slots;
-  const bool tokens = !queries.one_token_each() || !queries.mask_bits.empty();
+  const bool tokens = !queries.one_token_each() || !queries.mask_bits.empty() || queries.window_left >= 0;  // masks
   const QueryCapacity q = tokens ? QueryCapacity{queries.num_queries(requests) + 2 * slack,
                                                  std::int64_t(queries.mask_bits.size()) + slack}
                                  : QueryCapacity{};
@@ -340,7 +343,8 @@ std::string check_case(const Case& c, bool cuda) {
   const Batch b = materialize(c.w);
   const PageTable table = b.page_table();
   const WorkloadQueries case_q = case_queries(c, b, table);
-  const QueryBatch queries = case_q.view();
+  QueryBatch queries = case_q.view();
+  queries.window_left = c.window_left;
   const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data(), queries, b.q_dtype);
   RooflineParams params = c.roofline_cpu ? RooflineParams::cpu(2) : RooflineParams::h200();
   params.concurrent_blocks = c.options.num_blocks;
@@ -472,6 +476,7 @@ int run_fuzz(const FuzzArgs& args) {
   int causal = 0, trees = 0, custom = 0;  // cases of several query tokens a request, by mask
   int at_capacity = 0;                    // cases planned at a capacity (CUDA graphs)
   int fp8 = 0;                            // cases of an fp8 cache
+  int windows = 0;                        // cases of a sliding window
   for (int i = first; i < first + count; ++i) {
     std::string why, what;
     Case c;
@@ -487,6 +492,7 @@ int run_fuzz(const FuzzArgs& args) {
         causal += c.w.q_len > 1 && c.w.tree_width == 0 && c.custom_keep <= 0;
         at_capacity += c.capacity_slack >= 0;
         fp8 += is_fp8(c.w.dtype);
+        windows += c.window_left >= 0;
         why = check_case(c, cuda);
       }
     } catch (const std::exception& e) {
@@ -510,8 +516,8 @@ int run_fuzz(const FuzzArgs& args) {
     std::fflush(stdout);
   }
   std::printf("%d passed, %d failed (several query tokens a request: %d causal, %d draft trees, %d custom masks; "
-              "%d at a capacity; %d fp8 caches)\n",
-              passed, failed, causal, trees, custom, at_capacity, fp8);
+              "%d at a capacity; %d fp8 caches; %d sliding windows)\n",
+              passed, failed, causal, trees, custom, at_capacity, fp8, windows);
   return failed == 0 ? 0 : 1;
 }
 

@@ -338,6 +338,58 @@ TEST(CpuEngine, SoftCapAndSinksMatchTheReference) {
                                 "logits_soft_cap -1 must be finite and >= 0"));
 }
 
+// Sliding windows (QueryBatch::window_left) against fp64: windows of 1, 6,
+// 41 keys and one longer than every context, one token a request and several
+// under causal, custom and draft masks, page sizes 1, 7 and 16 (a window
+// often begins inside a shared node, and requests sharing a node see
+// different parts of it), with soft-cap and sinks on some; plans that merge
+// and plans that do not. window_left below −1 is refused by name.
+TEST(CpuEngine, SlidingWindowsMatchTheReference) {
+  const HeadConfig plain{8, 2, 64}, capped{8, 2, 64, 0.f, 20.f};
+  int windowed = 0;
+  for (const int page_size : {1, 7, 16})
+    for (const QueryMask mask : {QueryMask::causal, QueryMask::custom, QueryMask::draft})
+      for (const int window_left : {0, 5, 40, 100000})
+        for (const int max_q : {0, 8}) {
+          if (max_q == 0 && mask != QueryMask::causal) continue;
+          const std::uint64_t seed = std::uint64_t(page_size * 31 + window_left % 97 + max_q);
+          const HeadConfig& heads = window_left == 40 ? capped : plain;
+          const test::RandomBatch b =
+              test::make_random_batch(test::engine_spec(seed, heads, DType::f32, page_size, 4, 5, 0.3, 4));
+          test::RandomQueries q = test::make_random_queries(b, mask, std::max(max_q, 1), seed);
+          if (max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;
+          QueryBatch queries = q.view();
+          queries.window_left = window_left;
+          const int rows = q.qo_indptr.empty() ? b.table().num_requests() : q.num_queries();
+          std::vector<float> sinks;
+          if (window_left == 5) sinks.assign(std::size_t(heads.num_qo_heads), 1.5f);
+          const std::string what = b.spec.describe() + " window_left " + std::to_string(window_left) + " mask " +
+                                   std::to_string(int(mask)) + " max_q " + std::to_string(max_q);
+          const ReferenceResult ref = reference_attention(b.table(), b.kv(), heads, q.q.data(), queries, DType::f32, sinks);
+          for (const bool split : {false, true}) {
+            PlannerOptions opt = cpu_planner_options(3);
+            if (split) opt.split = SplitPolicy::fixed, opt.fixed_splits = 3;
+            const Plan plan = make_plan(derive_forest(b.table()), heads, DType::f32,
+                                        RooflineCostModel(RooflineParams::cpu(2), heads, DType::f32), opt, queries);
+            windowed += plan.extent().windowed;
+            Outputs o;
+            AttentionIO io = contiguous_io(plan, q.q.data(), o, rows);
+            io.sinks = sinks.empty() ? nullptr : sinks.data();
+            Workspace ws(plan.workspace().bytes);
+            run_cpu(plan, b.kv(), io, ws.bytes, {2});
+            expect_matches(o, ref, what + (split ? " split" : ""));
+          }
+        }
+  EXPECT_GT(windowed, 40);  // the windows did cut
+  const test::RandomBatch b = test::make_random_batch(test::engine_spec(2, plain, DType::f32, 7, 3, 3, 0.0, 2));
+  QueryBatch bad;
+  bad.window_left = -2;
+  const RooflineCostModel cost(RooflineParams::cpu(2), plain, DType::f32);
+  EXPECT_TRUE(test::throws_with(
+      [&] { make_plan(derive_forest(b.table()), plain, DType::f32, cost, cpu_planner_options(2), bad); },
+      "window_left -2 must be >= -1 (-1: no window)"));
+}
+
 // merge_state of two outputs is exact when exactly one side carries the sink:
 // attention over a request's first pages with the sink, over the rest
 // without, merged, is attention over all of them with the sink.

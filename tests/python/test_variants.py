@@ -1,7 +1,8 @@
 """The attention variants of today's models on the CPU engine (the CUDA
 engine's are to come): the logit soft-cap of Gemma 2 (plan's
-logits_soft_cap) and the attention sinks of gpt-oss (run's sinks), with
-numpy and torch tensors, against float64; the lse includes the sinks."""
+logits_soft_cap), the attention sinks of gpt-oss (run's sinks) and sliding
+windows (plan's window_left), with numpy and torch tensors, against
+float64; the lse includes the sinks."""
 
 import math
 
@@ -73,3 +74,51 @@ def test_bad_sinks_are_refused_by_name():
         w.run(b.q, cache, sinks=np.zeros(3, np.float32))
     with pytest.raises(ValueError, match=r"sinks\[2\] = nan"):
         w.run(b.q, cache, sinks=np.array([0, 0, np.nan, 0, 0, 0, 0, 0], np.float32))
+
+
+@pytest.mark.parametrize("window_left", [0, 9, 1000])
+def test_sliding_windows_match_float64(window_left):
+    """window_left (FlashInfer's): one token a request sees window_left + 1 keys up to its own, on the
+    decode wrapper and, with several causal tokens a request, the prefill wrapper."""
+    b = random_batch(14, 8, 2, 64, 7, "float32", nodes=4, requests=6)
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(16 << 20, np.uint8))
+    w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", window_left=window_left)
+    cache = np.ascontiguousarray(np.stack([b.k, b.v], axis=1))
+    out, lse = w.run(b.q, cache, return_lse=True)
+    ref_out, ref_lse = windowed_reference(b, b.q, np.arange(b.batch_size + 1), window_left)
+    assert rel_l2(out, ref_out) <= 2e-5 and rel_l2(lse, ref_lse) <= 2e-5
+    with pytest.raises(ValueError, match=f"window_left 3 differs from the planned {window_left}"):
+        w.run(b.q, cache, window_left=3)
+    # several causal tokens a request, the same window
+    lens = (np.diff(b.indptr) - 1) * 7 + b.last_page_len
+    qo = np.concatenate([[0], np.cumsum(np.minimum(lens, 5))]).astype(np.int32)
+    q = np.random.default_rng(3).uniform(-3, 3, (qo[-1], 8, 64)).astype(np.float32)
+    pre = codec.BatchPrefixPrefillWrapper(np.zeros(16 << 20, np.uint8))
+    pre.plan(qo, b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, causal=True, q_data_type="float32",
+             window_left=window_left)
+    out, lse = pre.run(q, cache, return_lse=True)
+    ref_out, ref_lse = windowed_reference(b, q, qo, window_left)
+    assert rel_l2(out, ref_out) <= 2e-5 and rel_l2(lse, ref_lse) <= 2e-5
+
+
+def windowed_reference(b, q, qo_indptr, window_left):
+    """float64 causal attention of each request's query tokens (the last of its KV) under the window."""
+    scale, group = 1.0 / math.sqrt(b.head_dim), b.num_qo_heads // b.num_kv_heads
+    out = np.zeros((q.shape[0], b.num_qo_heads, b.head_dim))
+    lse = np.zeros((q.shape[0], b.num_qo_heads))
+    for r in range(b.batch_size):
+        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
+        n = (len(pages) - 1) * b.page_size + int(b.last_page_len[r])
+        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        q_len = qo_indptr[r + 1] - qo_indptr[r]
+        for i, row in enumerate(range(qo_indptr[r], qo_indptr[r + 1])):
+            pos = n - q_len + i
+            lo = max(0, pos - window_left)
+            for h in range(b.num_qo_heads):
+                s = keys[lo:pos + 1, h // group] @ q[row, h].astype(np.float64) * scale
+                m = s.max()
+                p = np.exp(s - m)
+                out[row, h] = p @ values[lo:pos + 1, h // group] / p.sum()
+                lse[row, h] = m + math.log(p.sum())
+    return out, lse

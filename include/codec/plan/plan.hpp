@@ -307,6 +307,8 @@ struct PlanExtent {
   bool needs_merge = false;
   // Tasks some of whose rows see only part of the task's keys (PlanView::masks).
   int masked_tasks = 0;
+  // Some query token sees no key before some position (a sliding window, QueryBatch::window_left).
+  bool windowed = false;
 };
 
 // Workspace of a run: fp32 partial outputs [num_slots, head_dim], then fp32

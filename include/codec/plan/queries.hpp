@@ -31,6 +31,10 @@ struct QueryBatch {
   // (bit k of byte b is bit 8b + k), requests concatenated, each from a byte
   // boundary: FlashInfer's packed_custom_mask; mask_byte_offsets gives them.
   std::span<const std::uint8_t> mask_bits;
+  // A sliding window besides the mask (FlashInfer's window_left; −1: none):
+  // token i of a request of kv_len keys and q_len tokens sees no key j <
+  // kv_len − q_len + i − window_left, i.e. window_left + 1 keys up to its own.
+  int window_left = -1;
 
   bool one_token_each() const { return qo_indptr.empty(); }
   int num_queries(int batch) const { return one_token_each() ? batch : qo_indptr.back(); }
@@ -38,7 +42,7 @@ struct QueryBatch {
   // Throws codec::Error naming the argument and value, for requests of
   // kv_len[r] KV tokens: qo_indptr not [B + 1] from 0 and increasing, a
   // request of more query tokens than KV tokens, mask bits of another length
-  // than the requests' matrices take.
+  // than the requests' matrices take, window_left below −1.
   void validate(std::span<const std::int64_t> kv_len) const;
   // Whether token i of request r (of kv_len KV tokens) sees key j: the mask's
   // definition, as the fp64 reference applies it. `mask_byte` is the

@@ -89,8 +89,9 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
               " is not supported on CUDA (fp16 or bf16; fp8 caches run on the CPU engine for now)");
   CODEC_CHECK(kv.k_scale.count == 0 && kv.v_scale.count == 0,
               "run_cuda: k_scale and v_scale are not supported on CUDA yet (the CPU engine takes them)");
-  CODEC_CHECK(plan.heads().logits_soft_cap == 0.f && io.sinks == nullptr,
-              "run_cuda: logits_soft_cap and sinks are not supported on CUDA yet (the CPU engine takes them)");
+  CODEC_CHECK(plan.heads().logits_soft_cap == 0.f && io.sinks == nullptr && !plan.extent().windowed,
+              "run_cuda: logits_soft_cap, sinks and sliding windows are not supported on CUDA yet (the CPU engine "
+              "takes them)");
   check_io(plan, io, /*out_f32=*/false, "run_cuda");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
   const std::pair<const void*, const char*> pointers[] = {{kv.k, "kv.k"}, {kv.v, "kv.v"}, {io.q.data, "q"},
