@@ -561,8 +561,11 @@ PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostM
   // Several tokens a request: the forest of the query tokens. Masks first:
   // with them no wide task takes in a tail (its rows see every tail token).
   const Forest expanded = queries.one_token_each() ? Forest() : query_forest(forest, queries);
-  const Forest& rows = queries.one_token_each() ? forest : expanded;
   query_masks(forest, queries, a, opt.capacity && opt.capacity->masks);
+  // A node's head that no row sees (sliding windows) is neither read nor priced.
+  const Forest& requested = queries.one_token_each() ? forest : expanded;
+  const std::optional<Forest> trimmed = trim_unseen_heads(requested, a);
+  const Forest& rows = trimmed ? *trimmed : requested;
   PlannerOptions options = opt;
   if (!a.query_lo.empty()) options.wide_tail_tokens = 0;
   Planning planning(rows, heads, cost, options);

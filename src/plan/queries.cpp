@@ -131,6 +131,28 @@ void query_masks(const Forest& forest, const QueryBatch& queries, PlanArrays& a,
   a.mask_words = std::move(words);
 }
 
+std::optional<Forest> trim_unseen_heads(const Forest& rows, PlanArrays& a) {
+  std::optional<Forest> trimmed;
+  if (a.query_lo.empty()) return trimmed;
+  for (std::size_t i = 0; i < rows.nodes.size(); ++i) {
+    const ForestNode& n = rows.nodes[i];
+    if (n.num_reqs == 0 || n.num_tokens == 0) continue;
+    std::int64_t first = n.num_tokens;  // the first token some row of the node sees
+    for (std::int32_t k = 0; k < n.num_reqs; ++k)
+      first = std::min<std::int64_t>(
+          first, std::max<std::int64_t>(0, a.query_lo[rows.reqs[n.req_begin + k]] - a.node_kv_begin[i]));
+    const std::int32_t pages = std::int32_t(first / rows.page_size);  // whole pages: a page's slots stay as they are
+    if (pages == 0) continue;
+    if (!trimmed) trimmed = rows;
+    ForestNode& t = trimmed->nodes[i];
+    t.page_begin += pages;
+    t.num_pages -= pages;
+    t.num_tokens -= pages * rows.page_size;
+    a.node_kv_begin[i] += pages * rows.page_size;
+  }
+  return trimmed;
+}
+
 }  // namespace planning
 
 }  // namespace codec

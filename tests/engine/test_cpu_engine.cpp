@@ -390,6 +390,49 @@ TEST(CpuEngine, SlidingWindowsMatchTheReference) {
       "window_left -2 must be >= -1 (-1: no window)"));
 }
 
+// A window costs a window: a 1,600-token document shared by 4 requests of
+// 10 own tokens each, window 32: the plan reads the document's last pages
+// (at most a window and a page before each row) rather than all of it, and
+// stays exact.
+TEST(CpuEngine, AWindowReadsItsWindowNotTheDocument) {
+  const HeadConfig heads{8, 2, 64};
+  std::vector<std::int32_t> indptr{0}, indices, last;
+  for (int r = 0; r < 4; ++r) {  // pages 0..99 shared, then one page of 10 tokens each
+    for (int p = 0; p < 100; ++p) indices.push_back(p);
+    indices.push_back(100 + r);
+    indptr.push_back(std::int32_t(indices.size()));
+    last.push_back(10);
+  }
+  test::RandomBatchSpec spec = test::engine_spec(9, heads, DType::f32, 16, 1, 1, 0.0, 1);
+  test::RandomBatch b = test::make_random_batch(spec);  // its pool and q, resized to this table
+  b.num_pages = 104;
+  b.k.assign(std::size_t(104) * 16 * 2 * 64 * 4, std::byte{0});
+  b.v = b.k;
+  b.q.resize(std::size_t(4) * 8 * 64 * 4);
+  std::mt19937 rng(3);
+  for (auto* values : {&b.k, &b.v, &b.q})
+    for (std::size_t i = 0; i < values->size(); i += 4) {
+      const float x = std::uniform_real_distribution<float>(-2, 2)(rng);
+      std::memcpy(values->data() + i, &x, 4);
+    }
+  const PageTable table{indptr, indices, last, 16, 104};
+  const PagedKV kv = PagedKV::nhd(b.k.data(), b.v.data(), DType::f32, 104, 16, 2, 64);
+  QueryBatch window;
+  window.window_left = 31;
+  const ReferenceResult ref = reference_attention(table, kv, heads, b.q.data(), window);
+  const RooflineCostModel cost(RooflineParams::cpu(2), heads, DType::f32);
+  const Plan whole = make_plan(derive_forest(table), heads, DType::f32, cost, cpu_planner_options(2));
+  const Plan windowed = make_plan(derive_forest(table), heads, DType::f32, cost, cpu_planner_options(2), window);
+  EXPECT_EQ(whole.stats().kv_tokens_read, (1600 + 4 * 10) * 2);
+  // each request's window reaches 22 tokens into the document: its last two pages, and the own pages
+  EXPECT_EQ(windowed.stats().kv_tokens_read, (2 * 16 + 4 * 10) * 2);
+  Outputs o;
+  const AttentionIO io = contiguous_io(windowed, b.q.data(), o);
+  Workspace ws(windowed.workspace().bytes);
+  run_cpu(windowed, kv, io, ws.bytes, {2});
+  expect_matches(o, ref, "a window over a shared document");
+}
+
 // merge_state of two outputs is exact when exactly one side carries the sink:
 // attention over a request's first pages with the sink, over the rest
 // without, merged, is attention over all of them with the sink.
