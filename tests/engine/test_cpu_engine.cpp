@@ -552,14 +552,8 @@ TEST(CpuEngine, ALongChunkOverACachedPrefix) {
   test::RandomBatchSpec spec = test::engine_spec(4, {8, 2, 128}, DType::bf16, 16, 3, 3, 0.0, 20);
   spec.max_tail = 700;
   const test::RandomBatch b = test::make_random_batch(spec);
-  test::RandomQueries q = test::make_random_queries(b, QueryMask::causal, 1, 4);
+  const test::RandomQueries q = test::chunk_queries(b, 300, 9);
   const PageTable table = b.table();
-  q.qo_indptr = {0};
-  for (int r = 0; r < table.num_requests(); ++r)  // every request's last 300 tokens (or all it has)
-    q.qo_indptr.push_back(q.qo_indptr.back() + int(std::min<std::int64_t>(300, table.request_tokens(r))));
-  q.q.resize(std::size_t(q.num_queries()) * 8 * 128 * 2);
-  std::mt19937 rng(9);
-  for (std::byte& x : q.q) x = std::byte(rng() % 64);  // small bf16 values: exponent bits stay low
   const ReferenceResult ref = reference_attention(table, b.kv(), spec.heads, q.q.data(), q.view());
   PlannerOptions opt;
   opt.num_blocks = 5;

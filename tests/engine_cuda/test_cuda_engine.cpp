@@ -541,14 +541,8 @@ TEST(CudaEngine, LongChunksOverCachedPrefixes) {
     test::RandomBatchSpec spec = test::engine_spec(4, heads, dtype, 16, 3, 3, 0.0, 40);
     spec.max_tail = 700;
     const test::RandomBatch b = test::make_random_batch(spec);
-    test::RandomQueries q = test::make_random_queries(b, QueryMask::causal, 1, 4);
+    const test::RandomQueries q = test::chunk_queries(b, 300, 9);
     const PageTable table = b.table();
-    q.qo_indptr = {0};
-    for (int r = 0; r < table.num_requests(); ++r)  // every request's last 300 tokens (or all it has)
-      q.qo_indptr.push_back(q.qo_indptr.back() + int(std::min<std::int64_t>(300, table.request_tokens(r))));
-    q.q.resize(std::size_t(q.num_queries()) * heads.num_qo_heads * heads.head_dim * 2);
-    std::mt19937 rng(9);
-    for (std::byte& x : q.q) x = std::byte(rng() % 64);  // small values: the exponent bits stay low
     const ReferenceResult ref = reference_attention(table, b.kv(), heads, q.q.data(), q.view());
     DeviceBatch d = upload(b, Layout::nhd);
     d.q = std::make_unique<DeviceBuffer>(q.q.data(), q.q.size());

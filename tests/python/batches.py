@@ -109,8 +109,9 @@ def random_batch(seed: int, num_qo_heads: int, num_kv_heads: int, head_dim: int,
     return Batch(num_qo_heads, num_kv_heads, head_dim, page_size, num_pages, indptr, indices, last_page_len, k, v, q)
 
 
-def reference(b: Batch, sm_scale: float = None) -> Tuple[np.ndarray, np.ndarray]:
-    """float64 attention of each request alone, from the page tables; lse natural log."""
+def reference(b: Batch, sm_scale: float = None, cap: float = 0.0, sinks=None) -> Tuple[np.ndarray, np.ndarray]:
+    """float64 attention of each request alone, from the page tables; lse natural log. cap > 0 soft-caps
+    the logits (cap · tanh(s / cap)); sinks (one a qo head) join each row's denominator."""
     scale = 1.0 / math.sqrt(b.head_dim) if sm_scale is None else sm_scale
     group = b.num_qo_heads // b.num_kv_heads
     out = np.zeros((b.batch_size, b.num_qo_heads, b.head_dim))
@@ -122,10 +123,40 @@ def reference(b: Batch, sm_scale: float = None) -> Tuple[np.ndarray, np.ndarray]
         values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
         for h in range(b.num_qo_heads):
             s = keys[:, h // group] @ b.q[r, h].astype(np.float64) * scale
+            if cap:
+                s = cap * np.tanh(s / cap)
             m = s.max()
             p = np.exp(s - m)
-            out[r, h] = p @ values[:, h // group] / p.sum()
-            lse[r, h] = m + math.log(p.sum())
+            denominator = p.sum() + (math.exp(sinks[h] - m) if sinks is not None else 0.0)
+            out[r, h] = p @ values[:, h // group] / denominator
+            lse[r, h] = m + math.log(denominator)
+    return out, lse
+
+
+def kv_lengths(b):
+    pages = np.diff(b.indptr)
+    return (pages - 1) * b.page_size + b.last_page_len
+
+
+def masked_reference(b, q, qo_indptr, sees):
+    """float64 attention of every query token over the keys sees(r, i, j) keeps; a row that keeps none: 0, -inf."""
+    group, scale = b.num_qo_heads // b.num_kv_heads, 1.0 / math.sqrt(b.head_dim)
+    out = np.zeros((q.shape[0], b.num_qo_heads, b.head_dim))
+    lse = np.full((q.shape[0], b.num_qo_heads), -np.inf)
+    for r, n in enumerate(kv_lengths(b)):
+        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
+        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
+        for i, row in enumerate(range(qo_indptr[r], qo_indptr[r + 1])):
+            keep = np.array([sees(r, i, j) for j in range(n)], dtype=bool)
+            if not keep.any():
+                continue
+            for h in range(b.num_qo_heads):
+                s = keys[keep, h // group] @ q[row, h].astype(np.float64) * scale
+                m = s.max()
+                p = np.exp(s - m)
+                out[row, h] = p @ values[keep, h // group] / p.sum()
+                lse[row, h] = m + math.log(p.sum())
     return out, lse
 
 

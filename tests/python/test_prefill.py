@@ -4,40 +4,13 @@ and (torch tensors) the CUDA engine, and the decode wrapper's q_len_per_req
 and qo_indptr; a chunk that reaches from a request's own pages into a shared
 prefix; bad inputs refused by name."""
 
-import math
 
 import numpy as np
 import pytest
 
 import codec
-from batches import TOLERANCE, cache_of, padded_block_table, random_batch, rel_l2, store, widen
-
-
-def kv_lengths(b):
-    pages = np.diff(b.indptr)
-    return (pages - 1) * b.page_size + b.last_page_len
-
-
-def masked_reference(b, q, qo_indptr, sees):
-    """float64 attention of every query token over the keys sees(r, i, j) keeps; a row that keeps none: 0, -inf."""
-    group, scale = b.num_qo_heads // b.num_kv_heads, 1.0 / math.sqrt(b.head_dim)
-    out = np.zeros((q.shape[0], b.num_qo_heads, b.head_dim))
-    lse = np.full((q.shape[0], b.num_qo_heads), -np.inf)
-    for r, n in enumerate(kv_lengths(b)):
-        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
-        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
-        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
-        for i, row in enumerate(range(qo_indptr[r], qo_indptr[r + 1])):
-            keep = np.array([sees(r, i, j) for j in range(n)], dtype=bool)
-            if not keep.any():
-                continue
-            for h in range(b.num_qo_heads):
-                s = keys[keep, h // group] @ q[row, h].astype(np.float64) * scale
-                m = s.max()
-                p = np.exp(s - m)
-                out[row, h] = p @ values[keep, h // group] / p.sum()
-                lse[row, h] = m + math.log(p.sum())
-    return out, lse
+from batches import (TOLERANCE, cache_of, kv_lengths, masked_reference, padded_block_table, random_batch, rel_l2,
+                     store, widen)
 
 
 def setup(seed, dtype="float32", page_size=7, max_q=9):

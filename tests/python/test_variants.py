@@ -4,36 +4,12 @@ logits_soft_cap), the attention sinks of gpt-oss (run's sinks) and sliding
 windows (plan's window_left), with numpy and torch tensors, against
 float64; the lse includes the sinks."""
 
-import math
 
 import numpy as np
 import pytest
 
 import codec
-from batches import random_batch, rel_l2
-
-
-def reference(b, cap=0.0, sinks=None, scale=None):
-    """float64 attention of each request, logits soft-capped, sinks in the denominator; lse natural log."""
-    scale = 1.0 / math.sqrt(b.head_dim) if scale is None else scale
-    group = b.num_qo_heads // b.num_kv_heads
-    out = np.zeros((b.batch_size, b.num_qo_heads, b.head_dim))
-    lse = np.zeros((b.batch_size, b.num_qo_heads))
-    for r in range(b.batch_size):
-        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
-        n = (len(pages) - 1) * b.page_size + int(b.last_page_len[r])
-        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
-        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
-        for h in range(b.num_qo_heads):
-            s = keys[:, h // group] @ b.q[r, h].astype(np.float64) * scale
-            if cap:
-                s = cap * np.tanh(s / cap)
-            m = s.max()
-            p = np.exp(s - m)
-            denominator = p.sum() + (math.exp(sinks[h] - m) if sinks is not None else 0.0)
-            out[r, h] = p @ values[:, h // group] / denominator
-            lse[r, h] = m + math.log(denominator)
-    return out, lse
+from batches import kv_lengths, masked_reference, random_batch, reference, rel_l2
 
 
 @pytest.mark.parametrize("cap,with_sinks", [(5.0, False), (0.0, True), (20.0, True)])
@@ -45,10 +21,10 @@ def test_soft_cap_and_sinks_match_float64(cap, with_sinks):
     w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", logits_soft_cap=cap)
     cache = np.ascontiguousarray(np.stack([b.k, b.v], axis=1))
     out, lse = w.run(b.q, cache, return_lse=True, sinks=sinks)
-    ref_out, ref_lse = reference(b, cap, sinks)
+    ref_out, ref_lse = reference(b, cap=cap, sinks=sinks)
     assert rel_l2(out, ref_out) <= 2e-5 and rel_l2(lse, ref_lse) <= 2e-5
     if cap:  # the cap changed the result
-        assert rel_l2(reference(b, 0.0, sinks)[0], ref_out) > 1e-2
+        assert rel_l2(reference(b, sinks=sinks)[0], ref_out) > 1e-2
 
 
 @pytest.mark.torch
@@ -61,7 +37,7 @@ def test_torch_sinks_through_the_custom_op():
            q_data_type=torch.float32, logits_soft_cap=30.0)
     cache = torch.from_numpy(np.ascontiguousarray(np.stack([b.k, b.v], axis=1)))
     out, lse = w.run(torch.from_numpy(b.q), cache, return_lse=True, sinks=sinks)
-    ref_out, ref_lse = reference(b, 30.0, sinks.numpy())
+    ref_out, ref_lse = reference(b, cap=30.0, sinks=sinks.numpy())
     assert rel_l2(out.numpy(), ref_out) <= 2e-5 and rel_l2(lse.numpy(), ref_lse) <= 2e-5
 
 
@@ -85,7 +61,7 @@ def test_sliding_windows_match_float64(window_left):
     w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", window_left=window_left)
     cache = np.ascontiguousarray(np.stack([b.k, b.v], axis=1))
     out, lse = w.run(b.q, cache, return_lse=True)
-    ref_out, ref_lse = windowed_reference(b, b.q, np.arange(b.batch_size + 1), window_left)
+    ref_out, ref_lse = windowed(b, b.q, np.arange(b.batch_size + 1), window_left)
     assert rel_l2(out, ref_out) <= 2e-5 and rel_l2(lse, ref_lse) <= 2e-5
     with pytest.raises(ValueError, match=f"window_left 3 differs from the planned {window_left}"):
         w.run(b.q, cache, window_left=3)
@@ -97,28 +73,12 @@ def test_sliding_windows_match_float64(window_left):
     pre.plan(qo, b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, causal=True, q_data_type="float32",
              window_left=window_left)
     out, lse = pre.run(q, cache, return_lse=True)
-    ref_out, ref_lse = windowed_reference(b, q, qo, window_left)
+    ref_out, ref_lse = windowed(b, q, qo, window_left)
     assert rel_l2(out, ref_out) <= 2e-5 and rel_l2(lse, ref_lse) <= 2e-5
 
 
-def windowed_reference(b, q, qo_indptr, window_left):
+def windowed(b, q, qo_indptr, window_left):
     """float64 causal attention of each request's query tokens (the last of its KV) under the window."""
-    scale, group = 1.0 / math.sqrt(b.head_dim), b.num_qo_heads // b.num_kv_heads
-    out = np.zeros((q.shape[0], b.num_qo_heads, b.head_dim))
-    lse = np.zeros((q.shape[0], b.num_qo_heads))
-    for r in range(b.batch_size):
-        pages = b.indices[b.indptr[r]:b.indptr[r + 1]]
-        n = (len(pages) - 1) * b.page_size + int(b.last_page_len[r])
-        keys = b.k[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
-        values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
-        q_len = qo_indptr[r + 1] - qo_indptr[r]
-        for i, row in enumerate(range(qo_indptr[r], qo_indptr[r + 1])):
-            pos = n - q_len + i
-            lo = max(0, pos - window_left)
-            for h in range(b.num_qo_heads):
-                s = keys[lo:pos + 1, h // group] @ q[row, h].astype(np.float64) * scale
-                m = s.max()
-                p = np.exp(s - m)
-                out[row, h] = p @ values[lo:pos + 1, h // group] / p.sum()
-                lse[row, h] = m + math.log(p.sum())
-    return out, lse
+    lens, q_len = kv_lengths(b), np.diff(qo_indptr)
+    return masked_reference(b, q, qo_indptr,
+                            lambda r, i, j: lens[r] - q_len[r] + i - window_left <= j <= lens[r] - q_len[r] + i)

@@ -72,4 +72,19 @@ inline RandomQueries make_random_queries(const RandomBatch& b, QueryMask mask, i
   return r;
 }
 
+// A prefill chunk a request over its cached prefix: each request's last
+// `chunk` tokens (or all it has) as causal query tokens, q of small random
+// bytes in the batch's 16-bit dtype (the exponent bits stay low).
+inline RandomQueries chunk_queries(const RandomBatch& b, int chunk, std::uint64_t seed) {
+  RandomQueries q;
+  const PageTable table = b.table();
+  for (int r = 0; r < table.num_requests(); ++r)
+    q.qo_indptr.push_back(q.qo_indptr.back() + int(std::min<std::int64_t>(chunk, table.request_tokens(r))));
+  const HeadConfig& h = b.spec.heads;
+  q.q.resize(std::size_t(q.num_queries()) * h.num_qo_heads * h.head_dim * 2);
+  std::mt19937 rng{std::uint32_t(seed)};
+  for (std::byte& x : q.q) x = std::byte(rng() % 64);
+  return q;
+}
+
 }  // namespace codec::test

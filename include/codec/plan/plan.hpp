@@ -337,6 +337,7 @@ class Plan {
   PlanStats& stats() { return stats_; }
   const PlanExtent& extent() const { return extent_; }
   bool has_capacity() const { return has_capacity_; }
+  bool masks() const { return counts_.masks; }  // PlanView::masks, without building a view
 
   // The packed arrays, to copy to a device as they are.
   std::span<const std::byte> bytes() const { return buffer_; }

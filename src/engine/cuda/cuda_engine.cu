@@ -295,7 +295,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   const float lse_scale = codec::lse_scale(io.lse_base);
   // The kernels' masked instances (tile/row_masks.cuh): for a plan with
   // masked tasks, and at a capacity with masks for any plan uploaded later.
-  const bool masked = plan.extent().masked_tasks > 0 || (plan.has_capacity() && plan.view().masks);
+  const bool masked = plan.extent().masked_tasks > 0 || (plan.has_capacity() && plan.masks());
 
   dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
     constexpr int D = decltype(dim)::value;
