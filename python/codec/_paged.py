@@ -99,13 +99,9 @@ class PagedWrapper:
                  f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
         window = -1 if window_left is None else window_left
         _require(isinstance(window, int) and window >= -1, f"window_left {window_left!r} must be an int >= -1")
-        _require(window == -1 or self._device[0] == "cpu",
-                 f"window_left {window_left}: sliding windows run on the CPU engine for now")
         self._window_left = window
         cap = 0.0 if logits_soft_cap is None else float(logits_soft_cap)
         _require(math.isfinite(cap) and cap >= 0, f"logits_soft_cap {logits_soft_cap} must be None or finite >= 0")
-        _require(cap == 0 or self._device[0] == "cpu",
-                 f"logits_soft_cap {logits_soft_cap}: the soft-cap runs on the CPU engine for now")
         _require(rope_scale is None and rope_theta is None, "rope_scale and rope_theta: CoDec applies no RoPE")
         q_dtype = dtype_name(q_data_type, "q_data_type")
         kv_source = kv_data_type if kv_data_type is not None else data_type
@@ -127,7 +123,8 @@ class PagedWrapper:
                      f"kv dtype, sm_scale, q dtype, soft-cap) = {self._config}; a graph cannot change them: got "
                      f"{config}")
             if self._use_cuda_graph and self._max_query_tokens is None:
-                self._max_query_tokens = query_tokens
+                # a window's per-row key intervals are masks, which a capacity carries from a query token a row
+                self._max_query_tokens = query_tokens or (self._max_batch_size if window >= 0 else 0)
             tokens = (self._max_query_tokens or 0) if self._use_cuda_graph else 0
             # The library picks the cost model: the table measured for this GPU (the package's copies first), else
             # the roofline.
@@ -198,7 +195,8 @@ class PagedWrapper:
                 return).
             sinks: attention sinks (gpt-oss): (num_qo_heads,) float32 logits,
                 unscaled, added to every row's softmax denominator (no value);
-                the lse includes them. On the CPU engine for now.
+                the lse includes them; on a CUDA device a tensor there (its
+                values are not checked: a NaN or +inf sink makes the rows NaN).
             k_scale, v_scale: an fp8 (or any) cache's scales, FlashInfer's and
                 vLLM's: the stored value times its scale is the real value; a
                 float, a 0-d tensor or array, or a float32 one of num_kv_heads
@@ -216,7 +214,6 @@ class PagedWrapper:
         _require(q_scale is None, "q_scale: CoDec takes unscaled q (fold a scale into sm_scale)")
         _require((k_scale is None and v_scale is None) or self._device[0] == "cpu",
                  "k_scale, v_scale: the CUDA engine takes no scales yet (fp8 caches run on the CPU engine for now)")
-        _require(sinks is None or self._device[0] == "cpu", "sinks: the CUDA engine takes none yet (the CPU engine does)")
         _require(window_left is None or window_left == self._window_left, f"window_left {window_left} differs "
                  f"from the planned {self._window_left}: plan again with it (the window shapes the plan)")
         del enable_pdl

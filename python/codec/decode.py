@@ -119,10 +119,12 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
                 out; ``run`` then takes a row per query token. Other masks:
                 ``BatchPrefixPrefillWrapper``.
             logits_soft_cap: each logit s becomes cap · tanh(s / cap)
-                (Gemma 2's); None or 0: none. The CPU engine's for now.
+                (Gemma 2's); None or 0: none.
             window_left: a sliding window, FlashInfer's (-1: none): a query
                 token sees window_left + 1 keys up to its own (transformers'
-                sliding_window w is w - 1). The CPU engine's for now.
+                sliding_window w is w - 1). In CUDA-graph mode a window
+                needs masks at the capacity: a first plan with one fixes
+                max_query_tokens to max_batch_size if it was not given.
             pos_encoding_mode, rope_scale, rope_theta: FlashInfer's; CoDec
                 supports their defaults only (apply RoPE before writing the
                 cache) and refuses others.
@@ -215,7 +217,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs, query_tokens=tokens)
         self._planned = False  # a call that fails leaves no plan to run
         self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
-                                  current_stream(self._workspace), qo_indptr)
+                                  current_stream(self._workspace), qo_indptr, self._window_left)
         # What run checks: the host never sees these plans, whose rows index q
         # and whose pages index the cache, up to the table's rows (its tokens:
         # rows × q_len_per_req, or with a device qo_indptr the capacity's) and num_pages.

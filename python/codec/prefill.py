@@ -154,8 +154,8 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
                 verification. Not with custom masks.
             q_data_type, kv_data_type, o_data_type, sm_scale, num_pages: as
                 the decode wrapper's; o_data_type must be q's (or None).
-            logits_soft_cap, window_left: as the decode wrapper's (the CPU
-                engine's for now); the window applies with any mask.
+            logits_soft_cap, window_left: as the decode wrapper's; the
+                window applies with any mask.
             pos_encoding_mode, use_fp16_qk_reduction, rope_scale,
             rope_theta: FlashInfer's; CoDec supports their defaults only.
         """

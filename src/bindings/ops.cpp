@@ -30,7 +30,7 @@ void Planner::upload(const PyPlan& p, const Writable& workspace_array, std::uint
 
 void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_array, bool cumulative,
                           std::int64_t num_pages, const Writable& workspace_array, std::uintptr_t stream_handle,
-                          const std::optional<Array>& qo_indptr_array) {
+                          const std::optional<Array>& qo_indptr_array, int window_left) {
   const Tensor table = tensor_of(block_table_array, "block_table");
   const Tensor lens = tensor_of(seq_lens_array, "seq_lens");
   const Tensor workspace = tensor_of(workspace_array, "workspace_buffer");
@@ -40,6 +40,7 @@ void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_
   check_device(lens, engine_, "seq_lens");
   check_device(workspace, engine_, "workspace_buffer");
   DeviceQueries queries;  // several causal query tokens a request, where qo_indptr is given
+  queries.window_left = window_left;
   if (qo_indptr_array) {
     const Tensor qo = tensor_of(*qo_indptr_array, "qo_indptr");
     check_device(qo, engine_, "qo_indptr");

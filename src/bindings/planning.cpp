@@ -176,7 +176,8 @@ void bind_planning(nb::module_& m) {
            nb::arg("mask_bits").none() = nb::none(), nb::arg("window_left") = -1)
       .def("upload", &Planner::upload, nb::arg("plan"), nb::arg("workspace"), nb::arg("stream"))
       .def("stream_plan", &Planner::stream_plan, nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("cumulative"),
-           nb::arg("num_pages"), nb::arg("workspace"), nb::arg("stream"), nb::arg("qo_indptr").none() = nb::none())
+           nb::arg("num_pages"), nb::arg("workspace"), nb::arg("stream"), nb::arg("qo_indptr").none() = nb::none(),
+           nb::arg("window_left") = -1)
       .def("capacity_plan", &Planner::capacity_plan)
       .def("take_stream_error", &Planner::take_stream_error)
       .def("stream_stats", &Planner::stream_stats)

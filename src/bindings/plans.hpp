@@ -54,9 +54,11 @@ class Planner {
   // Plans a device block table in stream order (CudaStreamPlanner): the plan
   // reaches the workspace when the stream gets there, and a CUDA graph
   // capturing this re-plans each replay's batch; run it with capacity_plan().
-  // qo_indptr (device, int32 [rows + 1]): several causal query tokens a request.
+  // qo_indptr (device, int32 [rows + 1]): several causal query tokens a
+  // request; window_left: a sliding window (QueryBatch::window_left).
   void stream_plan(const Array& block_table, const Array& seq_lens, bool cumulative, std::int64_t num_pages,
-                   const Writable& workspace, std::uintptr_t stream, const std::optional<Array>& qo_indptr);
+                   const Writable& workspace, std::uintptr_t stream, const std::optional<Array>& qo_indptr,
+                   int window_left);
   // The plan run takes for every stream_plan (its sizes are the capacity's).
   std::unique_ptr<PyPlan> capacity_plan() const;
   // The first error a stream plan met since the last call (its batch ran as the empty plan), or None.

@@ -44,8 +44,6 @@ void AttentionShape::validate(PlanTarget target) const {
               "the CUDA engine takes float16 or bfloat16, not float32");
   CODEC_CHECK(target == PlanTarget::cpu || !is_fp8(kv_dtype), "KV dtype ", to_string(kv_dtype),
               ": fp8 caches run on the CPU engine for now (the CUDA engine's fp8 kernels are to come)");
-  CODEC_CHECK(target == PlanTarget::cpu || logits_soft_cap == 0, "logits_soft_cap ", logits_soft_cap,
-              ": the soft-cap runs on the CPU engine for now");
 }
 
 std::string cost_table_file_name(const std::string& device, int head_dim, DType dtype) {
@@ -157,6 +155,8 @@ PlannerOptions PlannerSetup::options_for(const Forest& forest, std::int64_t page
     if (workspace.max_query_tokens == 0) {
       CODEC_CHECK(batch == requests, "the batch has ", batch, " query tokens for ", requests,
                   " requests; this CUDA-graph workspace was made for one a request (give max_query_tokens)");
+      CODEC_CHECK(queries.window_left < 0, "window_left ", queries.window_left, ": a sliding window's rows carry "
+                  "masks, which this CUDA-graph workspace was made without (give max_query_tokens)");
     } else {
       CODEC_CHECK(batch <= workspace.max_query_tokens, "the batch has ", batch,
                   " query tokens, more than max_query_tokens ", workspace.max_query_tokens,
@@ -179,7 +179,7 @@ PlannerOptions PlannerSetup::options_for(const Forest& forest, std::int64_t page
     // Without a capacity, the batch's own sizes.
     const int requests = options.capacity ? workspace.max_batch_size : forest.num_requests();
     const std::int64_t entries = options.capacity ? workspace.max_num_pages : std::max<std::int64_t>(page_entries, 1);
-    const bool masks = batch > forest.num_requests() || !queries.mask_bits.empty();
+    const bool masks = batch > forest.num_requests() || !queries.mask_bits.empty() || queries.window_left >= 0;
     const QueryCapacity q = options.capacity ? query_capacity
                             : masks          ? QueryCapacity{batch, std::int64_t(queries.mask_bits.size())}
                                              : QueryCapacity{};

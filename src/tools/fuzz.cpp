@@ -55,7 +55,8 @@ struct Case {
   // slack (-1: none), with maxima of query tokens and mask bytes where it
   // has several tokens a request.
   int capacity_slack = -1;
-  int window_left = -1;  // a sliding window (QueryBatch::window_left; the CPU engine's for now)
+  int window_left = -1;       // a sliding window (QueryBatch::window_left)
+  std::vector<float> sinks;   // attention sinks, one a qo head (AttentionIO::sinks), or none
 
   std::string describe() const {
     std::ostringstream os;
@@ -80,7 +81,10 @@ struct Case {
                             : std::string())
        << (custom_keep > 0 ? " custom keep " + std::to_string(custom_keep).substr(0, 3) : std::string())
        << (capacity_slack >= 0 ? " capacity +" + std::to_string(capacity_slack) : std::string())
-       << (window_left >= 0 ? " window_left " + std::to_string(window_left) : std::string());
+       << (window_left >= 0 ? " window_left " + std::to_string(window_left) : std::string())
+       << (w.heads.logits_soft_cap > 0 ? " soft-cap " + std::to_string(w.heads.logits_soft_cap).substr(0, 4)
+                                       : std::string())
+       << (sinks.empty() ? "" : " sinks");
     return os.str();
   }
 };
@@ -197,7 +201,12 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   if (!c.flat && d.chance(0.25)) c.capacity_slack = d.chance(0.5) ? 0 : d.in(1, 40);
   // an fp8 cache with a scale a kv head, under bf16 queries (the CPU engine's for now)
   if (!cuda && d.chance(0.15)) c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
-  if (!cuda && d.chance(0.15)) c.window_left = d.chance(0.3) ? d.in(0, 4) : d.in(5, 400);
+  if (d.chance(0.15)) c.window_left = d.chance(0.3) ? d.in(0, 4) : d.in(5, 400);
+  // a soft-cap, from one that flattens most logits to one that touches few, and sinks from far below the
+  // logits to far above (each row's lse then mostly the sink's)
+  if (d.chance(0.15)) c.w.heads.logits_soft_cap = 0.1f * float(d.in(2, 500));
+  if (d.chance(0.15))
+    for (int h = 0; h < c.w.heads.num_qo_heads; ++h) c.sinks.push_back(0.1f * float(d.in(-80, 120)));
   return c;
 }
 
@@ -273,7 +282,7 @@ Outcome run_cpu_case(const Case& c, const Plan& plan, const Batch& b, const Pool
   auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(ws.data()) + 15) / 16 * 16);
   const AttentionIO io{QueryRows::contiguous(b.q.data(), b.q_dtype, B, Hq, D),
                        OutputRows::contiguous(out.data(), out_dtype, B, Hq, D), LseRows::contiguous(lse.data(), B, Hq),
-                       c.lse_base};
+                       c.lse_base, c.sinks.empty() ? nullptr : c.sinks.data()};
   run_cpu(plan, pool.at(pool.k.data(), pool.v.empty() ? nullptr : pool.v.data(), b, c.layout), io,
           {aligned, plan.workspace().bytes}, {2});
   return {to_floats(out, out_dtype), lse};
@@ -294,15 +303,18 @@ struct DeviceBytes {
 Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Pool& pool) {
   const int B = b.num_queries(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
   const std::size_t out_bytes = std::size_t(B) * Hq * D * dtype_size(b.q_dtype);
+  std::vector<std::byte> sink_bytes(c.sinks.size() * sizeof(float));
+  if (!c.sinks.empty()) std::memcpy(sink_bytes.data(), c.sinks.data(), sink_bytes.size());
   DeviceBytes k(pool.k), v(pool.v), q(b.q), out(out_bytes), lse(std::size_t(B) * Hq * 4),
-      ws(cuda_workspace_bytes(plan));
+      ws(cuda_workspace_bytes(plan)), sinks(sink_bytes);
   CODEC_CUDA_CHECK(cudaMemset(out.p, 0xff, out_bytes));  // NaN: a row never written fails
   CODEC_CUDA_CHECK(cudaMemset(lse.p, 0xff, std::size_t(B) * Hq * 4));
   CODEC_CUDA_CHECK(cudaMemset(ws.p, 0xff, cuda_workspace_bytes(plan)));
   const std::span<std::byte> workspace(static_cast<std::byte*>(ws.p), cuda_workspace_bytes(plan));
   cuda_upload_plan(plan, workspace, nullptr);
   const AttentionIO io{QueryRows::contiguous(q.p, b.q_dtype, B, Hq, D), OutputRows::contiguous(out.p, b.q_dtype, B, Hq, D),
-                       LseRows::contiguous(static_cast<float*>(lse.p), B, Hq), c.lse_base};
+                       LseRows::contiguous(static_cast<float*>(lse.p), B, Hq), c.lse_base,
+                       c.sinks.empty() ? nullptr : static_cast<const float*>(sinks.p)};
   run_cuda(plan, pool.at(k.p, pool.v.empty() ? nullptr : v.p, b, c.layout), io, workspace, nullptr);
   CODEC_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<std::byte> host(out_bytes);
@@ -345,7 +357,7 @@ std::string check_case(const Case& c, bool cuda) {
   const WorkloadQueries case_q = case_queries(c, b, table);
   QueryBatch queries = case_q.view();
   queries.window_left = c.window_left;
-  const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data(), queries, b.q_dtype);
+  const ReferenceResult ref = reference_attention(table, b.kv(), c.w.heads, b.q.data(), queries, b.q_dtype, c.sinks);
   RooflineParams params = c.roofline_cpu ? RooflineParams::cpu(2) : RooflineParams::h200();
   params.concurrent_blocks = c.options.num_blocks;
   const RooflineCostModel cost(params, c.w.heads, c.w.dtype);
@@ -477,6 +489,7 @@ int run_fuzz(const FuzzArgs& args) {
   int at_capacity = 0;                    // cases planned at a capacity (CUDA graphs)
   int fp8 = 0;                            // cases of an fp8 cache
   int windows = 0;                        // cases of a sliding window
+  int soft_caps = 0, sinks = 0;           // cases of a logit soft-cap, of attention sinks
   for (int i = first; i < first + count; ++i) {
     std::string why, what;
     Case c;
@@ -493,6 +506,8 @@ int run_fuzz(const FuzzArgs& args) {
         at_capacity += c.capacity_slack >= 0;
         fp8 += is_fp8(c.w.dtype);
         windows += c.window_left >= 0;
+        soft_caps += c.w.heads.logits_soft_cap > 0;
+        sinks += !c.sinks.empty();
         why = check_case(c, cuda);
       }
     } catch (const std::exception& e) {
@@ -516,8 +531,8 @@ int run_fuzz(const FuzzArgs& args) {
     std::fflush(stdout);
   }
   std::printf("%d passed, %d failed (several query tokens a request: %d causal, %d draft trees, %d custom masks; "
-              "%d at a capacity; %d fp8 caches; %d sliding windows)\n",
-              passed, failed, causal, trees, custom, at_capacity, fp8, windows);
+              "%d at a capacity; %d fp8 caches; %d sliding windows, %d soft-caps, %d with sinks)\n",
+              passed, failed, causal, trees, custom, at_capacity, fp8, windows, soft_caps, sinks);
   return failed == 0 ? 0 : 1;
 }
 

@@ -146,7 +146,8 @@ AttentionIO device_io(const Plan& plan, const void* q, const DeviceBuffer& out, 
 }
 
 // Upload, run once on poisoned outputs and workspace, synchronise, download.
-Outputs run_gpu(const Plan& plan, const DeviceBatch& b) {
+// sinks: device [Hq] floats (AttentionIO::sinks), or none.
+Outputs run_gpu(const Plan& plan, const DeviceBatch& b, const DeviceBuffer* sinks = nullptr) {
   const PlanView p = plan.view();
   const std::size_t rows = std::size_t(plan.num_requests()) * p.num_qo_heads;
   DeviceBuffer ws(cuda_workspace_bytes(plan)), out(rows * p.head_dim * 2), lse(rows * sizeof(float));
@@ -154,7 +155,9 @@ Outputs run_gpu(const Plan& plan, const DeviceBatch& b) {
   out.poison();
   lse.poison();
   cuda_upload_plan(plan, ws.span(), nullptr);
-  run_cuda(plan, b.kv, device_io(plan, b.q->data(), out, lse, plan.num_requests()), ws.span(), nullptr);
+  AttentionIO io = device_io(plan, b.q->data(), out, lse, plan.num_requests());
+  if (sinks) io.sinks = reinterpret_cast<const float*>(sinks->data());
+  run_cuda(plan, b.kv, io, ws.span(), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
   return collect(out, lse, b.kv.dtype);
 }
@@ -531,6 +534,95 @@ TEST(CudaEngine, QueryTokensUnderEachMaskMatchTheReference) {
   }
 }
 
+// Logit soft-cap (Gemma 2's), attention sinks (gpt-oss's) and sliding
+// windows against fp64, on every kernel path (mma.sync, the wgmma path,
+// packs, the wide kernel, the merge): large logits (sm_scale 1 and rising
+// keys) under caps of 5 and 50; sinks from −4 to 12, above every logit too,
+// on rows that merge partials, rows PAC writes itself, and rows that see no
+// key (custom masks: o = 0, lse = the sink); windows of 1, 6 and 41 keys and
+// one past every context, one token a request and several under each mask,
+// on pages of 1, 7 and 16 tokens (windows that begin inside shared nodes,
+// requests sharing a node that see different parts of it).
+TEST(CudaEngine, SoftCapSinksAndWindowsMatchTheReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    HeadConfig heads;
+    DType dtype;
+    int page_size;
+    Layout layout;
+    bool sinks;
+    int window_left;
+    QueryMask mask;
+    int max_q;  // 0: one token a request
+  };
+  const Case cases[] = {
+      {{8, 2, 64, 1.f, 5.f}, DType::f16, 7, Layout::nhd, false, -1, QueryMask::causal, 0},
+      {{32, 8, 128, 1.f, 50.f}, DType::bf16, 16, Layout::hnd, true, -1, QueryMask::causal, 0},
+      {{40, 8, 128}, DType::f16, 16, Layout::padded, true, -1, QueryMask::custom, 12},
+      {{16, 4, 256, 0.5f, 30.f}, DType::bf16, 3, Layout::interleaved, true, -1, QueryMask::draft, 6},
+      {{32, 8, 128}, DType::bf16, 1, Layout::nhd, false, 0, QueryMask::causal, 0},
+      {{32, 8, 128}, DType::bf16, 7, Layout::nhd, true, 5, QueryMask::causal, 16},
+      {{32, 8, 128, 0.f, 20.f}, DType::f16, 16, Layout::hnd, false, 40, QueryMask::draft, 8},
+      {{8, 2, 64}, DType::bf16, 7, Layout::padded, true, 40, QueryMask::custom, 24},
+      {{16, 16, 64, 1.f, 50.f}, DType::f16, 16, Layout::nhd, true, 100000, QueryMask::causal, 40},
+  };
+  MaskedPaths paths;
+  bool wide_here = false;
+  int windowed = 0;
+  for (const Case& c : cases)
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.dtype, c.page_size, 5, 6, 0.3,
+                                                     (160 + c.page_size - 1) / c.page_size);
+      spec.key_ramp = c.heads.logits_soft_cap > 0 ? 0.4f : 0.f;
+      const test::RandomBatch b = test::make_random_batch(spec);
+      test::RandomQueries q = test::make_random_queries(b, c.mask, std::max(c.max_q, 1), seed);
+      if (c.max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;
+      QueryBatch queries = q.view();
+      queries.window_left = c.window_left;
+      std::vector<float> sinks;
+      for (int h = 0; h < c.heads.num_qo_heads && c.sinks; ++h) sinks.push_back(-4.f + 16.f * float(h % 5) / 4.f);
+      const std::string what = spec.describe() + " " + to_string(c.layout) + " cap " +
+                               std::to_string(c.heads.logits_soft_cap) + (c.sinks ? " sinks" : "") + " window_left " +
+                               std::to_string(c.window_left) + " mask " + std::to_string(int(c.mask)) + " max_q " +
+                               std::to_string(c.max_q);
+      const ReferenceResult ref = reference_attention(b.table(), b.kv(), c.heads, q.q.data(), queries, c.dtype, sinks);
+      DeviceBatch d = upload(b, c.layout);
+      d.q = std::make_unique<DeviceBuffer>(q.q.data(), q.q.size());
+      const std::unique_ptr<DeviceBuffer> device_sinks =
+          sinks.empty() ? nullptr : std::make_unique<DeviceBuffer>(sinks.data(), sinks.size() * sizeof(float));
+      const Forest forest = derive_forest(b.table());
+      const RooflineCostModel roofline = h200_cost(c.heads, c.dtype);
+      auto check = [&](const Forest& f, const CostModel& cost, const PlannerOptions& o, const std::string& how) {
+        const Plan plan = make_plan(f, c.heads, c.dtype, cost, o, queries);
+        paths.tally(plan);
+        windowed += plan.extent().windowed;
+        expect_matches(run_gpu(plan, d, device_sinks.get()), ref, c.dtype, what + " " + how);
+      };
+      PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
+      check(forest, roofline, opt, "device");
+      if (cuda_device_info(c.heads, c.dtype).wide) {
+        wide_here = true;
+        PlannerOptions wide = opt;
+        wide.wide_min_rows = 0;
+        wide.wide_min_tokens = 0;
+        check(forest, test::WidePriced(roofline, 0.5), wide, "wide");
+      }
+      opt.split = SplitPolicy::fixed;  // partials merged before the sink
+      opt.fixed_splits = 3;
+      opt.num_blocks = opt.wide_tile_rows > 0 ? 4 : 3;
+      opt.chunk_align = 1 + int(seed % 16);
+      check(flatten(forest), roofline, opt, "flat, fixed 3");
+    }
+  std::cout << "masked tasks: " << paths.masked << " (wide " << paths.wide << ", wgmma " << paths.wgmma
+            << ", packed " << paths.packed << "); windowed plans " << windowed << "\n";
+  EXPECT_GT(windowed, 20);  // the windows did cut
+  EXPECT_GT(paths.packed, 0);
+  if (wide_here) {
+    EXPECT_GT(paths.wide, 0);
+    EXPECT_GT(paths.wgmma, 0);
+  }
+}
+
 // A prefill chunk of hundreds of tokens a request over cached prefixes: the
 // causal mask cuts every KV tile of each request's own last node, whose
 // thousand-odd rows also run as wide tasks where the device has them.
@@ -816,6 +908,9 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   bad_io.out.dtype = DType::f32;  // the CUDA engine writes q's dtype only
   expect_error(run_with(plan, kv, bad_io, small), "out.dtype fp32 but q is bf16");
   bad_io = io;
+  bad_io.sinks = reinterpret_cast<const float*>(fake + 2);
+  expect_error(run_with(plan, kv, bad_io, small), "sinks 0x");
+  bad_io = io;
   bad_io.q.stride_batch = 32 * 128 + 4;  // 8,200 bytes: not a multiple of 16
   expect_error(run_with(plan, kv, bad_io, small), "q.stride_batch 4100 elements");
   bad = kv;
@@ -1017,8 +1112,9 @@ TEST(CudaEngine, GraphReplaysQueryTokensUnderEachMaskAtOneCapacity) {
 // replay plans what the device block table (and with `mask`, the device
 // qo_indptr and mask bits) then holds, with padding rows after the batch.
 // With `checks`, a batch it cannot plan runs as the empty plan, its error
-// kept, and bad enqueues are refused by name.
-void expect_stream_replays(std::optional<QueryMask> mask, bool checks) {
+// kept, and bad enqueues are refused by name. window_left: every step's
+// sliding window (DeviceQueries::window_left).
+void expect_stream_replays(std::optional<QueryMask> mask, bool checks, int window_left = -1) {
   const HeadConfig heads{32, 8, 128};
   constexpr int kRows = 16;
   std::vector<test::RandomBatch> batches;
@@ -1041,8 +1137,9 @@ void expect_stream_replays(std::optional<QueryMask> mask, bool checks) {
   }
   PlannerOptions opt = cuda_planner_options(heads, DType::bf16);
   constexpr std::size_t kWorkspace = std::size_t(48) << 20;
+  const bool masks = mask || window_left >= 0;  // a window's rows carry masks, one token a request too
   opt.capacity = cuda_plan_capacity(kWorkspace, kRows, std::int64_t(kRows) * kCols, heads, opt,
-                                    mask ? QueryCapacity{max_tokens, max_mask_bytes} : QueryCapacity{});
+                                    masks ? QueryCapacity{max_tokens, max_mask_bytes} : QueryCapacity{});
   CudaStreamPlanner planner(heads, DType::bf16, 16, std::make_shared<RooflineCostModel>(h200_cost(heads, DType::bf16)),
                             opt, kRows, kCols, max_mask_bytes);
   const int rows_cap = opt.capacity->requests;  // q's and out's rows: the capacity's
@@ -1062,6 +1159,7 @@ void expect_stream_replays(std::optional<QueryMask> mask, bool checks) {
                       reinterpret_cast<const std::uint8_t*>(bits.data()),
                       *mask == QueryMask::causal ? 0 : max_mask_bytes};
   }
+  device_queries.window_left = window_left;
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<std::int32_t> host_table, host_lens, host_qo;
@@ -1096,7 +1194,8 @@ void expect_stream_replays(std::optional<QueryMask> mask, bool checks) {
     const test::RandomBatch& b = batches[i];
     CUDA_OK(cudaStreamSynchronize(stream));
     Outputs o = collect(out, lse, DType::bf16);
-    const QueryBatch batch_queries = mask ? queries[i].view() : QueryBatch{};
+    QueryBatch batch_queries = mask ? queries[i].view() : QueryBatch{};
+    batch_queries.window_left = window_left;
     const std::size_t rows = std::size_t(batch_queries.num_queries(b.table().num_requests())) * 32;
     for (std::size_t x = rows * 128; x < o.out.size(); ++x) ASSERT_EQ(o.out[x], 0.f) << "padding row, " << what;
     for (std::size_t x = rows; x < o.lse.size(); ++x) ASSERT_EQ(o.lse[x], -INFINITY) << "padding row, " << what;
@@ -1173,6 +1272,14 @@ TEST(CudaEngine, StreamPlannerReplansQueryTokensEveryGraphReplay) {
     SCOPED_TRACE("mask " + std::to_string(int(mask)));
     expect_stream_replays(mask, false);
   }
+}
+
+// And under sliding windows: one token a request (a decode step of a
+// sliding layer), and draft trees.
+TEST(CudaEngine, StreamPlannerReplansSlidingWindowsEveryGraphReplay) {
+  SKIP_WITHOUT_GPU();
+  expect_stream_replays(std::nullopt, false, 37);
+  expect_stream_replays(QueryMask::draft, false, 5);
 }
 
 // cuda_merge_states and cuda_copy_pages give what their CPU twins give.

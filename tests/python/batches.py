@@ -138,8 +138,9 @@ def kv_lengths(b):
     return (pages - 1) * b.page_size + b.last_page_len
 
 
-def masked_reference(b, q, qo_indptr, sees):
-    """float64 attention of every query token over the keys sees(r, i, j) keeps; a row that keeps none: 0, -inf."""
+def masked_reference(b, q, qo_indptr, sees, cap=0.0, sinks=None):
+    """float64 attention of every query token over the keys sees(r, i, j) keeps, soft-capped and with
+    sinks as reference's; a row that keeps none: 0, and lse -inf (or its sink)."""
     group, scale = b.num_qo_heads // b.num_kv_heads, 1.0 / math.sqrt(b.head_dim)
     out = np.zeros((q.shape[0], b.num_qo_heads, b.head_dim))
     lse = np.full((q.shape[0], b.num_qo_heads), -np.inf)
@@ -149,14 +150,19 @@ def masked_reference(b, q, qo_indptr, sees):
         values = b.v[pages].reshape(-1, b.num_kv_heads, b.head_dim)[:n].astype(np.float64)
         for i, row in enumerate(range(qo_indptr[r], qo_indptr[r + 1])):
             keep = np.array([sees(r, i, j) for j in range(n)], dtype=bool)
-            if not keep.any():
-                continue
             for h in range(b.num_qo_heads):
+                sink = -np.inf if sinks is None else float(sinks[h])
+                if not keep.any():
+                    lse[row, h] = sink
+                    continue
                 s = keys[keep, h // group] @ q[row, h].astype(np.float64) * scale
+                if cap:
+                    s = cap * np.tanh(s / cap)
                 m = s.max()
                 p = np.exp(s - m)
-                out[row, h] = p @ values[keep, h // group] / p.sum()
-                lse[row, h] = m + math.log(p.sum())
+                denominator = p.sum() + math.exp(sink - m)
+                out[row, h] = p @ values[keep, h // group] / denominator
+                lse[row, h] = m + math.log(denominator)
     return out, lse
 
 

@@ -1,15 +1,16 @@
-"""The attention variants of today's models on the CPU engine (the CUDA
-engine's are to come): the logit soft-cap of Gemma 2 (plan's
-logits_soft_cap), the attention sinks of gpt-oss (run's sinks) and sliding
-windows (plan's window_left), with numpy and torch tensors, against
-float64; the lse includes the sinks."""
+"""The attention variants of today's models: the logit soft-cap of Gemma 2
+(plan's logits_soft_cap), the attention sinks of gpt-oss (run's sinks) and
+sliding windows (plan's window_left), with numpy and torch tensors on the
+CPU engine and torch tensors on the CUDA engine (eager, and planned in the
+stream of a CUDA graph), against float64; the lse includes the sinks."""
 
 
 import numpy as np
 import pytest
 
 import codec
-from batches import kv_lengths, masked_reference, random_batch, reference, rel_l2
+from batches import (TOLERANCE, cache_of, kv_lengths, masked_reference, padded_block_table, random_batch, reference,
+                     rel_l2, store, widen)
 
 
 @pytest.mark.parametrize("cap,with_sinks", [(5.0, False), (0.0, True), (20.0, True)])
@@ -82,3 +83,111 @@ def windowed(b, q, qo_indptr, window_left):
     lens, q_len = kv_lengths(b), np.diff(qo_indptr)
     return masked_reference(b, q, qo_indptr,
                             lambda r, i, j: lens[r] - q_len[r] + i - window_left <= j <= lens[r] - q_len[r] + i)
+
+
+def cuda_or_skip():
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device (or this build has no CUDA engine)")
+    return torch
+
+
+def windowed_causal(lens, q_len, window_left):
+    return lambda r, i, j: lens[r] - q_len[r] + i - window_left <= j <= lens[r] - q_len[r] + i
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("window_left", [-1, 0, 9])
+def test_cuda_variants_match_float64(dtype, window_left):
+    """Soft-cap, sinks and windows together on the CUDA engine: one token a
+    request on the decode wrapper, several causal tokens on the prefill
+    wrapper; the kernels' results against float64 of the stored values."""
+    torch = cuda_or_skip()
+
+    def device(x):  # an array in `dtype` storage (bfloat16 as its bits) as a CUDA tensor
+        t = torch.from_numpy(np.ascontiguousarray(x))
+        return (t.view(torch.bfloat16) if dtype == "bfloat16" else t).cuda()
+
+    b = random_batch(21, 8, 2, 64, 7, dtype, nodes=5, requests=6)
+    lens = kv_lengths(b)
+    cap, sinks = 20.0, np.linspace(-3, 9, 8).astype(np.float32)
+    cache = device(cache_of(b, dtype, "NHD", "interleaved"))
+    dev_sinks = torch.from_numpy(sinks).cuda()
+    window = {} if window_left < 0 else {"window_left": window_left}
+    w = codec.BatchPrefixDecodeWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"))
+    w.plan(*(torch.from_numpy(x).cuda() for x in (b.indptr, b.indices, b.last_page_len)), 8, 2, 64, 7,
+           q_data_type=getattr(torch, dtype), logits_soft_cap=cap, **window)
+    q = widen(store(b.q * 4, dtype), dtype)  # large logits: the cap bites
+    out, lse = w.run(device(store(q, dtype)), cache, return_lse=True, sinks=dev_sinks)
+    ones = np.arange(b.batch_size + 1, dtype=np.int32)
+    ref = masked_reference(b, q, ones, windowed_causal(lens, np.ones_like(lens), 1 << 30 if window_left < 0
+                                                       else window_left), cap, sinks)
+    assert rel_l2(out.float().cpu().numpy(), ref[0]) <= TOLERANCE[dtype]
+    assert rel_l2(lse.cpu().numpy(), ref[1]) <= 1e-5
+
+    q_len = np.minimum(lens, 1 + np.arange(b.batch_size) * 5)
+    qo = np.concatenate([[0], np.cumsum(q_len)]).astype(np.int32)
+    qt = widen(store(np.random.default_rng(4).uniform(-6, 6, (qo[-1], 8, 64)).astype(np.float32), dtype), dtype)
+    pre = codec.BatchPrefixPrefillWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"))
+    pre.plan(*(torch.from_numpy(x).cuda() for x in (qo, b.indptr, b.indices, b.last_page_len)), 8, 2, 64, 7,
+             causal=True, q_data_type=getattr(torch, dtype), logits_soft_cap=cap, **window)
+    out, lse = pre.run(device(store(qt, dtype)), cache, return_lse=True, sinks=dev_sinks)
+    ref = masked_reference(b, qt, qo, windowed_causal(lens, q_len, 1 << 30 if window_left < 0 else window_left),
+                           cap, sinks)
+    assert rel_l2(out.float().cpu().numpy(), ref[0]) <= TOLERANCE[dtype]
+    assert rel_l2(lse.cpu().numpy(), ref[1]) <= 1e-5
+
+
+@pytest.mark.torch
+def test_cuda_graph_plans_windows_in_the_stream():
+    """A decode step of a sliding layer planned inside its CUDA graph, with
+    sinks and a soft-cap: every replay plans the block table the tensors
+    then hold under the window (the capacity carries masks: a first plan
+    with a window fixes max_query_tokens); padding rows come out empty."""
+    torch = cuda_or_skip()
+    max_b, window_left, cap = 8, 11, 30.0
+    batches = [random_batch(s, 8, 2, 64, 7, "bfloat16", requests=2 + s % 6) for s in range(31, 36)]
+    cols = max(int(np.diff(b.indptr).max()) for b in batches)
+    max_pages = max(b.num_pages for b in batches)
+    w = codec.BatchPrefixDecodeWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"), use_cuda_graph=True,
+                                       max_batch_size=max_b, max_num_pages=max_b * cols)
+    table = torch.full((max_b, cols), -1, dtype=torch.int32, device="cuda")
+    lens = torch.zeros(max_b, dtype=torch.int32, device="cuda")
+    q = torch.zeros((max_b, 8, 64), dtype=torch.bfloat16, device="cuda")
+    out, lse = torch.empty_like(q), torch.empty((max_b, 8), device="cuda")
+    cache = torch.zeros((max_pages, 2, 7, 2, 64), dtype=torch.bfloat16, device="cuda")
+    sinks = np.linspace(-2, 6, 8).astype(np.float32)
+    dev_sinks = torch.from_numpy(sinks).cuda()
+
+    def load(b):
+        t, n = padded_block_table(b, max_b, cols)
+        table.copy_(torch.from_numpy(t))
+        lens.copy_(torch.from_numpy(n))
+        q.zero_()
+        q[:b.batch_size] = torch.from_numpy(store(b.q, "bfloat16")).view(torch.bfloat16).cuda()
+        cache[:b.num_pages] = torch.from_numpy(cache_of(b, "bfloat16", "NHD", "interleaved")).view(torch.bfloat16).cuda()
+        out.fill_(float("nan"))
+
+    def step():
+        w.plan_block_table_in_stream(table, lens, 8, 2, 64, 7, num_pages=max_pages, q_data_type=torch.bfloat16,
+                                     window_left=window_left, logits_soft_cap=cap)
+        w.run(q, cache, out=out, lse=lse, sinks=dev_sinks)
+
+    load(batches[0])
+    step()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for i, b in enumerate(batches):
+        load(b)
+        graph.replay()
+        torch.cuda.synchronize()
+        n, lens_b = b.batch_size, kv_lengths(b)
+        ones = np.arange(n + 1, dtype=np.int32)
+        ref = masked_reference(b, widen(store(b.q, "bfloat16"), "bfloat16"), ones,
+                               windowed_causal(lens_b, np.ones_like(lens_b), window_left), cap, sinks)
+        assert rel_l2(out[:n].float().cpu().numpy(), ref[0]) <= TOLERANCE["bfloat16"], f"batch {i}"
+        assert rel_l2(lse[:n].cpu().numpy(), ref[1]) <= 1e-5, f"batch {i}"
+        assert torch.all(out[n:] == 0) and torch.all(lse[n:] == float("-inf")), f"padding rows, batch {i}"
+    w.check_stream_plans()

@@ -39,12 +39,15 @@ namespace codec {
 // [rows + 1] over the block table's rows (null: one token a request) under
 // `mask`, and for a custom or draft mask its packed bits, of which the first
 // mask_bytes are copied every step (at most the planner's max_mask_bytes;
-// the host function takes what the batch's matrices need of them).
+// the host function takes what the batch's matrices need of them), and a
+// sliding window (QueryBatch::window_left; with one token a request too).
+// Windows and query tokens need a capacity with masks.
 struct DeviceQueries {
   const std::int32_t* qo_indptr = nullptr;
   QueryMask mask = QueryMask::causal;
   const std::uint8_t* mask_bits = nullptr;
   std::int64_t mask_bytes = 0;
+  int window_left = -1;
 };
 
 class CudaStreamPlanner {

@@ -46,7 +46,7 @@ struct AttentionShape {
   DType q_dtype = DType::bf16;
   DType kv_dtype = DType::bf16;
   int page_size = 0;
-  float logits_soft_cap = 0;  // > 0: HeadConfig::logits_soft_cap (the CPU engine's for now)
+  float logits_soft_cap = 0;  // > 0: HeadConfig::logits_soft_cap
 
   HeadConfig heads() const { return {num_qo_heads, num_kv_heads, head_dim_qk, sm_scale, logits_soft_cap}; }
   // Throws codec::Error naming the field and value, for the target's engine.

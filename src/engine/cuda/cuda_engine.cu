@@ -89,17 +89,16 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
               " is not supported on CUDA (fp16 or bf16; fp8 caches run on the CPU engine for now)");
   CODEC_CHECK(kv.k_scale.count == 0 && kv.v_scale.count == 0,
               "run_cuda: k_scale and v_scale are not supported on CUDA yet (the CPU engine takes them)");
-  CODEC_CHECK(plan.heads().logits_soft_cap == 0.f && io.sinks == nullptr && !plan.extent().windowed,
-              "run_cuda: logits_soft_cap, sinks and sliding windows are not supported on CUDA yet (the CPU engine "
-              "takes them)");
   check_io(plan, io, /*out_f32=*/false, "run_cuda");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
   const std::pair<const void*, const char*> pointers[] = {{kv.k, "kv.k"}, {kv.v, "kv.v"}, {io.q.data, "q"},
                                                           {io.out.data, "out"}};
   for (const auto& [ptr, name] : pointers)
     CODEC_CHECK(aligned(ptr, 16), "run_cuda: ", name, " ", ptr, " is not 16-byte aligned");
-  CODEC_CHECK(aligned(io.lse.data, alignof(float)), "run_cuda: lse ", static_cast<const void*>(io.lse.data),
-              " is not 4-byte aligned");
+  const std::pair<const float*, const char*> floats[] = {{io.lse.data, "lse"}, {io.sinks, "sinks"}};
+  for (const auto& [ptr, name] : floats)
+    CODEC_CHECK(aligned(ptr, alignof(float)), "run_cuda: ", name, " ", static_cast<const void*>(ptr),
+                " is not 4-byte aligned");
   const std::int64_t elem = std::int64_t(dtype_size(kv.dtype));
   const std::pair<std::int64_t, const char*> strides[] = {
       {kv.stride_page, "kv.stride_page"},   {kv.stride_token, "kv.stride_token"}, {kv.stride_head, "kv.stride_head"},
@@ -293,6 +292,8 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     programmatic = major >= 9;
   }
   const float lse_scale = codec::lse_scale(io.lse_base);
+  const float sm_scale = plan.heads().scale(), soft_cap = plan.heads().logits_soft_cap;
+  const cuda::SoftCap cap = soft_cap > 0.f ? cuda::SoftCap{sm_scale / soft_cap, soft_cap / sm_scale} : cuda::SoftCap{};
   // The kernels' masked instances (tile/row_masks.cuh): for a plan with
   // masked tasks, and at a capacity with masks for any plan uploaded later.
   const bool masked = plan.extent().masked_tasks > 0 || (plan.has_capacity() && plan.masks());
@@ -312,7 +313,9 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .lse_scale = lse_scale,
                                  .part_o = part_o,
                                  .part_lse = part_lse,
-                                 .sm_scale = plan.heads().scale()};
+                                 .sm_scale = sm_scale,
+                                 .cap = cap,
+                                 .sinks = io.sinks};
     if constexpr (D == 128) {  // with wide blocks validate_run made sure of sm_90 and a build for sm_90a
       if (launches.wide) cuda::launch_pac_wide<D, T>(params, masked, stream);
     }
@@ -326,6 +329,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                 .lse = io.lse.data,
                                 .lse_rows = io.lse.strides(),
                                 .lse_scale = lse_scale,
+                                .sinks = io.sinks,
                                 .warps_per_row = cuda::merge_warps_per_row<D>(plan.extent().max_partials)},
                                programmatic, stream);
   });

@@ -59,8 +59,9 @@ struct CudaStreamPlanner::Impl {
     bool tokens;  // DeviceQueries::qo_indptr given
     QueryMask mask;
     std::int64_t mask_bytes;
+    int window_left;
   };
-  using CallKey = std::tuple<int, int, bool, std::int64_t, bool, int, std::int64_t>;
+  using CallKey = std::tuple<int, int, bool, std::int64_t, bool, int, std::int64_t, int>;
 
   int page_size;
   PlannerOptions options;
@@ -115,10 +116,11 @@ struct CudaStreamPlanner::Impl {
   }
 
   // The step's query tokens over the table's first `requests` rows (those
-  // with tokens), the mask's bytes cut to what their matrices take.
+  // with tokens), the mask's bytes cut to what their matrices take, and the window.
   QueryBatch queries_of(const Call& c, int requests) const {
-    if (!c.tokens) return {};
     QueryBatch q;
+    q.window_left = c.window_left;
+    if (!c.tokens) return q;
     q.qo_indptr = {qo_indptr, std::size_t(requests) + 1};
     q.mask = c.mask;
     if (c.mask == QueryMask::custom || c.mask == QueryMask::draft) {
@@ -213,8 +215,10 @@ void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages,
               workspace.size(), " bytes is smaller than the ", need, " bytes of its capacity");
   const bool tokens = queries.qo_indptr != nullptr;
   const bool bits = queries.mask == QueryMask::custom || queries.mask == QueryMask::draft;
-  CODEC_CHECK(!tokens || s.options.capacity->masks, "CudaStreamPlanner::enqueue: query tokens need a capacity with "
-              "masks (a maximum of query tokens)");
+  CODEC_CHECK((!tokens && queries.window_left < 0) || s.options.capacity->masks, "CudaStreamPlanner::enqueue: ",
+              tokens ? "query tokens need" : "a sliding window needs", " a capacity with masks (a maximum of query tokens)");
+  CODEC_CHECK(queries.window_left >= -1, "CudaStreamPlanner::enqueue: window_left ", queries.window_left,
+              " must be >= -1");
   CODEC_CHECK(tokens || (queries.mask == QueryMask::causal && queries.mask_bytes == 0),
               "CudaStreamPlanner::enqueue: a mask needs qo_indptr");
   CODEC_CHECK(bits ? queries.mask_bits != nullptr && queries.mask_bytes >= 1 && queries.mask_bytes <= s.max_mask_bytes
@@ -222,11 +226,11 @@ void CudaStreamPlanner::enqueue(const BlockTable& table, std::int64_t num_pages,
               "CudaStreamPlanner::enqueue: mask_bytes ", queries.mask_bytes, bits ? " must be in [1, max_mask_bytes = " +
               std::to_string(s.max_mask_bytes) + "] with mask_bits" : " without a custom or draft mask");
   const Impl::CallKey key{table.rows, table.cols, table.cumulative, num_pages, tokens, int(queries.mask),
-                         queries.mask_bytes};
+                         queries.mask_bytes, queries.window_left};
   auto& call = s.calls[key];
   if (!call)
     call = std::make_unique<Impl::Call>(Impl::Call{&s, table.rows, table.cols, table.cumulative, num_pages, tokens,
-                                                   queries.mask, queries.mask_bytes});
+                                                   queries.mask, queries.mask_bytes, queries.window_left});
   const std::size_t row = sizeof(std::int32_t) * std::size_t(table.cols);
   if (table.rows > 0) {
     CODEC_CUDA_CHECK(cudaMemcpy2DAsync(s.blocks, row, table.blocks, sizeof(std::int32_t) * table.row_stride, row,

@@ -40,6 +40,7 @@ struct MergeParams {
   float* lse;             // lse of (request, qo head) at lse_rows.at(request, head), or null
   RowStrides lse_rows;
   float lse_scale;        // 1 (natural log) or log2(e) (base 2)
+  const float* sinks;     // [Hq] attention sinks (AttentionIO::sinks), or null
   int warps_per_row = 1;  // 1, 2 or 4 (merge_warps_per_row)
 };
 
@@ -149,8 +150,15 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
   }
   if (!merged) return;
 
-  // normalise; a row whose partials are all empty is the empty state (o = 0, lse = −inf)
-  const float inv_l = w.state.inv_l(), lse = w.state.lse();
+  // normalise; a row whose partials are all empty is the empty state (o = 0,
+  // lse = −inf), or with a sink the sink alone (o = 0, lse = sink). Rows of
+  // no partial (past a capacity's batch) stay the empty state.
+  float inv_l = w.state.inv_l(), lse = w.state.lse();
+  if (p.sinks != nullptr && partials > 0) {
+    const MergeWeights s = merge_weights(lse, p.sinks[head]);
+    inv_l *= s.w1;
+    lse = s.lse;
+  }
   // the row in the KV dtype, kVec / 2 packed pairs per lane and access
   T* out = static_cast<T*>(p.out) + p.out_rows.at(req, head);
 #pragma unroll

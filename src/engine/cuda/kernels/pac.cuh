@@ -64,7 +64,19 @@ struct PacParams {
   float* part_o;               // [slots, D] fp32 normalised partial outputs
   float* part_lse;             // [slots] fp32 natural log
   float sm_scale;
+  SoftCap cap;                 // the logit soft-cap (tile/softmax.cuh), or none
+  const float* sinks;          // [Hq] attention sinks (AttentionIO::sinks), or null
 };
+
+// A row of a single partial, written by PAC itself, takes its sink here
+// (the merge kernel takes the others'): the sink is a partial of value 0, so
+// o scales by its weight and the lse includes it (state.hpp, merge_weights).
+__device__ __forceinline__ float sink_weight(const PacParams& p, int head, float& lse) {
+  if (p.sinks == nullptr) return 1.f;
+  const MergeWeights w = merge_weights(lse, p.sinks[head]);
+  lse = w.lse;
+  return w.w1;
+}
 
 // ---------------------------------------------------------------- kernel
 
@@ -133,6 +145,8 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
     const int v = task.row_begin + r;
     if (ssingle[r]) {
       const int req = reqs[v / G], head = task.kv_head * G + v % G;
+      const float w = sink_weight(p, head, lse);
+      acc = make_float4(w * acc.x, w * acc.y, w * acc.z, w * acc.w);
       const uint2 packed = {pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w)};
       *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + p.out_rows.at(req, head) + d) = packed;
       if (d == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(req, head)] = lse * p.lse_scale;
@@ -223,13 +237,13 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     const T* sv = sk + Tr::kTileTokens * D;
 #if CODEC_WGMMA
     if (wg) {
-      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, p.sm_scale, mask,
+      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, p.sm_scale, p.cap, mask,
                               t * Tr::kTileTokens, state, o);
       continue;
     }
 #endif
     if (has_rows && token0 < tile_tokens)
-      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, p.sm_scale, mask,
+      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, p.sm_scale, p.cap, mask,
                                   t * Tr::kTileTokens, state, o);
   }
   cp_async_wait<0>();
@@ -268,11 +282,12 @@ __device__ __forceinline__ void store_fragment_rows(const PacParams& p, const Ta
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     state[h].l = butterfly<4>(state[h].l, SumOp{});
-    const float inv_l = state[h].inv_l(), lse = state[h].lse();
+    float inv_l = state[h].inv_l(), lse = state[h].lse();
     if (fr.row[h] >= rows) continue;
     const int v = task.row_begin + fr.row[h], col = 2 * (lane % 4);
     if (fr.single[h]) {
       const int head = task.kv_head * G + v % G;
+      inv_l *= sink_weight(p, head, lse);
       T* out = static_cast<T*>(p.out) + p.out_rows.at(fr.req[h], head) + col;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
@@ -358,7 +373,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
       const T* sk = kv.stage(t);
       attend_tile_mma<D, T, 1>(sq, sk, sk + Tr::kTileTokens * D, warp, row0,
-                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, mask,
+                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, p.cap, mask,
                                t * Tr::kTokenStep - row0, state, o);
     }
     cp_async_wait<0>();

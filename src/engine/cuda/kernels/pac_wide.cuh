@@ -256,7 +256,7 @@ __device__ __forceinline__ void wide_issue_pv(float (&o)[D / 2],
 // score − m) in fp32, l takes the tile's sums, and factor[h] is what o must
 // be scaled by for row h's new max (applied by the caller once the P·V that
 // accumulates into o is done).
-// The caller masks the scores first (wide_consume: node_mask, tail_mask).
+// The caller soft-caps and masks the scores first (wide_consume: p.cap, node_mask, tail_mask).
 template <int kSteps>
 __device__ __forceinline__ void wide_softmax(float (&s)[8 * kSteps], float sm_scale, SoftmaxState (&state)[2],
                                              float (&factor)[2]) {
@@ -322,6 +322,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     fence_fragments(s);
     wide_release(sm.k_empty(k0.slot));
     if (num_tiles == 1) wide_release(sm.q_empty(qb.slot));
+    p.cap(s);
     node_mask(0);
     wide_softmax<kSteps>(s, p.sm_scale, state, factor);  // o is 0: no rescale
     pack_p<kSteps, T>(a, s);
@@ -342,6 +343,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
       fence_fragments(s);
       wide_release(sm.k_empty(kt.slot));
       if (t == num_tiles - 1) wide_release(sm.q_empty(qb.slot));
+      p.cap(s);
       mask(t);
       wide_softmax<kSteps>(s, p.sm_scale, state, factor);
       // the softmax before the wait in the code ptxas gets; ptxas still moves the wait above most

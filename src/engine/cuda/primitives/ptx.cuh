@@ -66,6 +66,13 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// 1/x on the special-function unit (within 1 ulp); 1/inf = 0.
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Programmatic dependent launch (PTX griddepcontrol, sm_90+; no-ops below, where
 // the host never sets the launch attribute either: cuda_engine.cu). wait blocks
 // until the grids this one depends on have completed and their writes are

@@ -34,6 +34,26 @@ struct ExpScale {
   float neg_m_log2[2];  // −m · log2 e of rows h = 0, 1
 };
 
+// The logit soft-cap (HeadConfig::logits_soft_cap) on raw scores, right
+// after Q·Kᵀ and before any mask: the logit sm_scale · s becomes cap ·
+// tanh(sm_scale · s / cap), kept in raw units (s ← out · tanh(in · s), in =
+// sm_scale / cap, out = cap / sm_scale) so that the exponent, the maxima and
+// the masks stay as they are. in = 0: no cap, one uniform branch a tile.
+// tanh(x) = 1 − 2 / (e^2x + 1) on ex2 and rcp is within ~1e-7 absolute,
+// i.e. logits within cap · 1e-7, where tanh.approx (2^-11 relative) would
+// move a logit near a cap of 50 by 0.02.
+struct SoftCap {
+  float in = 0.f, out = 0.f;
+
+  template <int N>
+  __device__ __forceinline__ void operator()(float (&s)[N]) const {
+    if (in == 0.f) return;
+    constexpr float k2Log2e = 2.8853900817779268f;  // 2 log2 e
+#pragma unroll
+    for (int i = 0; i < N; ++i) s[i] = out * (1.f - 2.f * rcp_ftz(exp2_ftz(k2Log2e * in * s[i]) + 1.f));
+  }
+};
+
 // Row maxima and sums go through kLanes independent partials per row, so that
 // their dependency chains are 1/kLanes as long: with two warps per scheduler,
 // waiting on the previous FMNMX or FADD is what stalls issue most.
