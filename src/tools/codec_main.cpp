@@ -52,6 +52,12 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                   ".npy file of a custom mask over each request's [q_len, kv_len] keys, requests concatenated: bool "
                   "(FlashInfer's custom_mask) or uint8 packed in little bit order, each request from a byte "
                   "boundary (its packed_custom_mask)");
+  cmd->add_option("--window", w.window, "A sliding window of N keys up to each query token's own (window_left N - 1, "
+                                        "transformers' sliding_window N; --scale leaves it as it is)")
+      ->check(in_range(1, 1 << 30));
+  cmd->add_option("--soft-cap", w.soft_cap, "A logit soft-cap C: each logit s becomes C tanh(s / C) (Gemma 2's 50)")
+      ->check(in_range(0, 1e6, true));
+  cmd->add_flag("--sinks", w.sinks, "Attention sinks (gpt-oss's), one logit a qo head drawn from the seed");
   cmd->add_option("--cost-table", w.cost_table,
                   "Cost table file measured by 'codec profile', or 'roofline' (default: the table measured on "
                   "this GPU under data/cost_tables if there is one, else the roofline)");

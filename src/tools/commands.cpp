@@ -48,12 +48,58 @@ struct Workspace {
   }
 };
 
-// A table row's workload: its name, and its query tokens where there are several or a custom mask ("loogle:8 q4",
-// "batch:64 t4x4", "batch:64 q4c").
+// A table row's workload: its name, its query tokens where there are several or a custom mask ("loogle:8 q4",
+// "batch:64 t4x4", "batch:64 q4c"), and its variants ("long w128 c50 s": a window of 128 keys, a soft-cap of
+// 50, sinks).
 std::string label(const Workload& w) {
-  if (w.tree_width > 0) return w.name + " t" + std::to_string(w.tree_width) + "x" + std::to_string(w.tree_depth);
+  std::string s = w.name;
   const std::string custom = w.custom_mask.empty() ? "" : "c";
-  return w.q_len > 1 || !custom.empty() ? w.name + " q" + std::to_string(w.q_len) + custom : w.name;
+  if (w.tree_width > 0) s += " t" + std::to_string(w.tree_width) + "x" + std::to_string(w.tree_depth);
+  else if (w.q_len > 1 || !custom.empty()) s += " q" + std::to_string(w.q_len) + custom;
+  if (w.window_left >= 0) s += " w" + std::to_string(w.window_left + 1);
+  if (w.heads.logits_soft_cap > 0) {
+    char cap[32];
+    std::snprintf(cap, sizeof cap, " c%g", w.heads.logits_soft_cap);
+    s += cap;
+  }
+  if (w.sinks) s += " s";
+  return s;
+}
+
+// What the batch's rows see (QueryBatch::sees): the distinct KV tokens some
+// row sees, which no plan can read less of (a window's floor), and the
+// (row, key) pairs, which the FLOPs count.
+struct Seen {
+  std::int64_t tokens = 0;
+  double row_keys = 0;
+};
+Seen seen_by_rows(const Forest& forest, const QueryBatch& queries) {
+  std::vector<std::int64_t> node_start(forest.nodes.size()), kv_len;
+  std::int64_t total = 0;
+  for (std::size_t n = 0; n < forest.nodes.size(); ++n) node_start[n] = total, total += forest.nodes[n].num_tokens;
+  for (int r = 0; r < forest.num_requests(); ++r) kv_len.push_back(forest.request_tokens(r));
+  const std::vector<std::int64_t> mask_byte = mask_byte_offsets(kv_len, queries);
+  std::vector<char> seen(std::size_t(total), 0);
+  std::vector<std::int64_t> token;  // request r's KV position → its token in the forest
+  std::vector<std::int32_t> path;
+  Seen s;
+  for (int r = 0; r < forest.num_requests(); ++r) {
+    path.clear();
+    for (std::int32_t n = forest.request_node[std::size_t(r)]; n >= 0; n = forest.nodes[std::size_t(n)].parent)
+      path.push_back(n);
+    token.clear();
+    for (auto n = path.rbegin(); n != path.rend(); ++n)
+      for (std::int64_t t = 0; t < forest.nodes[std::size_t(*n)].num_tokens; ++t) token.push_back(node_start[std::size_t(*n)] + t);
+    const std::int64_t n = kv_len[std::size_t(r)];
+    for (int i = 0; i < queries.q_len(r); ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        if (queries.sees(r, i, j, n, mask_byte[std::size_t(r)])) {
+          s.row_keys += 1;
+          seen[std::size_t(token[std::size_t(j)])] = 1;
+        }
+  }
+  s.tokens = std::count(seen.begin(), seen.end(), char(1));
+  return s;
 }
 
 // The mask of a batch's query tokens, as the JSON and the dump name it.
@@ -72,7 +118,8 @@ Measured time_cpu(const Plan& plan, const Batch& batch, const ReferenceResult& r
   const int B = p.num_requests, Hq = p.num_qo_heads;
   const AttentionIO io{QueryRows::contiguous(batch.q.data(), batch.q_dtype, B, Hq, p.head_dim),
                        OutputRows::contiguous(m.out.data(), DType::f32, B, Hq, p.head_dim),
-                       LseRows::contiguous(m.lse.data(), B, Hq)};
+                       LseRows::contiguous(m.lse.data(), B, Hq), LseBase::e,
+                       batch.sinks.empty() ? nullptr : batch.sinks.data()};
   run_cpu(plan, batch.kv(), io, ws.bytes, {threads});  // warm-up, and the checked run
   m.error = compare(m.out.data(), ref.out);
   m.lse_error = compare(m.lse.data(), ref.lse);
@@ -98,7 +145,8 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
                          {"layout", "NHD"},                {"dtype", std::string(to_string(b.dtype))},
                          {"q_dtype", std::string(to_string(b.q_dtype))},
                          {"lse_base", "e"},                {"q_len", w.q_len},
-                         {"mask", mask_name(b.queries)}};
+                         {"mask", mask_name(b.queries)},   {"window_left", w.window_left},
+                         {"logits_soft_cap", h.logits_soft_cap}};
   std::ofstream meta_file(dir + "/meta.json");
   meta_file << meta.dump(2) << "\n";
   CODEC_CHECK(meta_file.good(), "--dump: cannot write '", dir, "/meta.json'");
@@ -117,6 +165,7 @@ void dump(const std::string& dir, const Workload& w, const Batch& b, const Fores
   write_npy(dir + "/kv_indptr.npy", t.indptr.data(), {std::int64_t(t.indptr.size())});
   write_npy(dir + "/kv_indices.npy", t.indices.data(), {std::int64_t(t.indices.size())});
   write_npy(dir + "/kv_last_page_len.npy", t.last_page_len.data(), {std::int64_t(t.last_page_len.size())});
+  if (!b.sinks.empty()) write_npy(dir + "/sinks.npy", b.sinks.data(), {std::int64_t(b.sinks.size())});
   if (!b.queries.qo_indptr.empty()) {
     const WorkloadQueries& q = b.queries;
     write_npy(dir + "/qo_indptr.npy", q.qo_indptr.data(), {std::int64_t(q.qo_indptr.size())});
@@ -223,6 +272,9 @@ Workload load_workload(const std::string& spec, const WorkloadArgs& args, double
     w = w.with_queries(args.q_len, width, depth);
   }
   if (!args.custom_mask.empty()) w = w.with_custom_mask(read_custom_mask(args.custom_mask, w));
+  if (args.window > 0) w.window_left = args.window - 1;
+  if (args.soft_cap > 0) w.heads.logits_soft_cap = float(args.soft_cap);
+  w.sinks = w.sinks || args.sinks;
   w.validate();
   const Workload::Footprint f = w.footprint();
   const double need = f.tables_bytes + (with_batch ? f.batch_bytes : 0), limit = args.max_memory_gb * 1e9;
@@ -326,7 +378,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
   if (!args.json) {
     std::printf("backend %s, median of %d runs; times in ms; KV MB as each plan reads it%s\n",
                 cuda ? "cuda" : (std::to_string(threads) + "-thread cpu").c_str(), reps,
-                cuda ? "; floor = max(unique KV bytes / 4.2 TB/s, FLOPs / 790 TFLOP/s) on an H200"
+                cuda ? "; floor = max(KV bytes some row sees / 4.2 TB/s, FLOPs / 790 TFLOP/s) on an H200"
                      : "; no floor: it is the H200's, for GPU runs");
     std::printf("%-14s %6s %5s %10s %9s %9s %8s %9s %9s %8s %8s %6s %9s %9s %6s\n", "workload", "scale", "reqs",
                 "unique_tok", "codec_ms", "flat_ms", "speedup", "codec_MB", "flat_MB", "floor_ms", "x_floor", "merge",
@@ -351,7 +403,8 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const QueryBatch queries = batch.queries.view();
     const Plan flat = make_plan(flatten(forest), w.heads, w.dtype, *cost, opt, queries);  // split-KV, no sharing
     progress("fp64 reference");
-    const ReferenceResult ref = reference_attention(table, batch.kv(), w.heads, batch.q.data(), queries, batch.q_dtype);
+    const ReferenceResult ref =
+        reference_attention(table, batch.kv(), w.heads, batch.q.data(), queries, batch.q_dtype, batch.sinks);
     progress("timing CoDec and flat");
 #if CODEC_HAS_CUDA
     const L2Flush flush = bench.flush == "read" ? L2Flush::read : L2Flush::write;
@@ -368,11 +421,13 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
     const double tol = tolerance(w.dtype);
     const double bytes_per_token = 2.0 * w.heads.head_dim * dtype_size(w.dtype);
     const double flat_mb = flat.stats().kv_tokens_read * bytes_per_token / 1e6;
+    // the floor: the KV some row sees, read once; 4 · D FLOPs per (row, key) a row sees, a row per query token
+    // and qo head (masks and windows leave keys out of both)
+    const Seen seen = seen_by_rows(forest, queries);
     const double unique_bytes = double(forest.unique_tokens()) * w.heads.num_kv_heads * bytes_per_token;
-    double flops = 0;  // 4 · rows · n · D over the forest's nodes, a row per query token and qo head
-    for (const ForestNode& n : forest.nodes)
-      flops += 4.0 * n.num_reqs * w.q_len * w.heads.num_qo_heads * n.num_tokens * w.heads.head_dim;
-    const double floor_ms = std::max(unique_bytes / kH200Bandwidth, flops / kH200Flops) * 1e3;
+    const double seen_bytes = double(seen.tokens) * w.heads.num_kv_heads * bytes_per_token;
+    const double flops = 4.0 * seen.row_keys * w.heads.num_qo_heads * w.heads.head_dim;
+    const double floor_ms = std::max(seen_bytes / kH200Bandwidth, flops / kH200Flops) * 1e3;
     for (const Variant& variant : variants) {
       const std::string& split = variant.split;
       PlannerOptions shared_opt = opt;
@@ -391,6 +446,9 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"tree", w.tree_width > 0 ? nlohmann::json::array({w.tree_width, w.tree_depth})
                                                 : nlohmann::json()},
                       {"mask", mask_name(batch.queries)},
+                      {"window_left", w.window_left},
+                      {"logits_soft_cap", w.heads.logits_soft_cap},
+                      {"sinks", w.sinks},
                       {"split", split},
                       {"wide", variant.wide},
                       {"scale", scale},
@@ -398,6 +456,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"l2_flush", cuda ? bench.flush : "none"},
                       {"requests", batch.num_requests()},
                       {"unique_kv_tokens", forest.unique_tokens()},
+                      {"seen_kv_tokens", seen.tokens},
                       {"flat_kv_tokens", forest.flat_tokens()},
                       {"codec_ms", mc.median_ms},
                       {"codec_partial_ms", mc.partial_ms},
@@ -409,6 +468,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
                       {"codec_kv_mb", codec_mb},
                       {"flat_kv_mb", flat_mb},
                       {"unique_kv_mb", unique_bytes / 1e6},
+                      {"seen_kv_mb", seen_bytes / 1e6},
                       {"floor_ms", floor_ms},  // the H200's, whatever the backend
                       {"codec_over_floor", cuda ? nlohmann::json(mc.median_ms / floor_ms) : nlohmann::json()},
                       {"codec_rel_l2", mc.error.rel_l2},

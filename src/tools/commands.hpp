@@ -20,6 +20,9 @@ struct WorkloadArgs {
   int q_len = 1;                      // query tokens a request (Workload::with_queries)
   std::string tree;                   // "W,D": a draft tree of D levels of W tokens
   std::string custom_mask;            // .npy of a custom mask over the requests' [q_len, kv_len] keys
+  int window = 0;                     // a sliding window of this many keys (window_left + 1); 0 keeps the workload's
+  double soft_cap = 0;                // HeadConfig::logits_soft_cap; 0 keeps the workload's
+  bool sinks = false;                 // attention sinks drawn from the seed (Workload::sinks)
   std::string cost_table;             // measured cost table instead of the roofline
   int blocks = 0;                     // planner blocks m; 0 picks the backend's default
   std::string split = "adaptive";     // CoDec plan's splitting: adaptive, none, fixed:K, exhaustive

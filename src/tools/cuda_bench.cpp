@@ -35,7 +35,7 @@ struct CudaBench::Impl {
   const Batch& batch;
   L2Flush flush_mode;
   int sms = 0;  // the read flush's grid: looked up once, not before every timed run
-  DeviceBuffer k, v, q, out, lse, flush, sink;
+  DeviceBuffer k, v, q, out, lse, flush, sink, sinks;  // sink: the read flush's; sinks: attention sinks (Batch::sinks)
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
 
@@ -43,13 +43,15 @@ struct CudaBench::Impl {
       : batch(b), flush_mode(mode), k(b.k.size()), v(b.v.size()), q(b.q.size()),
         out(std::size_t(b.num_queries()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.q_dtype)),
         lse(std::size_t(b.num_queries()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes),
-        sink(sizeof(std::uint32_t)) {
+        sink(sizeof(std::uint32_t)), sinks(b.sinks.size() * sizeof(float)) {
     CODEC_CUDA_CHECK(cudaStreamCreate(&stream));
     CODEC_CUDA_CHECK(cudaEventCreate(&start));
     CODEC_CUDA_CHECK(cudaEventCreate(&stop));
     CODEC_CUDA_CHECK(cudaMemcpy(k.ptr, b.k.data(), b.k.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemcpy(v.ptr, b.v.data(), b.v.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemcpy(q.ptr, b.q.data(), b.q.size(), cudaMemcpyHostToDevice));
+    if (!b.sinks.empty())
+      CODEC_CUDA_CHECK(cudaMemcpy(sinks.ptr, b.sinks.data(), b.sinks.size() * sizeof(float), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemset(flush.ptr, 0, kFlushBytes));  // what a read flush reads is defined
     int device = 0;
     CODEC_CUDA_CHECK(cudaGetDevice(&device));
@@ -70,7 +72,8 @@ struct CudaBench::Impl {
                 batch.num_queries());
     const int Hq = batch.heads.num_qo_heads, D = batch.heads.head_dim;
     return {QueryRows::contiguous(q.ptr, batch.q_dtype, B, Hq, D), OutputRows::contiguous(out.ptr, batch.q_dtype, B, Hq, D),
-            LseRows::contiguous(static_cast<float*>(lse.ptr), B, Hq)};
+            LseRows::contiguous(static_cast<float*>(lse.ptr), B, Hq), LseBase::e,
+            batch.sinks.empty() ? nullptr : static_cast<const float*>(sinks.ptr)};
   }
 };
 

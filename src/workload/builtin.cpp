@@ -19,7 +19,7 @@ constexpr std::int64_t kMaxRequests = std::int64_t(1) << 16;
 
 constexpr const char* kKnown =
     "seq[:L], batch[:B], depth[:d], ratio[:r], shape[:k|DT], long, loogle[:n], fewshot, flat[:B], sysprompt[:B], "
-    "dense[:D]";
+    "dense[:D], window[:N]";
 
 std::int32_t add_node(Workload& w, std::string id, std::int32_t parent, std::int64_t tokens) {
   w.nodes.push_back({std::move(id), parent, tokens});
@@ -130,6 +130,21 @@ void add_dense(Workload& w, std::int64_t documents) {
   }
 }
 
+// A sliding-window model's long shared context: one document of N tokens
+// shared by 32 requests with 128 own tokens each, every query token seeing
+// the 4,096 keys up to its own (window_left 4,095). window:131072 is the
+// 128k document; window:4096 the same batch with the document cut to its
+// last 4,096 tokens, what the long one should cost.
+void add_window(Workload& w, std::int64_t document) {
+  const std::int32_t doc = add_node(w, "doc", -1, document);
+  for (int r = 0; r < 32; ++r) {
+    std::string id = "r";  // appended piecewise, as in add_forest
+    id += std::to_string(r);
+    w.requests.push_back(add_node(w, std::move(id), doc, 128));
+  }
+  w.window_left = 4095;
+}
+
 struct Sweep {
   const char* name;
   const char* default_param;  // nullptr: the scenario takes no parameter
@@ -150,6 +165,7 @@ const std::vector<Sweep>& sweeps() {
       {"flat", "8", {"8", "64"}},
       {"sysprompt", "512", {"64", "256", "512"}},
       {"dense", "2", {"2", "4"}},
+      {"window", "131072", {"4096", "131072"}},
   };
   return table;
 }
@@ -219,8 +235,10 @@ Workload builtin_workload(const std::string& spec) {
     add_forest(w, parse_int(name, param, 1, kMaxRequests), 1, {4096});
   } else if (name == "sysprompt") {
     add_sysprompt(w, parse_int(name, param, 1, kMaxRequests));
-  } else {
+  } else if (name == "dense") {
     add_dense(w, parse_int(name, param, 1, 512));
+  } else {
+    add_window(w, parse_int(name, param, 1, kMaxTokens));
   }
   w.validate();
   return w;

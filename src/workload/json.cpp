@@ -167,7 +167,8 @@ void read_nodes(const Reader& in, const json& nodes, Workload& w, std::unordered
 Workload parse_workload_json(const std::string& text, const std::string& source) {
   const Reader in(source);
   const json root = parse_json_input(text, source);
-  in.only_fields(root, "top level", {"name", "seed", "model", "page_size", "dtype", "nodes", "requests"});
+  in.only_fields(root, "top level", {"name", "seed", "model", "page_size", "dtype", "nodes", "requests", "window_left",
+                                     "logits_soft_cap", "sinks"});
 
   Workload w;
   w.name = std::filesystem::path(source).stem().string();
@@ -182,6 +183,16 @@ Workload parse_workload_json(const std::string& text, const std::string& source)
   if (const auto it = root.find("dtype"); it != root.end()) {
     const std::string name = in.string(*it, "dtype");
     w.dtype = in.context("dtype", [&] { return parse_dtype(name); });
+  }
+  if (const auto it = root.find("window_left"); it != root.end())
+    w.window_left = int(in.integer(*it, "window_left", -1, std::numeric_limits<int>::max()));
+  if (const auto it = root.find("logits_soft_cap"); it != root.end()) {
+    if (!it->is_number()) in.fail("logits_soft_cap", "expected a number, got ", it->type_name(), " ", json_preview(*it));
+    w.heads.logits_soft_cap = it->get<float>();
+  }
+  if (const auto it = root.find("sinks"); it != root.end()) {
+    if (!it->is_boolean()) in.fail("sinks", "expected true or false, got ", it->type_name(), " ", json_preview(*it));
+    w.sinks = it->get<bool>();
   }
 
   std::unordered_map<std::string, std::int32_t> index;
@@ -221,9 +232,12 @@ std::string workload_to_json(const Workload& w) {
     nodes.push_back({{"id", n.id}, {"parent", n.parent < 0 ? json(nullptr) : json(w.nodes[std::size_t(n.parent)].id)},
                      {"tokens", n.tokens}});
   for (const std::int32_t r : w.requests) requests.push_back({{"node", w.nodes[std::size_t(r)].id}});
-  const json root = {{"name", w.name},           {"seed", w.seed},  {"model", model},
-                     {"page_size", w.page_size}, {"dtype", std::string(to_string(w.dtype))},
-                     {"nodes", nodes},           {"requests", requests}};
+  json root = {{"name", w.name},           {"seed", w.seed},  {"model", model},
+               {"page_size", w.page_size}, {"dtype", std::string(to_string(w.dtype))},
+               {"nodes", nodes},           {"requests", requests}};
+  if (w.window_left >= 0) root["window_left"] = w.window_left;
+  if (w.heads.logits_soft_cap > 0) root["logits_soft_cap"] = w.heads.logits_soft_cap;
+  if (w.sinks) root["sinks"] = true;
   return root.dump(1) + "\n";
 }
 

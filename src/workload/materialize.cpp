@@ -159,6 +159,7 @@ std::vector<std::uint8_t> draft_tree_bits(const Workload& w) {
 
 WorkloadQueries workload_queries(const Workload& w) {
   WorkloadQueries q;
+  q.window_left = w.window_left;
   if (w.q_len == 1 && w.custom_mask.empty()) return q;
   for (std::size_t r = 0; r <= w.requests.size(); ++r) q.qo_indptr.push_back(std::int32_t(r) * w.q_len);
   if (w.tree_width > 0) q.mask_bits = draft_tree_bits(w);
@@ -210,6 +211,8 @@ Batch materialize(const Workload& w) {
       b.v_scale.push_back(std::ldexp(1.f + unit(splitmix64(~w.seed ^ (0x5ca1eull + h))) / 2, 3 - int(h % 7)));
       k_range[std::size_t(h)] = 1.f / b.k_scale.back(), v_range[std::size_t(h)] = 1.f / b.v_scale.back();
     }
+  // Sinks in [-4, 12): from below a row's logits to well above them.
+  for (int h = 0; h < hq && w.sinks; ++h) b.sinks.push_back(4.f + 8.f * unit(splitmix64(w.seed ^ (0x51d4ull + h))));
   dispatch_kv_dtype(w.dtype, [&](auto tag) {
     using T = decltype(tag);
     T* k = reinterpret_cast<T*>(b.k.data());

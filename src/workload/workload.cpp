@@ -49,6 +49,7 @@ void Workload::validate() const {
                 "') has no KV tokens");
   }
   heads.validate();
+  CODEC_CHECK(window_left >= -1, "window_left ", window_left, " must be >= -1 (-1: no window)");
   CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
   CODEC_CHECK(dtype == DType::f16 || dtype == DType::bf16 || dtype == DType::f32 || is_fp8(dtype), "dtype value ",
               int(dtype), " is not a valid DType");

@@ -41,6 +41,11 @@ struct Workload {
   // (QueryMask::custom: packed bits, each request from a byte boundary), or
   // empty (with_custom_mask).
   std::vector<std::uint8_t> custom_mask;
+  // The variants of today's models: a sliding window over every query token
+  // (QueryBatch::window_left; −1: none), a logit soft-cap in `heads`, and
+  // attention sinks, one logit a qo head drawn from the seed (materialize).
+  int window_left = -1;
+  bool sinks = false;
 
   // Throws codec::Error naming the field and value (unknown parent, cycle,
   // negative tokens, no requests, empty request, heads, page size, dtype,
@@ -94,7 +99,8 @@ struct WorkloadQueries {
   std::vector<std::int32_t> qo_indptr;
   QueryMask mask = QueryMask::causal;
   std::vector<std::uint8_t> mask_bits;
-  QueryBatch view() const { return {qo_indptr, mask, mask_bits}; }
+  int window_left = -1;
+  QueryBatch view() const { return {qo_indptr, mask, mask_bits, window_left}; }
 };
 WorkloadQueries workload_queries(const Workload& workload);
 
@@ -111,6 +117,7 @@ struct Batch {
   // An fp8 cache's scales, one a kv head, drawn from the seed (empty: none):
   // K's values are the stored ones times k_scale (PagedKV::k_scale).
   std::vector<float> k_scale, v_scale;
+  std::vector<float> sinks;  // [Hq] where Workload::sinks (AttentionIO::sinks), else empty
   ForestManager::Tables tables;  // one page list per request, in request order
   PageTable page_table() const { return tables.view(num_pages, page_size); }
   PagedKV kv() const;

@@ -105,6 +105,42 @@ TEST(CodecCli, QueryTokensRunAndDumpOnTheCpu) {
   }
 }
 
+// The variants (--window, --soft-cap, --sinks) on the CPU engine against
+// fp64, with several query tokens too: their rows, label and dump; a window
+// reads a window (the window workload reads the document's last pages, and
+// its floor counts the keys some row sees); a bad window is refused by name.
+TEST(CodecCli, VariantsRunAndDumpOnTheCpu) {
+  const auto dir = scratch("variants");
+  const Result r = run_codec("bench --backend cpu --workload long,depth:3 --scale 0.05 --reps 1 --json --window 40 "
+                             "--soft-cap 20 --sinks --q-len 3 --dump " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json rows = nlohmann::json::parse(r.output.substr(r.output.find("[\n")));
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_TRUE(row["pass"].get<bool>()) << row;
+    EXPECT_EQ(row["window_left"], 39);
+    EXPECT_EQ(row["logits_soft_cap"], 20.0);
+    EXPECT_TRUE(row["sinks"].get<bool>());
+    EXPECT_LT(row["seen_kv_tokens"].get<std::int64_t>(), row["unique_kv_tokens"].get<std::int64_t>()) << row;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "long" / "sinks.npy"));
+  const nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "long" / "meta.json"));
+  EXPECT_EQ(meta["window_left"], 39);
+  std::filesystem::remove_all(dir);
+  const Result table = run_codec("bench --backend cpu --workload long --scale 0.05 --reps 1 --window 40 --soft-cap 20 --sinks");
+  ASSERT_EQ(table.code, 0) << table.output;
+  EXPECT_NE(table.output.find("long w40 c20 s"), std::string::npos) << table.output;
+  const Result window = run_codec("bench --backend cpu --workload window --scale 0.0625 --reps 1 --json");
+  ASSERT_EQ(window.code, 0) << window.output;
+  const nlohmann::json w = nlohmann::json::parse(window.output.substr(window.output.find("[\n")))[0];
+  EXPECT_EQ(w["window_left"], 4095);
+  EXPECT_LT(w["codec_kv_mb"].get<double>(), 0.6 * w["unique_kv_mb"].get<double>()) << w;  // half the document unread
+  EXPECT_LT(w["codec_kv_mb"].get<double>(), 1.01 * w["seen_kv_mb"].get<double>()) << w;   // a page more at most
+  const Result bad = run_codec("plan --workload depth:2 --window 0");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--window"), std::string::npos) << bad.output;
+}
+
 // An fp8 cache (codec bench --dtype fp8 / fp8_e5m2) on the CPU engine: half the
 // KV bytes of bf16, checked against the fp64 reference of the dequantised
 // values; the dump keeps the stored bits and the scales. The CUDA target

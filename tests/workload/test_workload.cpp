@@ -44,11 +44,11 @@ void expect_uniform_requests(const Workload& w, std::size_t requests, std::int64
 
 TEST(Builtin, EveryNameParsesAndValidates) {
   const std::vector<std::string> names = builtin_workload_names();
-  ASSERT_EQ(names.size(), 37u);
+  ASSERT_EQ(names.size(), 39u);
   EXPECT_EQ(names.front(), "seq:128");
-  EXPECT_EQ(names.back(), "dense:4");
-  const std::vector<std::string> heads = {"seq:128", "batch:4", "depth:2", "ratio:0.05", "shape:2",     "long",
-                                          "loogle:4", "fewshot", "flat:8",  "sysprompt:64", "dense:2"};
+  EXPECT_EQ(names.back(), "window:131072");
+  const std::vector<std::string> heads = {"seq:128",  "batch:4", "depth:2", "ratio:0.05",   "shape:2", "long",
+                                          "loogle:4", "fewshot", "flat:8",  "sysprompt:64", "dense:2", "window:4096"};
   std::size_t next = 0;
   for (const std::string& name : names) {
     if (next < heads.size() && name == heads[next]) ++next;
@@ -192,6 +192,33 @@ TEST(Builtin, SyspromptSharesOnePromptWithShortTails) {
   EXPECT_NE(builtin_workload("sysprompt:64").unique_tokens(), 4096 + 64 * 16);
 }
 
+// A 128k-token document under a 4,096-key window, and the same batch with
+// the document cut to 4,096 tokens; the window travels through JSON.
+TEST(Builtin, WindowSharesALongDocumentUnderAWindow) {
+  for (std::int64_t n : {4096, 131072}) {
+    const Workload w = builtin_workload("window:" + std::to_string(n));
+    ASSERT_EQ(w.nodes.size(), 33u);
+    expect_uniform_requests(w, 32, n + 128, n + 32 * 128);
+    EXPECT_EQ(w.window_left, 4095);
+    EXPECT_EQ(workload_queries(w).view().window_left, 4095);
+    const Workload back = parse_workload_json(workload_to_json(w), "window.json");
+    EXPECT_EQ(back.window_left, 4095);
+  }
+  Workload capped = builtin_workload("long");
+  capped.heads.logits_soft_cap = 50.f;
+  capped.sinks = true;
+  const Workload back = parse_workload_json(workload_to_json(capped), "capped.json");
+  EXPECT_EQ(back.heads.logits_soft_cap, 50.f);
+  EXPECT_TRUE(back.sinks);
+  EXPECT_EQ(back.window_left, -1);
+  EXPECT_EQ(materialize(capped.scaled(1.0 / 256)).sinks.size(), 32u);
+  EXPECT_TRUE(materialize(builtin_workload("long").scaled(1.0 / 256)).sinks.empty());
+  EXPECT_TRUE(throws_with([] { parse_workload_json(R"({"nodes": [{"id": "a", "tokens": 3}], "requests": [{"node": "a"}],
+                                                       "window_left": -2})", "bad.json"); }, "window_left"));
+  EXPECT_TRUE(throws_with([] { parse_workload_json(R"({"nodes": [{"id": "a", "tokens": 3}], "requests": [{"node": "a"}],
+                                                       "sinks": 1})", "bad.json"); }, "sinks: expected true or false"));
+}
+
 TEST(Builtin, DenseDocumentsShareTheirWholeContext) {
   for (std::int64_t d : {1, 2, 4, 512}) {
     const Workload w = builtin_workload("dense:" + std::to_string(d));
@@ -215,7 +242,7 @@ TEST(Builtin, BareNamesTakeTheDefaultPoint) {
                                                        {"shape", "shape:2"},   {"loogle", "loogle:8"},
                                                        {"flat", "flat:8"},     {"long", "long"},
                                                        {"fewshot", "fewshot"}, {"sysprompt", "sysprompt:512"},
-                                                       {"dense", "dense:2"}};
+                                                       {"dense", "dense:2"},   {"window", "window:131072"}};
   for (const auto& [bare, full] : defaults) {
     const Workload a = builtin_workload(bare), b = builtin_workload(full);
     EXPECT_EQ(a.name, full);
