@@ -16,6 +16,9 @@ run; CUDA events around the attention alone, CUDA-graph replays, median):
   fi_prefill  FlashInfer BatchPrefillWithPagedKVCacheWrapper over the same page
               tables, causal or with each request's keep matrix as custom_mask,
               FA2 and FA3 (only with several query tokens a request)
+  fi_sink     FlashInfer BatchAttentionWithAttentionSinkWrapper (its prefill
+              wrapper with a sink variant, JIT-built), FA2 and FA3, one query
+              token a request or the dump's causal tokens (only with --sinks)
   fi_cascade  FlashInfer MultiLevelCascadeAttentionWrapper, one level per depth
               of the prefix forest (requests reordered so that every node's
               requests are contiguous, as the wrapper requires), on its default
@@ -44,9 +47,15 @@ best variant of a family whose error is within 1e-2 (`<peer>_variant` names it).
 
 With --q-len N or --tree W,D (as codec bench's) every request brings several
 query tokens; hydragen, pat, sdpa and flex take one a request and are not run.
+With --window N, --soft-cap C or --sinks (as codec bench's) FlashInfer's
+decode and prefill wrappers get window_left and logits_soft_cap at plan and
+the sinks at run (a backend that ignores them fails the error check and is
+not counted); the cascade takes the soft-cap but neither windows (each level
+sees its own positions) nor sinks, and the peers FlashInfer does not build
+take no variant: each gets a note instead.
 
   python3 -m bench.peers --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex] [--flush write]
-                         [--q-len N | --tree W,D]
+                         [--q-len N | --tree W,D] [--window N] [--soft-cap C] [--sinks]
 """
 import argparse
 import json
@@ -151,6 +160,8 @@ def load_dump(d):
         "last": dev("kv_last_page_len.npy", torch.int32),
         "out": dev("out.npy", torch.float32),
     }
+    if os.path.exists(os.path.join(d, "sinks.npy")):
+        data["sinks"] = dev("sinks.npy", torch.float32)
     if os.path.exists(os.path.join(d, "qo_indptr.npy")):  # several query tokens a request
         data["qo_indptr"] = np.load(os.path.join(d, "qo_indptr.npy"))
         bits = os.path.join(d, "mask_bits.npy")
@@ -290,10 +301,14 @@ def run_workload(name, d, timer, results, peers):
         if err <= 1e-2 and ms < row.get(f"{key}_ms", float("inf")):  # the family's best correct variant
             row[f"{key}_ms"], row[f"{key}_variant"] = ms, variant
 
-    if {"fi_decode", "fi_prefill", "fi_cascade"} & set(peers):
+    if {"fi_decode", "fi_prefill", "fi_sink", "fi_cascade"} & set(peers):
         import flashinfer
     tokens = multi_token(data)  # None: one query token a request
     t32 = lambda xs: torch.tensor(np.asarray(xs), dtype=torch.int32, device="cuda")  # noqa: E731
+    # the variants (codec bench --window, --soft-cap, --sinks): plan's and run's arguments of FlashInfer's wrappers
+    window, cap, sinks = meta.get("window_left", -1), meta.get("logits_soft_cap", 0.0), data.get("sinks")
+    planned = {"window_left": window, "logits_soft_cap": cap or None}
+    sink_run = {} if sinks is None else {"sinks": sinks}
 
     # FlashInfer flat decode over the per-request page tables: its tensor-core
     # (prefill-kernel) and CUDA-core decode kernels; with several causal tokens
@@ -306,9 +321,13 @@ def run_workload(name, d, timer, results, peers):
                 continue
             extra = {} if tokens is None else {"q_len_per_req": int(tokens["q_lens"][0])}
             dec = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tensor_cores)
-            dec.plan(data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, q_data_type=q.dtype,
-                     kv_data_type=k.dtype, sm_scale=meta["sm_scale"], **extra)
-            measure("fi_decode", variant, lambda: dec.run(q, (k, v)), ref)
+            try:
+                dec.plan(data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, q_data_type=q.dtype,
+                         kv_data_type=k.dtype, sm_scale=meta["sm_scale"], **extra, **planned)
+                measure("fi_decode", variant, lambda: dec.run(q, (k, v), **sink_run), ref)
+            except Exception as e:  # noqa: BLE001 - a kernel that refuses a variant: record it
+                row[f"fi_decode_{variant}_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                log(f"  fi_decode {variant}", row[f"fi_decode_{variant}_note"])
             del dec
 
     # FlashInfer's prefill wrapper over the per-request page tables, causal or
@@ -320,12 +339,34 @@ def run_workload(name, d, timer, results, peers):
             try:
                 pre.plan(t32(tokens["qo_indptr"]), data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps,
                          causal=tokens["mask"] == "causal", custom_mask=mask, sm_scale=meta["sm_scale"],
-                         q_data_type=q.dtype, kv_data_type=k.dtype)
-                measure("fi_prefill", variant, lambda: pre.run(q, (k, v)), ref)
+                         q_data_type=q.dtype, kv_data_type=k.dtype, **planned)
+                measure("fi_prefill", variant, lambda: pre.run(q, (k, v), **sink_run), ref)
             except Exception as e:  # noqa: BLE001 - a backend that refuses the mask: record it
                 row[f"fi_prefill_{variant}_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
                 log(f"  fi_prefill {variant}", row[f"fi_prefill_{variant}_note"])
             del pre
+
+    # FlashInfer's attention-sink wrapper: its prefill wrapper with a sink
+    # variant (no soft-cap), over the per-request page tables, causal
+    if "fi_sink" in peers and sinks is not None:
+        if cap:
+            row["fi_sink_note"] = "the sink variant has no soft-cap; not run"
+        elif tokens is not None and tokens["mask"] != "causal":
+            row["fi_sink_note"] = "causal tokens only; not run"
+        else:
+            qo = tokens["qo_indptr"] if tokens is not None else np.arange(len(data["last"]) + 1)
+            for variant in ("fa2", "fa3"):
+                try:
+                    sink_w = flashinfer.BatchAttentionWithAttentionSinkWrapper(
+                        ws, "NHD", backend=variant, q_data_type=q.dtype, kv_data_type=k.dtype, head_dim_qk=dim,
+                        head_dim_vo=dim, window_left=window)
+                    sink_w.plan(t32(qo), data["indptr"], data["indices"], data["last"], hq, hkv, dim, ps, causal=True,
+                                window_left=window, q_data_type=q.dtype, kv_data_type=k.dtype)
+                    measure("fi_sink", variant, lambda: sink_w.run(q, (k, v), sinks, meta["sm_scale"]), ref)
+                    del sink_w
+                except Exception as e:  # noqa: BLE001 - a backend that refuses the shape: record it
+                    row[f"fi_sink_{variant}_note"] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+                    log(f"  fi_sink {variant}", row[f"fi_sink_{variant}_note"])
 
     # FlashInfer cascade, one level per depth of the forest. Its default
     # backend on sm_90 is the FA3 prefill kernel; the FA2 one (which splits long
@@ -334,7 +375,9 @@ def run_workload(name, d, timer, results, peers):
     # makes its last level causal, and under a draft or custom mask that level
     # is planned again with each request's keep matrix over its own last node.
     levels = None
-    if "fi_cascade" in peers:
+    if "fi_cascade" in peers and (window >= 0 or sinks is not None):
+        row["fi_cascade_note"] = "windows (a level sees its own positions) and sinks are not the cascade's; not run"
+    elif "fi_cascade" in peers:
         levels = cascade_levels(data["forest"], ps)
         if levels is None:
             row["fi_cascade_note"] = "requests at different depths; not run"
@@ -363,12 +406,14 @@ def run_workload(name, d, timer, results, peers):
                                                for _ in qo]
             args = (hq, hkv, dim, ps)
             cas.plan([t32(x) for x in qo], [t32(x) for x in kp], [t32(x) for x in ki], [t32(x) for x in kl], *args,
-                     causal=tokens is not None, sm_scale=meta["sm_scale"], q_data_type=q.dtype, kv_data_type=k.dtype)
+                     causal=tokens is not None, sm_scale=meta["sm_scale"], q_data_type=q.dtype, kv_data_type=k.dtype,
+                     logits_soft_cap=cap or None)
             try:
                 if last_mask is not None:  # a fresh last level: a planned "auto" one has chosen FA3, which has no masks
                     last = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=variant)
                     last.plan(t32(qo[-1]), t32(kp[-1]), t32(ki[-1]), t32(kl[-1]), *args, custom_mask=last_mask,
-                              sm_scale=meta["sm_scale"], q_data_type=q.dtype, kv_data_type=k.dtype)
+                              sm_scale=meta["sm_scale"], q_data_type=q.dtype, kv_data_type=k.dtype,
+                              logits_soft_cap=cap or None)
                     cas._batch_prefill_wrappers[-1] = last
                 measure("fi_cascade", variant, lambda: cas.run(qp, (k, v)), ref[perm])
             except Exception as e:  # noqa: BLE001 - a backend that refuses the mask: record it
@@ -381,6 +426,11 @@ def run_workload(name, d, timer, results, peers):
         skipped = [p for p in ("hydragen", "pat", "sdpa", "flex") if p in peers]
         if skipped:
             row["one_token_peers_note"] = f"{', '.join(skipped)}: one query token a request; not run"
+        peers = [p for p in peers if p not in skipped]
+    if window >= 0 or cap or sinks is not None:  # ... and plain attention
+        skipped = [p for p in ("hydragen", "pat", "sdpa", "flex") if p in peers]
+        if skipped:
+            row["variant_peers_note"] = f"{', '.join(skipped)}: no window, soft-cap or sinks; not run"
         peers = [p for p in peers if p not in skipped]
 
     if "hydragen" in peers:
@@ -418,7 +468,10 @@ def main():
                     help="built-in workloads, comma-separated; NAME@P runs NAME at page size P")
     ap.add_argument("--q-len", type=int, default=1, help="query tokens a request, causal (codec bench --q-len)")
     ap.add_argument("--tree", default="", help="W,D: a draft tree of D levels of W query tokens (codec bench --tree)")
-    ap.add_argument("--peers", default="fi_decode,fi_prefill,fi_cascade,hydragen,sdpa,flex",
+    ap.add_argument("--window", type=int, default=0, help="a sliding window of N keys (codec bench --window)")
+    ap.add_argument("--soft-cap", type=float, default=0.0, help="a logit soft-cap (codec bench --soft-cap)")
+    ap.add_argument("--sinks", action="store_true", help="attention sinks from the seed (codec bench --sinks)")
+    ap.add_argument("--peers", default="fi_decode,fi_prefill,fi_sink,fi_cascade,hydragen,sdpa,flex",
                     help="peer families to time (also: pat, once scripts/fetch_pat.sh and gpu_run.sh's pat step built it)")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--flush", choices=("read", "write"), default="read",
@@ -427,14 +480,18 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     peers = args.peers.split(",")
-    families = ("fi_decode", "fi_prefill", "fi_cascade", "hydragen", "pat", "sdpa", "flex")
+    families = ("fi_decode", "fi_prefill", "fi_sink", "fi_cascade", "hydragen", "pat", "sdpa", "flex")
     unknown = set(peers) - set(families)
     if unknown:
         ap.error(f"--peers: unknown families {sorted(unknown)} ({', '.join(families)})")
     queries = ["--q-len", str(args.q_len)] + (["--tree", args.tree] if args.tree else [])
     suffix = f" t{args.tree.replace(',', 'x')}" if args.tree else f" q{args.q_len}" if args.q_len > 1 else ""
+    variants = ((["--window", str(args.window)] if args.window else [])
+                + (["--soft-cap", str(args.soft_cap)] if args.soft_cap else []) + (["--sinks"] if args.sinks else []))
+    suffix += ((f" w{args.window}" if args.window else "") + (f" c{args.soft_cap:g}" if args.soft_cap else "")
+               + (" s" if args.sinks else ""))
     versions = f"torch {torch.__version__}"
-    if {"fi_decode", "fi_prefill", "fi_cascade"} & set(peers):
+    if {"fi_decode", "fi_prefill", "fi_sink", "fi_cascade"} & set(peers):
         import flashinfer
 
         versions = f"flashinfer {flashinfer.__version__}, " + versions
@@ -451,7 +508,7 @@ def main():
         t0 = time.time()
         subprocess.run([args.codec, "bench", "--backend", "cuda", "--workload", workload, "--reps", str(args.reps),
                         "--flush", args.flush, *(["--page-size", page_size] if page_size else []),
-                        *queries, "--dump", d, "--save", saved],
+                        *queries, *variants, "--dump", d, "--save", saved],
                        check=True, stdout=sys.stderr)
         codec_row = json.load(open(saved))[0]
         log(f"{name}: codec {codec_row['codec_ms']:.4f} ms, flat {codec_row['flat_ms']:.4f} ms "
