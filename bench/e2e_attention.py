@@ -92,6 +92,10 @@ class InEngineAttention:
 
     # The library's backend (codec.integrations.transformers.DecodeBackend).
     def plan(self, cache, step, query, scale):
+        if step.page_size != cache.block_size or step.window_left >= 0 or step.logits_soft_cap:
+            raise ValueError("the engine benchmark's backends serve full-attention layers without soft-cap (layer "
+                             f"group {step.group}: pages of {step.page_size} tokens, window_left {step.window_left}, "
+                             f"soft-cap {step.logits_soft_cap})")
         self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]  # this rank's, under --tp
         t0 = time.perf_counter()
         self.plan_step(cache, step, query, scale)
@@ -106,7 +110,9 @@ class InEngineAttention:
         self.scale, self.heads = scale, [query.shape[1], cache.num_key_value_heads]
         self.plan_captured(cache, step, query, scale)
 
-    def run(self, cache, step, q, pages, out):
+    def run(self, cache, step, q, pages, out, sinks=None):
+        if sinks is not None:
+            raise ValueError("the engine benchmark's backends serve layers without attention sinks")
         # captured (replays run without Python), the CPU engine, or a step with prefill chunks (timed whole)
         if isinstance(step, GraphStep) or not q.is_cuda or self.events[-1] is None:
             self.attend(cache, step, q, pages, out)

@@ -1,10 +1,13 @@
 """The transformers backend (codec.integrations.transformers): the page
 tables it derives from the engine's read slots and the shared prefixes'
-warm-up waves (numpy only, run on CI), and `paged|codec` against the
-engine's own `paged|sdpa` on a tiny random Qwen3 in transformers' continuous
+warm-up waves (numpy only, run on CI), `paged|codec` against the engine's
+own `paged|sdpa` on a tiny random Qwen3 in transformers' continuous
 batching (where torch and transformers are installed: on the CPU engine in
-fp32, and on the GPU in bf16)."""
+fp32, and on the GPU in bf16), and on tiny random gpt-oss, Gemma 2 and
+Gemma 3 (sliding windows, sinks, soft-cap) against their eager forward (the
+CPU engine, fp32)."""
 
+import contextlib
 import importlib.util
 from types import SimpleNamespace
 
@@ -81,27 +84,51 @@ def test_page_tables_from_the_engines_block_table():
         page_tables_from_block_table(table, lens * 0, block_size)
 
 
-def tiny_qwen3(device, dtype):
+# Tiny random models of each family: few layers, heads and experts, the real models' head_dim and GQA (Qwen3:
+# its own; gpt-oss: 64, 8 query heads a KV head; Gemma 2 and 3: 256, Gemma 2 2B's and Gemma 3 1B's heads), their
+# layers' kinds (gpt-oss and Gemma 2: sliding and full alternate; Gemma 3: five sliding, then a full one) and a
+# window of 8 tokens, so that it cuts.
+TINY = {
+    "qwen3": ("Qwen3", dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+                            num_key_value_heads=2, head_dim=64)),
+    "gpt-oss": ("GptOss", dict(hidden_size=128, intermediate_size=128, num_hidden_layers=4, num_attention_heads=16,
+                               num_key_value_heads=2, head_dim=64, num_local_experts=4, num_experts_per_tok=2,
+                               sliding_window=8)),
+    "gemma2": ("Gemma2", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=8,
+                              num_key_value_heads=4, head_dim=256, sliding_window=8, attn_logit_softcapping=50.0,
+                              query_pre_attn_scalar=144)),  # Gemma 2 27B's scale, not 1/sqrt(head_dim)
+    "gemma3": ("Gemma3", dict(hidden_size=128, intermediate_size=256, num_hidden_layers=6, num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=256, sliding_window=8, query_pre_attn_scalar=168)),
+}
+
+
+def tiny_model(device, dtype, kind="qwen3"):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     if not hasattr(transformers.Qwen3ForCausalLM, "generate_batch"):
         pytest.skip("this transformers has no continuous batching")
-    cfg = transformers.Qwen3Config(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                   num_attention_heads=8, num_key_value_heads=2, head_dim=64,
-                                   max_position_embeddings=4096)
+    family, shape = TINY[kind]
+    config = getattr(transformers, family + ("TextConfig" if kind == "gemma3" else "Config"))(
+        vocab_size=1000, max_position_embeddings=4096, **shape)
     torch.manual_seed(0)
-    return transformers.Qwen3ForCausalLM(cfg).to(device=device, dtype=dtype).eval()
+    model = getattr(transformers, family + "ForCausalLM")(config).to(device=device, dtype=dtype).eval()
+    if kind == "gemma2":  # random weights give logits near 0, which a soft-cap of 50 leaves alone: make it bite
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.q_proj.weight.mul_(20)
+                layer.self_attn.k_proj.weight.mul_(20)
+    return model
 
 
-def engine_setup(device, monkeypatch):
-    """torch, the backend's module and a tiny Qwen3 on `device` (fp32 on the
-    CPU, bf16 on the GPU), or a skip where one of them is missing."""
+def engine_setup(device, monkeypatch, kind="qwen3"):
+    """torch, the backend's module and a tiny model of `kind` on `device`
+    (fp32 on the CPU, bf16 on the GPU), or a skip where one of them is missing."""
     torch = pytest.importorskip("torch")
     ctf = load_backend()
     import codec
     if device == "cuda" and not (torch.cuda.is_available() and codec.cuda_available()):
         pytest.skip("no CUDA device")
-    model = tiny_qwen3(device, torch.float32 if device == "cpu" else torch.bfloat16)
+    model = tiny_model(device, torch.float32 if device == "cpu" else torch.bfloat16, kind)
     if device == "cpu":  # the engine sizes its cache from GPU memory; give the CPU a budget
         import transformers.generation.continuous_batching.cache as cb_cache
         monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", lambda: (torch.device("cpu"), 8 << 30, 0, 0))
@@ -109,12 +136,15 @@ def engine_setup(device, monkeypatch):
 
 
 def generate(model, impl, inputs, device, block_tables=None, shared_prefixes=None, cuda_graph=False,
-             async_batching=None, max_batch_tokens=1024):
-    """The engine's generate_batch, or with block_tables True/False codec's (which raises on errors)."""
+             async_batching=None, max_batch_tokens=1024, num_return_sequences=1):
+    """The engine's generate_batch, or with block_tables True/False codec's (which raises on errors): greedy,
+    or with num_return_sequences > 1 sampled (no top-k: logprobs are the model's own)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
-    gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    sampled = dict(do_sample=True, top_k=0, top_p=1.0, num_return_sequences=num_return_sequences)
+    gen = GenerationConfig(max_new_tokens=10, eos_token_id=-1, pad_token_id=0,
+                           **(sampled if num_return_sequences > 1 else dict(do_sample=False)))
     cb = ContinuousBatchingConfig(block_size=16, num_blocks=256, max_batch_tokens=max_batch_tokens,
                                   return_logprobs=True, use_cuda_graph=cuda_graph, use_async_batching=async_batching)
     if block_tables is None:
@@ -421,3 +451,124 @@ def test_requests_past_the_block_tables_decode_on_the_slot_list(device, monkeypa
     assert True in paths and False in paths, paths  # both decode paths ran
     assert [got[k].error for k in ids] == [None] * len(ids)
     assert_same_generations({k: (list(got[k].generated_tokens), np.array(got[k].logprobs)) for k in ids}, ref, device)
+
+
+@contextlib.contextmanager
+def without(model, feature):
+    """The model with one feature of its attention turned off, for an eager control: its sliding window
+    ("window"), its sinks ("sinks"), its soft-cap ("soft-cap"), its query scale (1/sqrt(head_dim): "scale")."""
+    torch = pytest.importorskip("torch")
+    attention = [layer.self_attn for layer in model.model.layers]
+    changes = {"window": lambda: [(model.config, "sliding_window", 1 << 20)],  # the eager masks read the config's
+               "sinks": lambda: [(a, "sinks", torch.nn.Parameter(torch.full_like(a.sinks, -torch.inf)))
+                                 for a in attention],
+               "soft-cap": lambda: [(a, "attn_logit_softcapping", None) for a in attention],
+               "scale": lambda: [(a, "scaling", a.head_dim ** -0.5) for a in attention]}[feature]()
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in changes]
+    for obj, name, value in changes:
+        setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+
+
+def eager_error(model, inputs, generated):
+    """The largest difference between the logprob of each generated token and
+    the model's eager forward over the request's whole sequence (float64
+    log-softmax; the requests of `inputs` come first in `generated`, in
+    order, their other sequences after them)."""
+    torch = pytest.importorskip("torch")
+    prompts = dict(zip(generated, inputs))
+    worst = 0.0
+    for request, (tokens, logprobs) in generated.items():
+        prompt = prompts[request.split("__child")[0]]
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1].double()
+        ref = torch.log_softmax(logits, dim=-1)[torch.arange(len(tokens)), torch.tensor(tokens)].numpy()
+        worst = max(worst, float(np.abs(ref - logprobs).max()))
+    return worst
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("kind,features", [("gpt-oss", ["window", "sinks"]),
+                                           ("gemma2", ["window", "soft-cap", "scale"]),
+                                           ("gemma3", ["window", "scale"])])
+def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(kind, features, monkeypatch):
+    """Tiny gpt-oss, Gemma 2 and Gemma 3 on paged|codec (the CPU engine,
+    fp32): prompts of 3 to 45 tokens under windows of 8, prefilled in chunks
+    of a 24-token budget mixed with decode rows, each sampled three ways
+    (num_return_sequences: the engine forks a prompt, sharing its full
+    blocks on the full-attention layers). Every sampled token's logprob
+    equals the eager forward's over its sequence to 1e-4, and the same
+    comparison against eager without the window, the sinks, the soft-cap or
+    the model's query scale is off by more than 1e-2: each reaches CoDec.
+    The sliding layers' plans read their ring in place, one token a page, or
+    under the window where a chunk outgrows the ring; one plan a layer group
+    a step."""
+    torch, ctf, model = engine_setup("cpu", monkeypatch, kind)
+    plans = []
+
+    class Recording(ctf.CodecDecode):
+        def plan(self, cache, step, query, scale):
+            _, shared = np.unique(step.indices, return_counts=True)
+            plans.append(dict(group=step.group, ring=step.page_size == 1, gathered=step.gathered,
+                              window_left=step.window_left, cap=step.logits_soft_cap, shared=int(shared.max()),
+                              decode=step.decode.size > 0, chunks=step.qo_indptr is not None))
+            super().plan(cache, step, query, scale)
+
+    name = ctf.register(f"paged|codec_{kind}", ctf.PagedAttention(Recording()))
+    rng = np.random.default_rng(7)
+    inputs = [[int(x) for x in rng.integers(1, 999, n)] for n in (3, 14, 30, 6, 45)]
+    torch.manual_seed(0)
+    got = generate(model, name, inputs, "cpu", block_tables=False, max_batch_tokens=24, num_return_sequences=3)
+    assert len(got) == 3 * len(inputs)
+    model.set_attn_implementation("eager")
+    error = eager_error(model, inputs, got)
+    assert error < 1e-4, error
+    for feature in features:
+        with without(model, feature):
+            control = eager_error(model, inputs, got)
+        assert control > 1e-2, (feature, control)
+
+    groups = len({p["group"] for p in plans})
+    assert groups == {"gpt-oss": 2, "gemma2": 2, "gemma3": 6}[kind]
+    assert len(plans) % groups == 0  # one plan a group a step
+    ring, full = [p for p in plans if p["ring"]], [p for p in plans if not p["ring"]]
+    assert {p["window_left"] for p in ring if p["gathered"]} == {7}
+    assert {p["window_left"] for p in ring if not p["gathered"]} | {p["window_left"] for p in full} == {-1}
+    assert any(p["chunks"] and p["decode"] for p in plans)  # mixed steps
+    assert any(p["chunks"] and not p["gathered"] for p in ring)  # chunks that fit their ring, read in place
+    assert max(p["shared"] for p in full) == 3 and max(p["shared"] for p in ring) == 1  # forks share full blocks
+    assert {p["cap"] for p in plans} == {50.0 if kind == "gemma2" else None}
+
+
+@pytest.mark.transformers
+def test_layers_it_cannot_serve_are_refused_by_name(monkeypatch):
+    """A sliding window other than the engine's ring, a layer that is not
+    causal, layers of one group (one plan) that differ in their soft-cap,
+    and a backend that would leave a sliding model's prefill chunks to SDPA
+    raise, naming the layer and the values."""
+    torch, ctf, model = engine_setup("cpu", monkeypatch, "gemma2")
+    cache = SimpleNamespace(layer_index_to_group_indices={3: (0, 1)}, sliding_windows={3: 8})
+    q, kv = torch.zeros(1, 8, 1, 256), torch.zeros(1, 4, 1, 256)
+    attention = ctf.PagedAttention()
+    with pytest.raises(ValueError, match="layer 3 has sliding_window 4, but the engine keeps a ring of 8 tokens"):
+        attention(SimpleNamespace(layer_idx=3, scaling=0.1), q, kv, kv, None, cache=cache, sliding_window=4)
+    with pytest.raises(ValueError, match="layer 3 is not causal"):
+        attention(SimpleNamespace(layer_idx=3, scaling=0.1, is_causal=False), q, kv, kv, None, cache=cache)
+    inputs = [[5, 6, 7] * 6]
+    model.model.layers[2].self_attn.attn_logit_softcapping = 30.0  # layers 0 and 2: the sliding layers' group
+    with pytest.raises(RuntimeError, match=r"layer 2's \(scaling, window_left, softcap\) \(.*, 7, 30.0\) differ "
+                                           r"from \(.*, 7, 50.0\), its layer group's first layer's"):
+        generate(model, ctf.register(), inputs, "cpu", block_tables=False)
+    model.model.layers[2].self_attn.attn_logit_softcapping = 50.0
+
+    class DecodeOnly(ctf.CodecDecode):
+        prefill = False
+
+    with pytest.raises(RuntimeError, match="layer 0 has a sliding window, soft-cap or sinks, which the causal SDPA "
+                                           "that DecodeOnly leaves prefill chunks to has not"):
+        generate(model, ctf.register("paged|codec_decode_only", ctf.PagedAttention(DecodeOnly())), inputs, "cpu",
+                 block_tables=False)

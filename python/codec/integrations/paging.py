@@ -25,7 +25,7 @@ def page_tables_from_slots(page_start_slots: np.ndarray, seq_lens: np.ndarray,
         raise ValueError(f"{slots.size} page starts for {int(pages.sum())} pages")
     if slots.size and (slots % block_size).any():
         raise ValueError("a page's first token is not at the start of a cache block: the engine's layout is not "
-                         "block-aligned (sliding windows are not supported)")
+                         "block-aligned (a sliding-window ring takes pages of one token)")
     indptr = np.zeros(seq_lens.size + 1, dtype=np.int32)
     np.cumsum(pages, out=indptr[1:])
     return indptr, (slots // block_size).astype(np.int32), (seq_lens - (pages - 1) * block_size).astype(np.int32)

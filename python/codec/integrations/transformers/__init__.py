@@ -10,8 +10,10 @@ What it does per forward pass (one engine step):
 
 - writes the new tokens' K and V into the engine's paged cache, in place (the
   cache is read where it lies: no gather of the context);
-- at the first layer, takes the page tables of the step's requests and plans
-  them once, every layer then running the same plan: decode-only steps on a
+- at the first layer of each of the engine's layer groups (the layers that
+  share page tables: one group unless the model has sliding-window layers),
+  takes the page tables of the step's requests and plans them once, every
+  layer of the group then running the same plan: decode-only steps on a
   ``BatchPrefixDecodeWrapper``, steps with prefill chunks (several query
   tokens a request) on a ``BatchPrefixPrefillWrapper``, causally, so that
   requests sharing a cached prefix prefill over it reading it once (a
@@ -31,7 +33,24 @@ manager starts. Steps with prefill rows take the slot-list path either way.
 
 The engine shares full blocks between requests with a common prefix
 (``allow_block_sharing``), so shared prefixes are shared pages, which CoDec
-reads once per step. Models with sliding-window layers are refused.
+reads once per step.
+
+Sliding windows, attention sinks and logit soft-caps (gpt-oss, Gemma 2 and
+3; on the CPU engine for now): a group's plan is for its attention as the
+model passes it to the attention function (``scaling``, ``sliding_window``,
+``softcap``), and each layer runs with its sinks (``s_aux``). The engine
+keeps a sliding layer's last ``sliding_window`` tokens in a ring of slots a
+request that is not block-aligned: its page tables have pages of one token,
+in the tokens' order. They are read in place, the new tokens written first,
+where each request's KV fits the ring (decode rows, short chunks): the ring
+then holds exactly the keys its rows see, and the plan has no window. A
+step with a chunk that would overwrite keys its own first rows see reads
+the engine's gather of each request's cached and new KV instead, under the
+window. For such models transformers 5.17 turns off its prefix cache and
+its block tables (the slot-list path), but still shares the complete
+blocks of full-attention layers between the sequences it forks from a
+prompt (``num_return_sequences``): CoDec reads them once; the rings are
+copied.
 
 CUDA graphs: with ``use_cuda_graph=(False, True)`` the engine captures each
 decode batch size once and replays the whole forward without calling

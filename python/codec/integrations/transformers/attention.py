@@ -2,16 +2,20 @@
 ``register`` gives transformers): each layer writes the new tokens' K and V
 into the engine's paged cache and runs the step's rows through its
 ``DecodeBackend`` (CoDec's by default: decode rows and prefill chunks, with
-a causal mask, in one plan), planned once at the step's first layer
-(``steps.build_step``). A backend that takes decode rows alone leaves the
-prefill chunks to a causal ``scaled_dot_product_attention`` over the
-request's own KV (the engine passes no mask to implementations outside its
-own names)."""
+a causal mask, in one plan), planned once a step at the first layer of each
+of the engine's layer groups (``steps.build_step``) for the group's
+attention: the layer's scale, sliding window and logit soft-cap, as the
+model passes them (``scaling``, ``sliding_window``, ``softcap``); its
+attention sinks (gpt-oss's ``s_aux``) go to every layer's run. A backend
+that takes decode rows alone leaves the prefill chunks to a causal
+``scaled_dot_product_attention`` over the request's own KV (the engine
+passes no mask to implementations outside its own names), for layers
+without any of these."""
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 from torch.nn.attention.bias import causal_lower_right
@@ -43,11 +47,14 @@ class PagedAttention:
     def __init__(self, decode_backend: Optional[DecodeBackend] = None) -> None:
         _ATTENTIONS.add(self)
         self.decode_backend = decode_backend if decode_backend is not None else CodecDecode()
-        self._steps: "weakref.WeakKeyDictionary[Any, Union[Step, GraphStep]]" = weakref.WeakKeyDictionary()
+        # per engine cache: the current step of each layer group, and the attention it was planned for
+        self._steps: "weakref.WeakKeyDictionary[Any, Dict[int, Tuple[Union[Step, GraphStep], tuple]]]" = \
+            weakref.WeakKeyDictionary()
 
-    def current_step(self, cache: Any) -> Optional[Union[Step, GraphStep]]:
-        """The step an engine cache's layers are running (None before its first)."""
-        return self._steps.get(cache)
+    def current_step(self, cache: Any, group: int = 0) -> Optional[Union[Step, GraphStep]]:
+        """The step a layer group of an engine cache is running (None before its first)."""
+        entry = self._steps.get(cache, {}).get(group)
+        return None if entry is None else entry[0]
 
     def check_stream_plans(self, cache: Any = None) -> None:
         """The decode backend's ``check_stream_plans``: RuntimeError for an
@@ -58,37 +65,64 @@ class PagedAttention:
                  attention_mask: Any, scaling: Optional[float] = None, cache: Any = None,
                  cu_seq_lens_q: torch.Tensor = None, cu_seq_lens_k: Any = None, read_index: Any = None,
                  write_index: Any = None, block_table: Optional[torch.Tensor] = None,
-                 **kwargs: Any) -> Tuple[torch.Tensor, None]:
+                 sliding_window: Optional[int] = None, softcap: Optional[float] = None,
+                 s_aux: Optional[torch.Tensor] = None, **kwargs: Any) -> Tuple[torch.Tensor, None]:
         """query (1, Hq, T, D), key and value (1, Hkv, T, D) of the step's T new tokens; returns (T, Hq, D)."""
         if cache is None:
             raise ValueError(f"`{NAME}` needs the paged cache of continuous batching; use `sdpa` for a plain forward")
+        layer = module.layer_idx
+        if not getattr(module, "is_causal", True):
+            raise ValueError(f"{NAME}: layer {layer} is not causal (is_causal False); its steps are causal")
+        group, layer_in_group = cache.layer_index_to_group_indices[layer]
+        ring = cache.sliding_windows[layer]  # the engine keeps a sliding layer's KV in a ring of its window; else 1
+        ring = 0 if ring == 1 else ring
+        if ring and sliding_window not in (None, ring):
+            raise ValueError(f"{NAME}: layer {layer} has sliding_window {sliding_window}, but the engine keeps a "
+                             f"ring of {ring} tokens for it")
+        window = sliding_window or ring  # 0: none, so that window - 1 is FlashInfer's window_left
+        scale, window_left, soft_cap = module.scaling if scaling is None else scaling, window - 1, softcap or None
+        attention = (scale, window_left, soft_cap)
         if isinstance(cu_seq_lens_k, dict):
-            cu_seq_lens_k = cu_seq_lens_k["full_attention"]
-        group, layer_in_group = cache.layer_index_to_group_indices[module.layer_idx]
+            cu_seq_lens_k = cu_seq_lens_k["sliding_attention" if ring else "full_attention"]
         k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
-        scale = module.scaling if scaling is None else scaling
         read_slots = read_index[group] if read_index else None
-        step = self._steps.get(cache)
-        if module.layer_idx == 0 or step is None:  # a new step: its rows, and the plan every layer shares
-            step = self._steps[cache] = build_step(self.decode_backend, cache, query, scale, cu_seq_lens_q,
-                                                   cu_seq_lens_k, read_slots,
-                                                   None if block_table is None else block_table[group],
-                                                   write_index[group] if write_index else None)
-        # The new tokens' KV into the cache, at their slots: the engine's, or on
-        # the block-table path (which lists none) the step's
-        slots = write_index[group] if step.write_slots is None else step.write_slots
-        k_cache.index_copy_(0, slots, key[0].transpose(0, 1))
-        v_cache.index_copy_(0, slots, value[0].transpose(0, 1))
+        steps = self._steps.get(cache)
+        if layer == 0 or steps is None:  # a new step
+            steps = self._steps[cache] = {}
+        if group not in steps:  # the group's first layer: its rows, and the plan its layers share
+            steps[group] = (build_step(self.decode_backend, cache, query, scale, cu_seq_lens_q, cu_seq_lens_k,
+                                       read_slots, None if block_table is None else block_table[group],
+                                       write_index[group] if write_index else None, group, ring, window_left,
+                                       soft_cap),
+                            attention)
+        step, planned = steps[group]
+        if attention != planned:
+            raise ValueError(f"{NAME}: layer {layer}'s (scaling, window_left, softcap) {attention} differ from "
+                             f"{planned}, its layer group's first layer's: one plan serves the group")
+        if step.prefill and (window or softcap or s_aux is not None):
+            raise ValueError(f"{NAME}: layer {layer} has a sliding window, soft-cap or sinks, which the causal SDPA "
+                             f"that {type(self.decode_backend).__name__} leaves prefill chunks to has not: "
+                             "use a backend that takes them (DecodeBackend.prefill)")
+        shape = (-1, step.page_size, cache.num_key_value_heads, cache.head_dim)
+        if step.gathered:  # a chunk longer than its ring's room: the engine's gather of the KV, ring written after
+            keys, values = cache.update(key, value, layer, read_index, write_index)
+            pages = (keys.contiguous().view(shape), values.contiguous().view(shape))  # K and V of one layout
+        else:
+            # The new tokens' KV into the cache, at their slots: the engine's, or on
+            # the block-table path (which lists none) the step's
+            slots = write_index[group] if step.write_slots is None else step.write_slots
+            k_cache.index_copy_(0, slots, key[0].transpose(0, 1))
+            v_cache.index_copy_(0, slots, value[0].transpose(0, 1))
+            pages = (k_cache.view(shape), v_cache.view(shape))
         out = torch.empty((query.shape[2], query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
         q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
+        sinks = None if s_aux is None else s_aux.detach()  # a parameter; the op has no autograd
         if step.requests.size:
-            shape = (-1, cache.block_size, cache.num_key_value_heads, cache.head_dim)
-            pages = (k_cache.view(shape), v_cache.view(shape))
             if step.all_rows:
-                self.decode_backend.run(cache, step, q, pages, out)
+                self.decode_backend.run(cache, step, q, pages, out, sinks=sinks)
             else:
                 rows = torch.empty((step.rows.numel(),) + tuple(q.shape[1:]), dtype=q.dtype, device=q.device)
-                self.decode_backend.run(cache, step, q[step.rows], pages, rows)
+                self.decode_backend.run(cache, step, q[step.rows], pages, rows, sinks=sinks)
                 out[step.rows] = rows
         for q0, q1, k0, k1 in step.prefill:  # the prefill chunks the backend left: causal SDPA over their own KV
             if read_slots is None or read_slots.numel() == 0:  # no cache read this step: the new tokens are all

@@ -1,14 +1,16 @@
 """CoDec as the ``DecodeBackend`` of ``paged|codec``, decode rows and
-prefill chunks alike: per engine cache one ``BatchPrefixDecodeWrapper`` for
-decode-only steps and one ``BatchPrefixPrefillWrapper`` for steps with
-prefill chunks (causal), each with its workspace, planned once per step for
-every layer; for steps captured in the engine's CUDA graphs, a CUDA-graph
-wrapper that plans every replay in the stream."""
+prefill chunks alike: per engine cache and layer group (the layers that
+share page tables) one ``BatchPrefixDecodeWrapper`` for decode-only steps
+and one ``BatchPrefixPrefillWrapper`` for steps with prefill chunks
+(causal), sharing the group's workspace (a step plans one of them), each
+planned once per step for every layer of the group; for steps captured in
+the engine's CUDA graphs, a CUDA-graph wrapper that plans every replay in
+the stream."""
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Type, Union
 
 import torch
 
@@ -18,6 +20,8 @@ from .steps import GraphStep, Step
 
 NAME = "paged|codec"  # keeps "flash" out of the name: the engine turns on flash-only paths for such names
 WORKSPACE_BYTES = 256 << 20
+
+Wrapper = Union[BatchPrefixDecodeWrapper, BatchPrefixPrefillWrapper]
 
 
 class CodecDecode:
@@ -32,30 +36,30 @@ class CodecDecode:
     graph_workspace_bytes = 64 << 20
 
     def __init__(self) -> None:
-        self._wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
-        self._prefill_wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixPrefillWrapper]" = \
+        # per engine cache: the wrappers by (class, layer group), the workspaces by group, the wrapper planned
+        # for each group's current step
+        self._wrappers: "weakref.WeakKeyDictionary[Any, Dict[Tuple[type, int], Wrapper]]" = \
             weakref.WeakKeyDictionary()
-        self._planned: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # the eager step's wrapper
+        self._workspaces: "weakref.WeakKeyDictionary[Any, Dict[int, torch.Tensor]]" = weakref.WeakKeyDictionary()
+        self._planned: "weakref.WeakKeyDictionary[Any, Dict[int, Wrapper]]" = weakref.WeakKeyDictionary()
         self._graph_wrappers: "weakref.WeakKeyDictionary[Any, BatchPrefixDecodeWrapper]" = weakref.WeakKeyDictionary()
 
-    def wrapper(self, cache: Any) -> BatchPrefixDecodeWrapper:
-        """The decode wrapper (and workspace) of an engine cache, made at its first use."""
-        w = self._wrappers.get(cache)
-        if w is None:
-            w = self._wrappers[cache] = BatchPrefixDecodeWrapper(self._workspace(cache))
-        return w
+    def wrapper(self, cache: Any, group: int = 0) -> BatchPrefixDecodeWrapper:
+        """The decode wrapper of an engine cache's layer group, made at its first use."""
+        return self._wrapper(cache, group, BatchPrefixDecodeWrapper)
 
-    def prefill_wrapper(self, cache: Any) -> BatchPrefixPrefillWrapper:
-        """The wrapper (and workspace) of an engine cache's steps with prefill chunks, made at its first use."""
-        w = self._prefill_wrappers.get(cache)
-        if w is None:
-            w = self._prefill_wrappers[cache] = BatchPrefixPrefillWrapper(self._workspace(cache))
-        return w
+    def prefill_wrapper(self, cache: Any, group: int = 0) -> BatchPrefixPrefillWrapper:
+        """The wrapper of an engine cache's layer group for steps with prefill chunks, made at its first use."""
+        return self._wrapper(cache, group, BatchPrefixPrefillWrapper)
 
-    def _workspace(self, cache: Any) -> torch.Tensor:
-        if getattr(cache, "num_sliding_attention_groups", 0):
-            raise ValueError(f"{NAME}: models with sliding-window layers are not supported")
-        return torch.empty(self.workspace_bytes, dtype=torch.uint8, device=cache.device)
+    def _wrapper(self, cache: Any, group: int, kind: Type[Wrapper]) -> Wrapper:
+        wrappers = self._wrappers.setdefault(cache, {})
+        if (kind, group) not in wrappers:
+            workspaces = self._workspaces.setdefault(cache, {})
+            if group not in workspaces:
+                workspaces[group] = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=cache.device)
+            wrappers[(kind, group)] = kind(workspaces[group])
+        return wrappers[(kind, group)]
 
     def graph_wrapper(self, cache: Any, block_table: torch.Tensor) -> BatchPrefixDecodeWrapper:
         """The CUDA-graph wrapper of an engine cache, for steps its graphs capture: plans
@@ -71,31 +75,34 @@ class CodecDecode:
         return w
 
     def plan(self, cache: Any, step: Step, query: torch.Tensor, scale: float) -> None:
-        """Plans the step's requests once, for every layer: decode-only on the
-        decode wrapper, with prefill chunks on the prefill wrapper (causal)."""
-        shape = (query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size)
+        """Plans the step's requests once, for every layer of its group:
+        decode-only on the decode wrapper, with prefill chunks on the prefill
+        wrapper (causal)."""
+        shape = (query.shape[1], cache.num_key_value_heads, cache.head_dim, step.page_size)
+        attention = dict(q_data_type=query.dtype, sm_scale=scale, window_left=step.window_left,
+                         logits_soft_cap=step.logits_soft_cap, num_pages=step.num_pages(cache))
         if step.qo_indptr is None:
-            w = self.wrapper(cache)
-            w.plan(step.indptr, step.indices, step.last_page_len, *shape, q_data_type=query.dtype, sm_scale=scale,
-                   num_pages=cache.num_blocks + 2)
+            w = self.wrapper(cache, step.group)
+            w.plan(step.indptr, step.indices, step.last_page_len, *shape, **attention)
         else:
-            w = self.prefill_wrapper(cache)
-            w.plan(step.qo_indptr, step.indptr, step.indices, step.last_page_len, *shape, causal=True,
-                   q_data_type=query.dtype, sm_scale=scale, num_pages=cache.num_blocks + 2)
-        self._planned[cache] = w
+            w = self.prefill_wrapper(cache, step.group)
+            w.plan(step.qo_indptr, step.indptr, step.indices, step.last_page_len, *shape, causal=True, **attention)
+        self._planned.setdefault(cache, {})[step.group] = w
 
     def plan_in_stream(self, cache: Any, step: GraphStep, query: torch.Tensor, scale: float) -> None:
         """Plans a captured step in the stream, from its device block table: every replay re-plans."""
         w = self.graph_wrapper(cache, step.block_table)
         w.plan_block_table_in_stream(step.block_table, step.cu_seq_lens_k, query.shape[1], cache.num_key_value_heads,
                                      cache.head_dim, cache.block_size, num_pages=cache.num_blocks + 2,
-                                     cumulative=True, q_data_type=query.dtype, sm_scale=scale)
+                                     cumulative=True, q_data_type=query.dtype, sm_scale=scale,
+                                     window_left=step.window_left, logits_soft_cap=step.logits_soft_cap)
 
     def run(self, cache: Any, step: Union[Step, GraphStep], q: torch.Tensor,
-            pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor) -> None:
-        """Attention of the planned rows q (n, Hq, D) into out (n, Hq, D)."""
-        w = self._graph_wrappers[cache] if isinstance(step, GraphStep) else self._planned[cache]
-        w.run(q, pages, out=out)
+            pages: Tuple[torch.Tensor, torch.Tensor], out: torch.Tensor,
+            sinks: Optional[torch.Tensor] = None) -> None:
+        """Attention of the planned rows q (n, Hq, D) into out (n, Hq, D), with the layer's sinks."""
+        w = self._graph_wrappers[cache] if isinstance(step, GraphStep) else self._planned[cache][step.group]
+        w.run(q, pages, out=out, sinks=sinks)
 
     def check_stream_plans(self, cache: Any = None) -> None:
         """Raises RuntimeError with the first error a graph replay's plan met

@@ -85,7 +85,8 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
     manager, two generated tokens each: their full blocks stay in the
     engine's prefix cache, so the requests of ``inputs`` that start with one
     prefill only the rest, and all of them can decode together. Submitted at
-    once without it, requests with a common prefix prefill it each."""
+    once without it, requests with a common prefix prefill it each. (Models
+    with sliding-window layers have no prefix cache: there it saves nothing.)"""
     from transformers.generation.continuous_batching.utils import WorkloadHints
 
     if not inputs:
