@@ -494,7 +494,7 @@ def eager_error(model, inputs, generated):
 @pytest.mark.transformers
 @pytest.mark.parametrize("kind,features", [("gpt-oss", ["window", "sinks"]),
                                            ("gemma2", ["window", "soft-cap", "scale"]),
-                                           ("gemma3", ["window", "scale"])])
+                                           ("gemma3", ["window", "scale"])], ids=["gpt-oss", "gemma2", "gemma3"])
 def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(kind, features, monkeypatch):
     """Tiny gpt-oss, Gemma 2 and Gemma 3 on paged|codec (the CPU engine,
     fp32): prompts of 3 to 45 tokens under windows of 8, prefilled in chunks

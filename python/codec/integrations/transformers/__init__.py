@@ -9,7 +9,8 @@ batching: ``register()`` adds the attention implementation ``paged|codec``.
 What it does per forward pass (one engine step):
 
 - writes the new tokens' K and V into the engine's paged cache, in place (the
-  cache is read where it lies: no gather of the context);
+  cache is read where it lies: no gather of the context, but for sliding
+  layers' chunks that outgrow their ring, below);
 - at the first layer of each of the engine's layer groups (the layers that
   share page tables: one group unless the model has sliding-window layers),
   takes the page tables of the step's requests and plans them once, every
@@ -68,8 +69,8 @@ The package, as vLLM splits a backend (the driver a third thing):
 
 - ``steps.py``: the per-step builder: a step's rows, page tables and new
   tokens' slots (``Step``, ``GraphStep``), planned once by a ``DecodeBackend``;
-- ``codec_decode.py``: CoDec as that backend (``CodecDecode``: a wrapper per
-  engine cache, plans on the host or in the stream);
+- ``codec_decode.py``: CoDec as that backend (``CodecDecode``: wrappers per
+  engine cache and layer group, plans on the host or in the stream);
 - ``attention.py``: the per-layer attention (``PagedAttention``) and ``register``;
 - ``driver.py``: ``generate_batch``, ``enable_block_tables`` and the shared
   prefixes' warm-up.
