@@ -200,7 +200,10 @@ class PagedWrapper:
             k_scale, v_scale: an fp8 (or any) cache's scales, FlashInfer's and
                 vLLM's: the stored value times its scale is the real value; a
                 float, a 0-d tensor or array, or a float32 one of num_kv_heads
-                values (None: 1). On the CPU engine for now.
+                values (None: 1). On a CUDA device a float becomes a device
+                scalar in the stream (capture-safe), a host tensor is copied
+                there (not in a graph), and a device tensor is read as it is
+                (its values are not checked there).
             window_left: FlashInfer's override, accepted only equal to the
                 planned window (None: the planned one).
             q_scale, enable_pdl: FlashInfer's; q_scale is not supported, PDL
@@ -212,8 +215,6 @@ class PagedWrapper:
         if args:
             raise TypeError(f"run() takes q and paged_kv_cache positionally, not {len(args)} more arguments")
         _require(q_scale is None, "q_scale: CoDec takes unscaled q (fold a scale into sm_scale)")
-        _require((k_scale is None and v_scale is None) or self._device[0] == "cpu",
-                 "k_scale, v_scale: the CUDA engine takes no scales yet (fp8 caches run on the CPU engine for now)")
         _require(window_left is None or window_left == self._window_left, f"window_left {window_left} differs "
                  f"from the planned {self._window_left}: plan again with it (the window shapes the plan)")
         del enable_pdl
@@ -238,8 +239,8 @@ class PagedWrapper:
         if is_torch(q):  # through the custom op, which finds the plan by the slot's handle
             from . import _torch_ops  # torch is optional: loaded once a torch tensor shows up
             _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2,
-                              _torch_ops.scale(k_scale, "k_scale"), _torch_ops.scale(v_scale, "v_scale"),
-                              _torch_ops.scale(sinks, "sinks"))
+                              _torch_ops.scale(k_scale, "k_scale", q.device),
+                              _torch_ops.scale(v_scale, "v_scale", q.device), _torch_ops.scale(sinks, "sinks", q.device))
         else:
             self._slot.run(q, k, v, self._hnd, out, lse, self._workspace, base2, current_stream(q),
                            host_scale(k_scale, "k_scale"), host_scale(v_scale, "v_scale"), host_scale(sinks, "sinks"))

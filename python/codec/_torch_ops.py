@@ -46,15 +46,16 @@ def _fields(t: Optional[torch.Tensor]):
     return (t.data_ptr(), code, bits, t.shape, t.stride(), t.get_device())
 
 
-def scale(x, name: str) -> Optional[torch.Tensor]:
+def scale(x, name: str, device: torch.device) -> Optional[torch.Tensor]:
     """A KV cache's scale (k_scale, v_scale) or the sinks as a float32
-    tensor: None, a float (a host tensor: the CPU engine's), or a 0-d or 1-D tensor."""
+    tensor on the engine's device: None, a float (on a GPU filled in the
+    stream, which a CUDA graph captures), or a 0-d or 1-D tensor."""
     if x is None:
         return None
-    t = x if isinstance(x, torch.Tensor) else torch.tensor(x)
+    t = x if isinstance(x, torch.Tensor) else torch.full((), float(x), dtype=torch.float32, device=device)
     if t.dim() > 1:
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected a scalar or (num_kv_heads,)")
-    return t.to(torch.float32).contiguous()
+    return t.to(device=device, dtype=torch.float32).contiguous()
 
 
 def _decode_impl(q: torch.Tensor, k: torch.Tensor, v: Optional[torch.Tensor], workspace: torch.Tensor,

@@ -107,8 +107,8 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
             q_data_type, kv_data_type (data_type: FlashInfer's older name):
                 torch or numpy dtypes or "float16", "bfloat16", "float32";
                 q and KV share one (float32 on the CPU engine only), but an
-                fp8 cache ("float8_e4m3fn", "float8_e5m2": the CPU engine
-                for now) under float16 or bfloat16 queries.
+                fp8 cache ("float8_e4m3fn", "float8_e5m2") under float16 or
+                bfloat16 queries.
             sm_scale: the softmax scale, 1/sqrt(head_dim) by default.
             num_pages: the page pool's size, checked against the cache at
                 ``run`` (default: the largest page index + 1).

@@ -138,9 +138,10 @@ PagedKV paged_kv(const Tensor& k, const std::optional<Tensor>& v, bool hnd, DTyp
     check_ndim(*v, 4, "v_cache", shape);
     for (std::size_t i = 0; i < 4; ++i) {
       CODEC_CHECK(k.shape(i) == v->shape(i), "k_cache is ", shape_of(k), " but v_cache is ", shape_of(*v));
-      CODEC_CHECK(k.stride(i) == v->stride(i), "k_cache and v_cache must have the same strides (", k.stride(0), ", ",
-                  k.stride(1), ", ", k.stride(2), ", ", k.stride(3), " against ", v->stride(0), ", ", v->stride(1),
-                  ", ", v->stride(2), ", ", v->stride(3), ")");
+      // a dimension of extent 1 is never stepped along: its strides may differ (torch leaves them as they fall)
+      CODEC_CHECK(k.shape(i) <= 1 || k.stride(i) == v->stride(i), "k_cache and v_cache must have the same strides (",
+                  k.stride(0), ", ", k.stride(1), ", ", k.stride(2), ", ", k.stride(3), " against ", v->stride(0), ", ",
+                  v->stride(1), ", ", v->stride(2), ", ", v->stride(3), ")");
     }
     kv.k = k.data();
     kv.v = v->data();

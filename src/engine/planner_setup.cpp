@@ -42,8 +42,6 @@ void AttentionShape::validate(PlanTarget target) const {
   CODEC_CHECK(page_size >= 1, "page_size ", page_size, " must be >= 1");
   CODEC_CHECK(target == PlanTarget::cpu || kv_dtype != DType::f32,
               "the CUDA engine takes float16 or bfloat16, not float32");
-  CODEC_CHECK(target == PlanTarget::cpu || !is_fp8(kv_dtype), "KV dtype ", to_string(kv_dtype),
-              ": fp8 caches run on the CPU engine for now (the CUDA engine's fp8 kernels are to come)");
 }
 
 std::string cost_table_file_name(const std::string& device, int head_dim, DType dtype) {
@@ -109,9 +107,9 @@ PlannerSetup make_planner_setup(const PlannerSetupArgs& args) {
       break;
     case PlanTarget::h200:
       // What cuda_device_info says of an H200: its 132 SMs × the PAC blocks
-      // each holds, and wide tasks at head_dim 128.
+      // each holds, and wide tasks at head_dim 128 under a 16-bit cache.
       s.options = cuda_planner_options(heads, h200::kSms, cuda_pac_min_blocks_per_sm(shape.head_dim_qk),
-                                       shape.head_dim_qk == 128);
+                                       shape.head_dim_qk == 128 && !is_fp8(shape.kv_dtype));
       s.device = "NVIDIA H200";
       s.alignment = kCudaAlign;
       break;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "codec/core/error.hpp"
 #include "codec/engine/cuda_check.hpp"
@@ -35,7 +36,8 @@ struct CudaBench::Impl {
   const Batch& batch;
   L2Flush flush_mode;
   int sms = 0;  // the read flush's grid: looked up once, not before every timed run
-  DeviceBuffer k, v, q, out, lse, flush, sink, sinks;  // sink: the read flush's; sinks: attention sinks (Batch::sinks)
+  // sink: the read flush's; sinks: attention sinks (Batch::sinks); k_scale, v_scale: an fp8 cache's
+  DeviceBuffer k, v, q, out, lse, flush, sink, sinks, k_scale, v_scale;
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
 
@@ -43,15 +45,19 @@ struct CudaBench::Impl {
       : batch(b), flush_mode(mode), k(b.k.size()), v(b.v.size()), q(b.q.size()),
         out(std::size_t(b.num_queries()) * b.heads.num_qo_heads * b.heads.head_dim * dtype_size(b.q_dtype)),
         lse(std::size_t(b.num_queries()) * b.heads.num_qo_heads * sizeof(float)), flush(kFlushBytes),
-        sink(sizeof(std::uint32_t)), sinks(b.sinks.size() * sizeof(float)) {
+        sink(sizeof(std::uint32_t)), sinks(b.sinks.size() * sizeof(float)),
+        k_scale(b.k_scale.size() * sizeof(float)), v_scale(b.v_scale.size() * sizeof(float)) {
     CODEC_CUDA_CHECK(cudaStreamCreate(&stream));
     CODEC_CUDA_CHECK(cudaEventCreate(&start));
     CODEC_CUDA_CHECK(cudaEventCreate(&stop));
     CODEC_CUDA_CHECK(cudaMemcpy(k.ptr, b.k.data(), b.k.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemcpy(v.ptr, b.v.data(), b.v.size(), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemcpy(q.ptr, b.q.data(), b.q.size(), cudaMemcpyHostToDevice));
-    if (!b.sinks.empty())
-      CODEC_CUDA_CHECK(cudaMemcpy(sinks.ptr, b.sinks.data(), b.sinks.size() * sizeof(float), cudaMemcpyHostToDevice));
+    const std::pair<const std::vector<float>*, void*> floats[] = {
+        {&b.sinks, sinks.ptr}, {&b.k_scale, k_scale.ptr}, {&b.v_scale, v_scale.ptr}};
+    for (const auto& [host, device] : floats)
+      if (!host->empty())
+        CODEC_CUDA_CHECK(cudaMemcpy(device, host->data(), host->size() * sizeof(float), cudaMemcpyHostToDevice));
     CODEC_CUDA_CHECK(cudaMemset(flush.ptr, 0, kFlushBytes));  // what a read flush reads is defined
     int device = 0;
     CODEC_CUDA_CHECK(cudaGetDevice(&device));
@@ -63,8 +69,11 @@ struct CudaBench::Impl {
     cudaStreamDestroy(stream);
   }
   PagedKV kv() const {
-    return PagedKV::nhd(k.ptr, v.ptr, batch.dtype, batch.num_pages, batch.page_size, batch.heads.num_kv_heads,
-                        batch.heads.head_dim);
+    PagedKV kv = PagedKV::nhd(k.ptr, v.ptr, batch.dtype, batch.num_pages, batch.page_size, batch.heads.num_kv_heads,
+                              batch.heads.head_dim);
+    kv.k_scale = {static_cast<const float*>(k_scale.ptr), int(batch.k_scale.size())};  // device copies
+    kv.v_scale = {static_cast<const float*>(v_scale.ptr), int(batch.v_scale.size())};
+    return kv;
   }
   // The first B requests' rows (a plan over a subset of the batch's requests runs on those).
   AttentionIO io(int B) const {

@@ -199,8 +199,11 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   }
   // a capacity's sizes bound derived forests (a flat one lists a request's path nodes apart)
   if (!c.flat && d.chance(0.25)) c.capacity_slack = d.chance(0.5) ? 0 : d.in(1, 40);
-  // an fp8 cache with a scale a kv head, under bf16 queries (the CPU engine's for now)
-  if (!cuda && d.chance(0.15)) c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
+  // an fp8 cache with a scale a kv head, under bf16 queries (on CUDA without wide tasks: its kernel reads 16 bits)
+  if (d.chance(0.15)) {
+    c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
+    if (cuda) c.options.wide_tile_rows = 0, c.options.wide_tail_tokens = 0;
+  }
   if (d.chance(0.15)) c.window_left = d.chance(0.3) ? d.in(0, 4) : d.in(5, 400);
   // a soft-cap, from one that flattens most logits to one that touches few, and sinks from far below the
   // logits to far above (each row's lse then mostly the sink's)
@@ -303,10 +306,14 @@ struct DeviceBytes {
 Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Pool& pool) {
   const int B = b.num_queries(), Hq = b.heads.num_qo_heads, D = b.heads.head_dim;
   const std::size_t out_bytes = std::size_t(B) * Hq * D * dtype_size(b.q_dtype);
-  std::vector<std::byte> sink_bytes(c.sinks.size() * sizeof(float));
-  if (!c.sinks.empty()) std::memcpy(sink_bytes.data(), c.sinks.data(), sink_bytes.size());
+  auto bytes_of = [](const std::vector<float>& x) {
+    std::vector<std::byte> bytes(x.size() * sizeof(float));
+    if (!x.empty()) std::memcpy(bytes.data(), x.data(), bytes.size());
+    return bytes;
+  };
   DeviceBytes k(pool.k), v(pool.v), q(b.q), out(out_bytes), lse(std::size_t(B) * Hq * 4),
-      ws(cuda_workspace_bytes(plan)), sinks(sink_bytes);
+      ws(cuda_workspace_bytes(plan)), sinks(bytes_of(c.sinks)), k_scale(bytes_of(b.k_scale)),
+      v_scale(bytes_of(b.v_scale));
   CODEC_CUDA_CHECK(cudaMemset(out.p, 0xff, out_bytes));  // NaN: a row never written fails
   CODEC_CUDA_CHECK(cudaMemset(lse.p, 0xff, std::size_t(B) * Hq * 4));
   CODEC_CUDA_CHECK(cudaMemset(ws.p, 0xff, cuda_workspace_bytes(plan)));
@@ -315,7 +322,10 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
   const AttentionIO io{QueryRows::contiguous(q.p, b.q_dtype, B, Hq, D), OutputRows::contiguous(out.p, b.q_dtype, B, Hq, D),
                        LseRows::contiguous(static_cast<float*>(lse.p), B, Hq), c.lse_base,
                        c.sinks.empty() ? nullptr : static_cast<const float*>(sinks.p)};
-  run_cuda(plan, pool.at(k.p, pool.v.empty() ? nullptr : v.p, b, c.layout), io, workspace, nullptr);
+  PagedKV kv = pool.at(k.p, pool.v.empty() ? nullptr : v.p, b, c.layout);
+  kv.k_scale.data = static_cast<const float*>(k_scale.p);  // the device copies
+  kv.v_scale.data = static_cast<const float*>(v_scale.p);
+  run_cuda(plan, kv, io, workspace, nullptr);
   CODEC_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<std::byte> host(out_bytes);
   Outcome o;

@@ -11,6 +11,7 @@
 #include "codec/engine/cpu_engine.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
+#include "support/fp8_pool.hpp"
 #include "support/planning.hpp"
 #include "support/random_batch.hpp"
 #include "support/random_queries.hpp"
@@ -154,38 +155,6 @@ TEST(CpuEngine, QueryTokensUnderEachMaskMatchTheReference) {
   EXPECT_GE(masked_plans, 70);  // the masks did apply (of 80 plans whose mask can hide a key)
 }
 
-// An fp8 copy of a batch's K and V: each value divided by its kv head's
-// scale and rounded to `dtype` (what a quantising cache stores).
-struct Fp8Pool {
-  std::vector<std::uint8_t> k, v;
-  std::vector<float> k_scale, v_scale;  // empty: none; one value, or one a kv head
-  PagedKV kv(const test::RandomBatch& b, DType dtype) const {
-    PagedKV p = PagedKV::nhd(k.data(), v.data(), dtype, b.num_pages, b.spec.page_size, b.spec.heads.num_kv_heads,
-                             b.spec.heads.head_dim);
-    p.k_scale = {k_scale.empty() ? nullptr : k_scale.data(), int(k_scale.size())};
-    p.v_scale = {v_scale.empty() ? nullptr : v_scale.data(), int(v_scale.size())};
-    return p;
-  }
-};
-
-Fp8Pool quantise(const test::RandomBatch& b, DType dtype, int scales) {
-  Fp8Pool pool;
-  const int H = b.spec.heads.num_kv_heads, D = b.spec.heads.head_dim;
-  for (int h = 0; h < scales; ++h) pool.k_scale.push_back(0.25f + 0.5f * h), pool.v_scale.push_back(1.5f - 0.125f * h);
-  auto convert = [&](const std::vector<std::byte>& src, const std::vector<float>& scale, std::vector<std::uint8_t>& dst) {
-    const std::vector<float> x = to_floats(src, b.spec.dtype);
-    dst.resize(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const int h = int(i / D % H);  // NHD: [page, token, head, dim]
-      const float s = scale.empty() ? 1.f : scale[scale.size() == 1 ? 0 : std::size_t(h)];
-      dst[i] = dtype == DType::e4m3 ? float_to_e4m3(x[i] / s) : float_to_e5m2(x[i] / s);
-    }
-  };
-  convert(b.k, pool.k_scale, pool.k);
-  convert(b.v, pool.v_scale, pool.v);
-  return pool;
-}
-
 // fp8 caches (e4m3, e5m2) under fp16, bf16 and fp32 queries: the engine
 // dequantises on load with one scale or one a kv head (or none) and matches
 // the fp64 reference of the same dequantised values, at every head dim, page
@@ -211,7 +180,7 @@ TEST(CpuEngine, Fp8CachesMatchTheDequantisedReference) {
     for (std::uint64_t seed = 1; seed <= 2; ++seed) {
       const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.q, c.page_size, 4, 5, 0.3, 3);
       const test::RandomBatch b = test::make_random_batch(spec);
-      const Fp8Pool pool = quantise(b, c.kv, c.scales == 0 ? 0 : c.scales == 1 ? 1 : c.heads.num_kv_heads);
+      const test::Fp8Pool pool = test::quantise(b, c.kv, c.scales == 0 ? 0 : c.scales == 1 ? 1 : c.heads.num_kv_heads);
       const PagedKV kv = pool.kv(b, c.kv);
       test::RandomQueries q = test::make_random_queries(b, c.mask, std::max(c.max_q, 1), seed);
       if (c.max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;
@@ -244,7 +213,7 @@ TEST(CpuEngine, Fp8CachesMatchTheDequantisedReference) {
     }
   // Refusals: fp8 queries, a scale count that is neither one nor one a kv head, a scale that is not finite.
   const test::RandomBatch b = test::make_random_batch(test::engine_spec(3, {8, 4, 64}, DType::bf16, 7, 3, 3, 0.0, 2));
-  Fp8Pool pool = quantise(b, DType::e4m3, 4);
+  test::Fp8Pool pool = test::quantise(b, DType::e4m3, 4);
   const Plan plan = make_plan(derive_forest(b.table()), {8, 4, 64}, DType::e4m3,
                               RooflineCostModel(RooflineParams::cpu(2), {8, 4, 64}, DType::e4m3), cpu_planner_options(2));
   const int B = plan.num_requests();
@@ -296,7 +265,7 @@ TEST(CpuEngine, SoftCapAndSinksMatchTheReference) {
       test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, q_dtype, 7, 4, 5, 0.3, 3);
       spec.key_ramp = 0.4f;
       const test::RandomBatch b = test::make_random_batch(spec);
-      const Fp8Pool pool = is_fp8(c.kv) ? quantise(b, c.kv, c.heads.num_kv_heads) : Fp8Pool{};
+      const test::Fp8Pool pool = is_fp8(c.kv) ? test::quantise(b, c.kv, c.heads.num_kv_heads) : test::Fp8Pool{};
       const PagedKV kv = is_fp8(c.kv) ? pool.kv(b, c.kv) : b.kv();
       test::RandomQueries q = test::make_random_queries(b, c.mask, std::max(c.max_q, 1), seed);
       if (c.max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;

@@ -106,12 +106,15 @@ TEST(PlannerSetup, ShapesItCannotServeAreRefusedByName) {
   mixed.q_dtype = DType::f16;
   EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::cpu, mixed)); },
                           "q dtype fp16 and KV dtype bf16 differ"));
-  // an fp8 cache under 16-bit queries: on the CPU engine (fp32 queries too), not yet on CUDA
+  // an fp8 cache under 16-bit queries (on the CPU engine fp32 queries too); on CUDA without wide tasks
   AttentionShape fp8 = qwen3_4b();
   fp8.kv_dtype = DType::e4m3;
   EXPECT_NO_THROW(make_planner_setup(args_for(PlanTarget::cpu, fp8)));
+  EXPECT_EQ(make_planner_setup(args_for(PlanTarget::h200, fp8)).options.wide_tile_rows, 0);
+  EXPECT_GT(make_planner_setup(args_for(PlanTarget::h200, qwen3_4b())).options.wide_tile_rows, 0);
+  fp8.q_dtype = DType::f32;
   EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::h200, fp8)); },
-                          "KV dtype fp8_e4m3: fp8 caches run on the CPU engine for now"));
+                          "q dtype fp32 under a fp8_e4m3 cache: q is fp16 or bf16"));
   fp8.q_dtype = DType::e5m2;
   EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::cpu, fp8)); },
                           "q dtype fp8_e5m2 under a fp8_e4m3 cache: q is fp16 or bf16 (or fp32)"));

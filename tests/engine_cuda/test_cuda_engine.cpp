@@ -24,6 +24,7 @@
 #include "codec/engine/cuda_stream_planner.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
+#include "support/fp8_pool.hpp"
 #include "support/planning.hpp"
 #include "support/random_batch.hpp"
 #include "support/random_queries.hpp"
@@ -82,10 +83,12 @@ const char* to_string(Layout l) {
   return l == Layout::nhd ? "NHD" : l == Layout::hnd ? "HND" : l == Layout::interleaved ? "interleaved" : "padded NHD";
 }
 
-// A batch's K/V pool re-laid out on the device, and its queries.
+// A batch's K/V pool re-laid out on the device, and its queries (in q_dtype:
+// the cache's, or an fp8 cache's fp16 or bf16).
 struct DeviceBatch {
-  std::unique_ptr<DeviceBuffer> k, v, q;
+  std::unique_ptr<DeviceBuffer> k, v, q, k_scale, v_scale;
   PagedKV kv;
+  DType q_dtype = DType::bf16;
 };
 
 DeviceBatch upload(const test::RandomBatch& b, Layout layout) {
@@ -122,6 +125,26 @@ DeviceBatch upload(const test::RandomBatch& b, Layout layout) {
     dst.v = out.v->data();
   }
   out.kv = dst;
+  out.q_dtype = s.dtype;
+  return out;
+}
+
+// An fp8 copy of the batch (test::quantise) on the device, NHD, its scales in device memory.
+DeviceBatch upload_fp8(const test::RandomBatch& b, const test::Fp8Pool& pool, DType dtype) {
+  DeviceBatch out;
+  out.k = std::make_unique<DeviceBuffer>(pool.k.data(), pool.k.size());
+  out.v = std::make_unique<DeviceBuffer>(pool.v.data(), pool.v.size());
+  out.q = std::make_unique<DeviceBuffer>(b.q.data(), b.q.size());
+  out.kv = pool.kv(b, dtype);
+  out.kv.k = out.k->data();
+  out.kv.v = out.v->data();
+  if (!pool.k_scale.empty()) {
+    out.k_scale = std::make_unique<DeviceBuffer>(pool.k_scale.data(), pool.k_scale.size() * sizeof(float));
+    out.v_scale = std::make_unique<DeviceBuffer>(pool.v_scale.data(), pool.v_scale.size() * sizeof(float));
+    out.kv.k_scale.data = reinterpret_cast<const float*>(out.k_scale->data());
+    out.kv.v_scale.data = reinterpret_cast<const float*>(out.v_scale->data());
+  }
+  out.q_dtype = b.spec.dtype;
   return out;
 }
 
@@ -137,11 +160,14 @@ Outputs collect(const DeviceBuffer& out, const DeviceBuffer& lse, DType dtype) {
   return o;
 }
 
-// q, out and lse [rows, Hq, D], contiguous on the device.
-AttentionIO device_io(const Plan& plan, const void* q, const DeviceBuffer& out, const DeviceBuffer& lse, int rows) {
+// q, out and lse [rows, Hq, D], contiguous on the device; q and out in the
+// plan's dtype, or under an fp8 cache in q_dtype.
+AttentionIO device_io(const Plan& plan, const void* q, const DeviceBuffer& out, const DeviceBuffer& lse, int rows,
+                      DType q_dtype = DType::bf16) {
   const PlanView p = plan.view();
-  return {QueryRows::contiguous(q, plan.dtype(), rows, p.num_qo_heads, p.head_dim),
-          OutputRows::contiguous(out.data(), plan.dtype(), rows, p.num_qo_heads, p.head_dim),
+  const DType dtype = is_fp8(plan.dtype()) ? q_dtype : plan.dtype();
+  return {QueryRows::contiguous(q, dtype, rows, p.num_qo_heads, p.head_dim),
+          OutputRows::contiguous(out.data(), dtype, rows, p.num_qo_heads, p.head_dim),
           LseRows::contiguous(reinterpret_cast<float*>(lse.data()), rows, p.num_qo_heads)};
 }
 
@@ -155,11 +181,11 @@ Outputs run_gpu(const Plan& plan, const DeviceBatch& b, const DeviceBuffer* sink
   out.poison();
   lse.poison();
   cuda_upload_plan(plan, ws.span(), nullptr);
-  AttentionIO io = device_io(plan, b.q->data(), out, lse, plan.num_requests());
+  AttentionIO io = device_io(plan, b.q->data(), out, lse, plan.num_requests(), b.q_dtype);
   if (sinks) io.sinks = reinterpret_cast<const float*>(sinks->data());
   run_cuda(plan, b.kv, io, ws.span(), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
-  return collect(out, lse, b.kv.dtype);
+  return collect(out, lse, b.q_dtype);
 }
 
 // Compares with a result given as fp64 (the reference, or the CPU engine widened).
@@ -431,16 +457,17 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
   EXPECT_GT(wide_only_merged, 0) << "no plan ran the merge straight after the wide kernel";
 }
 
-// Masked tasks of a plan by the kernel path that runs them: the wide
-// kernel, the narrow kernel's wgmma path (17 rows or more, sm_90a) and its
-// packs of small tasks (the rest run on its mma.sync path).
+// Masked tasks of a plan (or every task) by the kernel path that runs them:
+// the wide kernel, the narrow kernel's wgmma path (17 rows or more, sm_90a)
+// and its packs of small tasks (the rest run on its mma.sync path).
 struct MaskedPaths {
   int masked = 0, wide = 0, wgmma = 0, packed = 0;
-  void tally(const Plan& plan) {
+  // every_task: count every task by its path, masked or not
+  void tally(const Plan& plan, bool every_task = false) {
     const PlanView p = plan.view();
     const CudaPackLimits limits = cuda_pac_pack_limits(p.head_dim);
     for (int w = 0; w < p.num_wide_blocks; ++w)
-      for (int i = p.wide_indptr[w]; i < p.wide_indptr[w + 1]; ++i) wide += p.masked(p.tasks[i]);
+      for (int i = p.wide_indptr[w]; i < p.wide_indptr[w + 1]; ++i) wide += every_task || p.masked(p.tasks[i]);
     for (int b = 0; b < p.num_blocks; ++b) {
       const int begin = p.single_task_blocks ? std::min(b, p.num_tasks) : p.block_indptr[b];
       const int end = p.single_task_blocks ? std::min(b + 1, p.num_tasks) : p.block_indptr[b + 1];
@@ -453,7 +480,7 @@ struct MaskedPaths {
         const int count = run >= 2 ? run : 1;
         for (int k = i; k < i + count; ++k) {
           const Task& t = p.tasks[k];
-          if (!p.masked(t)) continue;
+          if (!every_task && !p.masked(t)) continue;
           packed += count >= 2;
           wgmma += count == 1 && t.row_end - t.row_begin >= 17;
         }
@@ -621,6 +648,76 @@ TEST(CudaEngine, SoftCapSinksAndWindowsMatchTheReference) {
     EXPECT_GT(paths.wide, 0);
     EXPECT_GT(paths.wgmma, 0);
   }
+}
+
+// fp8 caches (e4m3, e5m2) under fp16 and bf16 queries against the fp64
+// reference of the same dequantised values, within the 16-bit bounds: every
+// head dim, pages of 1, 3, 7 and 16 tokens, no scale, one for every kv head
+// and one a kv head (device memory), one token a request and several under
+// each mask, soft-cap and sinks on some; on the device's plan (no wide
+// tasks: the planner leaves fp8 to PAC) and flat with 3 splits, so that the
+// mma.sync path, the wgmma path and packs all convert their stages.
+TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    HeadConfig heads;
+    DType kv, q;
+    int page_size, scales;  // scales: 0 none, 1 one for every kv head, else one a kv head
+    QueryMask mask;
+    int max_q;  // 0: one token a request
+    bool sinks;
+  };
+  const Case cases[] = {
+      {{8, 2, 64}, DType::e4m3, DType::bf16, 7, 2, QueryMask::causal, 0, false},
+      {{32, 8, 128}, DType::e4m3, DType::bf16, 16, 8, QueryMask::causal, 0, true},
+      {{32, 8, 128}, DType::e5m2, DType::f16, 1, 1, QueryMask::causal, 12, false},
+      {{40, 8, 128, 0.f, 30.f}, DType::e4m3, DType::f16, 16, 8, QueryMask::draft, 8, true},
+      {{16, 4, 256}, DType::e5m2, DType::bf16, 3, 4, QueryMask::causal, 0, false},
+      {{16, 16, 64}, DType::e4m3, DType::bf16, 16, 0, QueryMask::custom, 24, false},
+      {{32, 8, 128}, DType::e4m3, DType::bf16, 16, 8, QueryMask::causal, 64, false},
+  };
+  MaskedPaths paths;
+  for (const Case& c : cases)
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.q, c.page_size, 5, 6, 0.3,
+                                                           (160 + c.page_size - 1) / c.page_size);
+      const test::RandomBatch b = test::make_random_batch(spec);
+      const int scales = c.scales <= 1 ? c.scales : c.heads.num_kv_heads;
+      const test::Fp8Pool pool = test::quantise(b, c.kv, scales);
+      test::RandomQueries q = test::make_random_queries(b, c.mask, std::max(c.max_q, 1), seed);
+      if (c.max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;
+      std::vector<float> sinks;
+      for (int h = 0; h < c.heads.num_qo_heads && c.sinks; ++h) sinks.push_back(-2.f + float(h % 7));
+      const std::string what = spec.describe() + " kv " + std::string(to_string(c.kv)) + " scales " + std::to_string(scales) +
+                               " mask " + std::to_string(int(c.mask)) + " max_q " + std::to_string(c.max_q);
+      const ReferenceResult ref =
+          reference_attention(b.table(), pool.kv(b, c.kv), c.heads, q.q.data(), q.view(), c.q, sinks);
+      DeviceBatch d = upload_fp8(b, pool, c.kv);
+      d.q = std::make_unique<DeviceBuffer>(q.q.data(), q.q.size());
+      const std::unique_ptr<DeviceBuffer> device_sinks =
+          sinks.empty() ? nullptr : std::make_unique<DeviceBuffer>(sinks.data(), sinks.size() * sizeof(float));
+      const Forest forest = derive_forest(b.table());
+      const RooflineCostModel roofline = h200_cost(c.heads, c.kv);
+      PlannerOptions opt = cuda_planner_options(c.heads, c.kv);
+      EXPECT_EQ(opt.wide_tile_rows, 0) << what;
+      auto check = [&](const Forest& f, const std::string& how) {
+        const Plan plan = make_plan(f, c.heads, c.kv, roofline, opt, q.view());
+        paths.tally(plan, /*every_task=*/true);
+        expect_matches(run_gpu(plan, d, device_sinks.get()), ref, c.q, what + " " + how);
+      };
+      check(forest, "device");
+      opt.split = SplitPolicy::fixed;
+      opt.fixed_splits = 3;
+      opt.num_blocks = 3;
+      opt.chunk_align = 1 + int(seed % 16);
+      check(flatten(forest), "flat, fixed 3");
+    }
+  std::cout << "fp8 tasks by path: wgmma " << paths.wgmma << ", packed " << paths.packed << "\n";
+  EXPECT_GT(paths.packed, 0);
+  if (cuda_device_info({32, 8, 128}, DType::bf16).wide) {  // an sm_90a build on sm_90
+    EXPECT_GT(paths.wgmma, 0);
+  }
+  EXPECT_EQ(paths.wide, 0);
 }
 
 // A prefill chunk of hundreds of tokens a request over cached prefixes: the
@@ -910,6 +1007,9 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   bad_io = io;
   bad_io.sinks = reinterpret_cast<const float*>(fake + 2);
   expect_error(run_with(plan, kv, bad_io, small), "sinks 0x");
+  bad = kv;
+  bad.k_scale = {reinterpret_cast<const float*>(fake + 2), 1};
+  expect_error(run_with(plan, bad, io, small), "kv.k_scale 0x");
   bad_io = io;
   bad_io.q.stride_batch = 32 * 128 + 4;  // 8,200 bytes: not a multiple of 16
   expect_error(run_with(plan, kv, bad_io, small), "q.stride_batch 4100 elements");

@@ -189,6 +189,17 @@ def test_shape_mismatches_are_value_errors(setup):
         w.run(q, kv, out=np.lib.stride_tricks.as_strided(np.zeros(64, np.float16), q.shape, (0, 0, 2)))
 
 
+def test_strides_of_dimensions_of_one_may_differ():
+    """K and V of one layout but for the stride of a dimension of extent 1
+    (one kv head here), which nothing steps along: accepted, exact."""
+    b = random_batch(5, 4, 1, 64, 16, "float32", requests=3)
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(16 << 20, np.uint8))
+    w.plan(b.indptr, b.indices, b.last_page_len, 4, 1, 64, 16, q_data_type="float32")
+    k = np.lib.stride_tricks.as_strided(b.k, b.k.shape, b.k.strides[:2] + (4 * 7, 4))  # head stride 7 floats
+    out = w.run(b.q, (k, b.v))
+    assert k.strides != b.v.strides and rel_l2(out, reference(b)[0]) <= 2e-5
+
+
 def test_plan_refuses_what_it_cannot_do(setup):
     b, w, q, kv = setup
     args = (b.indptr, b.indices, b.last_page_len, 8, 2, 64, 16)

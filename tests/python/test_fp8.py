@@ -1,10 +1,10 @@
 """fp8 KV caches (float8_e4m3fn, float8_e5m2) with scales, on the CPU engine
-(the CUDA engine's fp8 kernels are to come): numpy callers pass the bits as
+and (torch float8 tensors) the CUDA engine: numpy callers pass the bits as
 uint8 with kv_data_type naming the format, torch callers float8 tensors;
 k_scale and v_scale as a float, a 0-d array or tensor, or one a kv head.
 Against float64 attention over the dequantised values (the stored value
-times its scale), for the decode and prefill wrappers; bad scales and dtypes
-refused by name."""
+times its scale), for the decode and prefill wrappers, and on the GPU in a
+CUDA graph; bad scales and dtypes refused by name."""
 
 import dataclasses
 
@@ -99,6 +99,52 @@ def test_torch_float8_cache_and_prefill_with_scales(fmt):
              torch.from_numpy(b.last_page_len), 8, 2, 64, 7, causal=True, q_data_type=torch.float16, kv_data_type=tdtype)
     out2 = pre.run(q, cache, k_scale=torch.from_numpy(k_scale), v_scale=torch.from_numpy(v_scale))
     assert torch.equal(out, out2)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_cuda_fp8_cache_matches_float64(fmt):
+    """The CUDA engine on float8 tensors at every head dim: per-head scales
+    in device memory, one token a request and several causal ones; then float
+    scales (device scalars filled in the stream) replayed in a CUDA graph."""
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device (or this build has no CUDA engine)")
+    tdtype = getattr(torch, fmt)
+
+    def on_device(bits, b):
+        cache = tuple(torch.from_numpy(bits[n]).cuda().view(tdtype) for n in ("k", "v"))
+        q = torch.from_numpy(b.q).to(torch.bfloat16).cuda()
+        return cache, q, dataclasses.replace(b, q=q.float().cpu().numpy())
+
+    for dim in (64, 128, 256):
+        bits, k_scale, v_scale, b = fp8_case(5 + dim, fmt, per_head=True, dim=dim, page=16)
+        cache, q, qb = on_device(bits, b)
+        scales = dict(k_scale=torch.from_numpy(k_scale).cuda(), v_scale=torch.from_numpy(v_scale).cuda())
+        table = [torch.from_numpy(x).cuda() for x in (b.indptr, b.indices, b.last_page_len)]
+        w = codec.BatchPrefixDecodeWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"))
+        w.plan(*table, 8, 2, dim, 16, q_data_type=torch.bfloat16, kv_data_type=tdtype)
+        out = w.run(q, cache, **scales)
+        assert rel_l2(out.float().cpu().numpy(), reference(qb)[0]) <= TOLERANCE["bfloat16"], dim
+        pre = codec.BatchPrefixPrefillWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"))
+        pre.plan(torch.arange(b.batch_size + 1, dtype=torch.int32, device="cuda"), *table, 8, 2, dim, 16, causal=True,
+                 q_data_type=torch.bfloat16, kv_data_type=tdtype)
+        assert torch.equal(pre.run(q, cache, **scales), out), dim
+
+    bits, k_scale, v_scale, b = fp8_case(9, fmt, per_head=False, page=16)
+    cache, q, qb = on_device(bits, b)
+    w = codec.BatchPrefixDecodeWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"))
+    w.plan(*(torch.from_numpy(x).cuda() for x in (b.indptr, b.indices, b.last_page_len)), 8, 2, 64, 16,
+           q_data_type=torch.bfloat16, kv_data_type=tdtype)
+    out = torch.full_like(q, float("nan"))
+    w.run(q, cache, out=out, k_scale=float(k_scale[0]), v_scale=float(v_scale[0]))  # eagerly first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(q, cache, out=out, k_scale=float(k_scale[0]), v_scale=float(v_scale[0]))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel_l2(out.float().cpu().numpy(), reference(qb)[0]) <= TOLERANCE["bfloat16"]
 
 
 def test_bad_fp8_arguments_are_refused_by_name():

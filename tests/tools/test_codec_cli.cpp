@@ -143,8 +143,8 @@ TEST(CodecCli, VariantsRunAndDumpOnTheCpu) {
 
 // An fp8 cache (codec bench --dtype fp8 / fp8_e5m2) on the CPU engine: half the
 // KV bytes of bf16, checked against the fp64 reference of the dequantised
-// values; the dump keeps the stored bits and the scales. The CUDA target
-// refuses it by name until its kernels take fp8.
+// values; the dump keeps the stored bits and the scales. The H200 target
+// plans it without wide tasks (the wide kernel reads 16-bit caches only).
 TEST(CodecCli, Fp8CachesRunAndDumpOnTheCpu) {
   const auto dir = scratch("fp8");
   double bf16_mb = 0;
@@ -164,9 +164,12 @@ TEST(CodecCli, Fp8CachesRunAndDumpOnTheCpu) {
   EXPECT_EQ(meta["dtype"], "fp8_e4m3");
   EXPECT_EQ(meta["q_dtype"], "bf16");
   std::filesystem::remove_all(dir);
-  const Result cuda = run_codec("plan --workload depth:3 --dtype fp8 --target h200");
-  EXPECT_EQ(cuda.code, 2) << cuda.output;
-  EXPECT_NE(cuda.output.find("fp8 caches run on the CPU engine for now"), std::string::npos) << cuda.output;
+  for (const std::string dtype : {"bf16", "fp8"}) {  // dense:2 plans wide tasks at 16 bits
+    const Result h200 = run_codec("plan --workload dense:2 --target h200 --json --dtype " + dtype);
+    ASSERT_EQ(h200.code, 0) << h200.output;
+    const nlohmann::json p = nlohmann::json::parse(h200.output)[0];
+    EXPECT_EQ(p["wide_tasks"].get<int>() > 0, dtype == "bf16") << dtype << " " << p;
+  }
 }
 
 // A .npy file of bytes as numpy writes it (format 1.0): descr "|u1" or "|b1".

@@ -1,6 +1,6 @@
 // Host side of the CUDA engine: validation, workspace layout, plan upload,
-// launch configuration, and the single dispatch from a runtime (head_dim,
-// dtype) to one of the 6 kernel configurations.
+// launch configuration, and the single dispatch from a runtime (head_dim, q
+// dtype, KV dtype) to one of the 12 kernel configurations.
 #include "codec/engine/cuda_engine.hpp"
 
 #include <cuda_runtime_api.h>
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 
 #include "codec/core/error.hpp"
@@ -28,29 +29,43 @@ static_assert(sizeof(__half) == sizeof(f16_t) && sizeof(__nv_bfloat16) == sizeof
 
 namespace {
 
-// The one place a runtime (head_dim, dtype) becomes template arguments:
-// f(std::integral_constant<int, D>, std::type_identity<T>) for D ∈ {64, 128,
-// 256}, T ∈ {__half, __nv_bfloat16}; anything else is an error.
+// The one place a runtime (head_dim, q dtype, KV dtype) becomes template
+// arguments: f(std::integral_constant<int, D>, std::type_identity<T>,
+// std::bool_constant<kFp8>) for D ∈ {64, 128, 256}, T ∈ {__half,
+// __nv_bfloat16} (q's and the output's) and kFp8 whether the cache is fp8
+// (e4m3 or e5m2, told apart at run time; else T); anything else is an error.
 template <typename F>
-decltype(auto) dispatch_config(int head_dim, DType dtype, F&& f) {
+decltype(auto) dispatch_config(int head_dim, DType q_dtype, DType kv_dtype, F&& f) {
+  CODEC_CHECK(kv_dtype == q_dtype || is_fp8(kv_dtype), "CUDA engine: KV dtype ", to_string(kv_dtype),
+              " under q of ", to_string(q_dtype), " (q and KV share one dtype but under an fp8 cache)");
   auto with_dim = [&](auto type) -> decltype(auto) {
+    auto with_cache = [&](auto dim) -> decltype(auto) {
+      if (is_fp8(kv_dtype)) return f(dim, type, std::true_type{});
+      return f(dim, type, std::false_type{});
+    };
     switch (head_dim) {
-      case 64: return f(std::integral_constant<int, 64>{}, type);
-      case 128: return f(std::integral_constant<int, 128>{}, type);
-      case 256: return f(std::integral_constant<int, 256>{}, type);
+      case 64: return with_cache(std::integral_constant<int, 64>{});
+      case 128: return with_cache(std::integral_constant<int, 128>{});
+      case 256: return with_cache(std::integral_constant<int, 256>{});
       default: break;
     }
     CODEC_FAIL("CUDA engine: head_dim ", head_dim, " is not supported (64, 128 or 256)");
   };
-  switch (dtype) {
+  switch (q_dtype) {
     case DType::f16: return with_dim(std::type_identity<__half>{});
     case DType::bf16: return with_dim(std::type_identity<__nv_bfloat16>{});
     case DType::f32:
     case DType::e4m3:
     case DType::e5m2: break;
   }
-  CODEC_FAIL("CUDA engine: dtype ", to_string(dtype), " is not supported (fp16 or bf16)");
+  CODEC_FAIL("CUDA engine: dtype ", to_string(q_dtype), " is not supported (fp16 or bf16, or an fp8 cache under "
+             "either)");
 }
+
+// The q dtype the CUDA engine pairs with a KV dtype where only the KV's is
+// known (planning, device queries): an fp8 cache's bf16 (fp16 would need
+// the same resources).
+DType q_dtype_of(DType kv_dtype) { return is_fp8(kv_dtype) ? DType::bf16 : kv_dtype; }
 
 bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
@@ -85,26 +100,26 @@ void check_workspace(const Plan& plan, std::span<std::byte> workspace, const cha
 
 void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cuda");
-  CODEC_CHECK(kv.dtype == DType::f16 || kv.dtype == DType::bf16, "run_cuda: kv.dtype ", to_string(kv.dtype),
-              " is not supported on CUDA (fp16 or bf16; fp8 caches run on the CPU engine for now)");
-  CODEC_CHECK(kv.k_scale.count == 0 && kv.v_scale.count == 0,
-              "run_cuda: k_scale and v_scale are not supported on CUDA yet (the CPU engine takes them)");
+  CODEC_CHECK(kv.dtype != DType::f32, "run_cuda: kv.dtype fp32 is not supported on CUDA (fp16, bf16 or fp8)");
   check_io(plan, io, /*out_f32=*/false, "run_cuda");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
   const std::pair<const void*, const char*> pointers[] = {{kv.k, "kv.k"}, {kv.v, "kv.v"}, {io.q.data, "q"},
                                                           {io.out.data, "out"}};
   for (const auto& [ptr, name] : pointers)
     CODEC_CHECK(aligned(ptr, 16), "run_cuda: ", name, " ", ptr, " is not 16-byte aligned");
-  const std::pair<const float*, const char*> floats[] = {{io.lse.data, "lse"}, {io.sinks, "sinks"}};
+  // The scales and the sinks are device memory, read as they are: their values are not checked here.
+  const std::pair<const float*, const char*> floats[] = {
+      {io.lse.data, "lse"}, {io.sinks, "sinks"}, {kv.k_scale.data, "kv.k_scale"}, {kv.v_scale.data, "kv.v_scale"}};
   for (const auto& [ptr, name] : floats)
     CODEC_CHECK(aligned(ptr, alignof(float)), "run_cuda: ", name, " ", static_cast<const void*>(ptr),
                 " is not 4-byte aligned");
-  const std::int64_t elem = std::int64_t(dtype_size(kv.dtype));
-  const std::pair<std::int64_t, const char*> strides[] = {
-      {kv.stride_page, "kv.stride_page"},   {kv.stride_token, "kv.stride_token"}, {kv.stride_head, "kv.stride_head"},
-      {io.q.stride_batch, "q.stride_batch"}, {io.q.stride_head, "q.stride_head"},
-      {io.out.stride_batch, "out.stride_batch"}, {io.out.stride_head, "out.stride_head"}};
-  for (const auto& [stride, name] : strides)
+  const std::int64_t kv_elem = std::int64_t(dtype_size(kv.dtype)), q_elem = std::int64_t(dtype_size(io.q.dtype));
+  const std::tuple<std::int64_t, std::int64_t, const char*> strides[] = {
+      {kv.stride_page, kv_elem, "kv.stride_page"},     {kv.stride_token, kv_elem, "kv.stride_token"},
+      {kv.stride_head, kv_elem, "kv.stride_head"},     {io.q.stride_batch, q_elem, "q.stride_batch"},
+      {io.q.stride_head, q_elem, "q.stride_head"},     {io.out.stride_batch, q_elem, "out.stride_batch"},
+      {io.out.stride_head, q_elem, "out.stride_head"}};
+  for (const auto& [stride, elem, name] : strides)
     CODEC_CHECK(stride * elem % 16 == 0, "run_cuda: ", name, " ", stride, " elements (", stride * elem,
                 " bytes) is not a multiple of 16 bytes");
   CODEC_CHECK(plan.extent().max_task_rows <= kCudaMaxTileRows, "run_cuda: a plan task has ",
@@ -114,6 +129,8 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
     CODEC_CHECK(kv.head_dim == 128 && wide_runs_here(), "run_cuda: the plan has wide blocks, which run at head_dim "
                 "128 on sm_90 devices with a build for sm_90a only (head_dim ", kv.head_dim, ", build for ",
                 CODEC_CUDA_ARCHITECTURES, "): plan with cuda_planner_options");
+    CODEC_CHECK(!is_fp8(kv.dtype), "run_cuda: the plan has wide blocks, which do not take an fp8 cache (",
+                to_string(kv.dtype), "): plan with cuda_planner_options");
     CODEC_CHECK(plan.extent().max_wide_rows <= kCudaMaxWideRows, "run_cuda: a wide task has ",
                 plan.extent().max_wide_rows, " query rows, more than the wide kernel's ", kCudaMaxWideRows);
   }
@@ -159,7 +176,7 @@ const char* cuda_built_architectures() { return CODEC_CUDA_ARCHITECTURES; }
 CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
   CudaDeviceInfo info;
   // an unsupported configuration is reported as such, GPU or not
-  const auto has_image = dispatch_config(heads.head_dim, dtype, [](auto dim, auto type) {
+  const auto has_image = dispatch_config(heads.head_dim, q_dtype_of(dtype), dtype, [](auto dim, auto type, auto) {
     return &cuda::pac_has_image<decltype(dim)::value, typename decltype(type)::type>;
   });
   CODEC_CUDA_CHECK(cudaGetDevice(&info.device));
@@ -174,12 +191,13 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
               ", but this CoDec build has kernels for CUDA architectures ", cuda_built_architectures(),
               " only: rebuild with -DCMAKE_CUDA_ARCHITECTURES=", info.compute_capability,
               info.compute_capability == 90 ? "a" : "", "-real");
-  info.blocks_per_sm = dispatch_config(heads.head_dim, dtype, [](auto dim, auto type) {
-    return cuda::pac_blocks_per_sm<decltype(dim)::value, typename decltype(type)::type>();
+  info.blocks_per_sm = dispatch_config(heads.head_dim, q_dtype_of(dtype), dtype, [](auto dim, auto type, auto fp8) {
+    return cuda::pac_blocks_per_sm<decltype(dim)::value, typename decltype(type)::type, decltype(fp8)::value>();
   });
   CODEC_CHECK(info.blocks_per_sm >= 1, "PAC kernel for head_dim ", heads.head_dim, " ", to_string(dtype),
               " cannot be resident on ", info.name);
-  info.wide = heads.head_dim == 128 && info.blocks_per_sm == 2 && wide_runs_here();
+  // the wide kernel reads 16-bit caches only
+  info.wide = heads.head_dim == 128 && !is_fp8(dtype) && info.blocks_per_sm == 2 && wide_runs_here();
   return info;
 }
 
@@ -292,15 +310,14 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
     programmatic = major >= 9;
   }
   const float lse_scale = codec::lse_scale(io.lse_base);
-  const float sm_scale = plan.heads().scale(), soft_cap = plan.heads().logits_soft_cap;
-  const cuda::SoftCap cap = soft_cap > 0.f ? cuda::SoftCap{sm_scale / soft_cap, soft_cap / sm_scale} : cuda::SoftCap{};
   // The kernels' masked instances (tile/row_masks.cuh): for a plan with
   // masked tasks, and at a capacity with masks for any plan uploaded later.
   const bool masked = plan.extent().masked_tasks > 0 || (plan.has_capacity() && plan.masks());
 
-  dispatch_config(kv.head_dim, kv.dtype, [&](auto dim, auto type) {
+  dispatch_config(kv.head_dim, io.q.dtype, kv.dtype, [&](auto dim, auto type, auto fp8) {
     constexpr int D = decltype(dim)::value;
     using T = typename decltype(type)::type;
+    constexpr bool kFp8 = decltype(fp8)::value;
     static_assert(cuda::PacTraits<D, T>::kMaxRows == kCudaMaxTileRows);
     const cuda::PacParams params{.plan = device,
                                  .kv = pool,
@@ -313,13 +330,16 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .lse_scale = lse_scale,
                                  .part_o = part_o,
                                  .part_lse = part_lse,
-                                 .sm_scale = sm_scale,
-                                 .cap = cap,
-                                 .sinks = io.sinks};
-    if constexpr (D == 128) {  // with wide blocks validate_run made sure of sm_90 and a build for sm_90a
+                                 .sm_scale = plan.heads().scale(),
+                                 .soft_cap = plan.heads().logits_soft_cap,
+                                 .k_scale = kv.k_scale,
+                                 .v_scale = kv.v_scale,
+                                 .sinks = io.sinks,
+                                 .fp8_e5m2 = kv.dtype == DType::e5m2};
+    if constexpr (D == 128 && !kFp8) {  // with wide blocks validate_run made sure of sm_90, sm_90a code, 16 bits
       if (launches.wide) cuda::launch_pac_wide<D, T>(params, masked, stream);
     }
-    if (launches.pac) cuda::launch_pac<D, T>(params, launches.wide, masked, stream);
+    if (launches.pac) cuda::launch_pac<D, T, kFp8>(params, launches.wide, masked, stream);
     if (launches.merge)
       cuda::launch_merge<D, T>({.plan = device,
                                 .part_o = part_o,

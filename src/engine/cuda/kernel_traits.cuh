@@ -87,6 +87,28 @@ struct PacTraits {
                 "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
 };
 
+// A PAC block's shared memory: Q, then the KV stages. Under an fp8 cache
+// (kFp8) the stages hold the cache's bytes as they lie, [kTileTokens][D] for
+// K then V, unswizzled (a byte an element: half a 16-bit tile), and one tile
+// of K and V in T sits between Q and the stages: the block converts each
+// stage into it (tile/fp8.cuh) before attending, so every tensor-core path
+// reads the layout it always reads. D = 128: 16 + 32 + 3 × 16 = 96 KiB, two
+// blocks an SM as at 16 bits, with the same tokens in flight.
+template <int D, typename T, bool kFp8>
+struct PacSmem {
+  using Tr = PacTraits<D, T>;
+  static constexpr int kRawTileBytes = Tr::kTileTokens * D;  // fp8 K (or V) of one stage
+  static constexpr int kConvertedOffset = Tr::kQBytes;       // kFp8: the converted K, then V
+  static constexpr int kStagesOffset = Tr::kQBytes + (kFp8 ? 2 * Tr::kTileBytes : 0);
+  static constexpr int kStageBytes = 2 * (kFp8 ? kRawTileBytes : Tr::kTileBytes);
+  static constexpr int kBytes = kStagesOffset + Tr::kStages * kStageBytes;
+  static_assert(!kFp8 || kBytes == Tr::kSmemBytes - Tr::kKVBytes / 2 + 2 * Tr::kTileBytes, "the layout above");
+  static_assert(Tr::kStagingBytes <= kBytes, "epilogue staging must fit in the shared memory it reuses");
+  static_assert(kStagesOffset % 1024 == 0, "the stages start on a 1024-byte boundary");
+  static_assert(Tr::kMinBlocksPerSM * (kBytes + 1024) <= 228 * 1024,
+                "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
+};
+
 // Wide PAC (kernels/pac_wide.cuh, sm_90a, head_dim 128): one block per SM runs
 // the plan's tasks of 65 to 128 rows (a wide block's: wide_indptr), the shape
 // FlashAttention-3 gives prefill. Warpgroup 0 is the producer: it copies each

@@ -37,7 +37,7 @@ The engine shares full blocks between requests with a common prefix
 reads once per step.
 
 Sliding windows, attention sinks and logit soft-caps (gpt-oss, Gemma 2 and
-3; on the CPU engine for now): a group's plan is for its attention as the
+3; checked on the CPU engine, the GPU's check to come): a group's plan is for its attention as the
 model passes it to the attention function (``scaling``, ``sliding_window``,
 ``softcap``), and each layer runs with its sinks (``s_aux``). The engine
 keeps a sliding layer's last ``sliding_window`` tokens in a ring of slots a

@@ -31,6 +31,10 @@
 // A plan's wide blocks (tasks of up to 128 rows) run on their own kernel,
 // pac_wide.cuh, launched before this one, which is its programmatic
 // dependent.
+//
+// Under an fp8 cache (kFp8) the stages hold the cache's bytes, which the
+// block converts into one tile of T after each lands (tile/fp8.cuh,
+// PacSmem): every path above then reads that tile as it reads a stage.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -46,6 +50,7 @@
 #include "engine/cuda/primitives/wgmma.cuh"
 #include "engine/cuda/tile/attend_mma.cuh"
 #include "engine/cuda/tile/attend_wgmma.cuh"
+#include "engine/cuda/tile/fp8.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
 #include "engine/cuda/tile/row_masks.cuh"
 
@@ -64,9 +69,28 @@ struct PacParams {
   float* part_o;               // [slots, D] fp32 normalised partial outputs
   float* part_lse;             // [slots] fp32 natural log
   float sm_scale;
-  SoftCap cap;                 // the logit soft-cap (tile/softmax.cuh), or none
+  float soft_cap;              // HeadConfig::logits_soft_cap (0: none)
+  KvScale k_scale, v_scale;    // the cache's scales in device memory (PagedKV), or none
   const float* sinks;          // [Hq] attention sinks (AttentionIO::sinks), or null
+  bool fp8_e5m2;               // an fp8 cache's format: e5m2, else e4m3
 };
+
+// The scales of a task's kv head: the exponent's e = |sm_scale · k_scale|
+// and the raw scores' ScoreMod (tile/softmax.cuh), and V's scale, which
+// multiplies the task's normalised output (each partial's: the merge is
+// linear in them).
+struct TaskScale {
+  float sm_scale;
+  ScoreMod mod;
+  float v_scale;
+};
+__device__ __forceinline__ TaskScale task_scale(const PacParams& p, int kv_head) {
+  const float f = p.sm_scale * p.k_scale.at(kv_head), e = fabsf(f);
+  ScoreMod mod;
+  if (p.soft_cap > 0.f && e > 0.f) mod.in = f / p.soft_cap, mod.out = p.soft_cap / e;
+  else mod.negate = f < 0.f;
+  return {e, mod, p.v_scale.at(kv_head)};
+}
 
 // A row of a single partial, written by PAC itself, takes its sink here
 // (the merge kernel takes the others'): the sink is a partial of value 0, so
@@ -87,8 +111,8 @@ __device__ __forceinline__ float sink_weight(const PacParams& p, int head, float
 // output, the others to their workspace slot.
 template <int D, typename T>
 __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task, int splits, bool has_rows,
-                                           bool single_row, SoftmaxState (&state)[2], const float (&o)[D / 2],
-                                           unsigned char* smem) {
+                                           bool single_row, float v_scale, SoftmaxState (&state)[2],
+                                           const float (&o)[D / 2], unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = p.plan.group;
   const int rows = task.row_end - task.row_begin;
@@ -142,6 +166,7 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
       acc = make_float4(acc.x * inv_l, acc.y * inv_l, acc.z * inv_l, acc.w * inv_l);
       lse = merged.lse();
     }
+    acc = make_float4(v_scale * acc.x, v_scale * acc.y, v_scale * acc.z, v_scale * acc.w);
     const int v = task.row_begin + r;
     if (ssingle[r]) {
       const int req = reqs[v / G], head = task.kv_head * G + v % G;
@@ -158,10 +183,16 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
   }
 }
 
-template <int D, typename T, bool kMasked>
+// The stages' element: T, or an fp8 cache's bytes.
+template <typename T, bool kFp8>
+using StageElem = std::conditional_t<kFp8, std::uint8_t, T>;
+
+template <int D, typename T, bool kFp8, bool kMasked>
 __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
+  using Smem = PacSmem<D, T, kFp8>;
+  using KV = StageElem<T, kFp8>;
   const PlanView& plan = p.plan;
   const int tid = threadIdx.x, warp = tid / 32, G = plan.group;
   const int rows = task.row_end - task.row_begin;
@@ -170,7 +201,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const std::int32_t* reqs = plan.node_reqs + task.req_begin;
   const std::int32_t* pages = plan.node_pages + task.page_begin;
   T* sq = reinterpret_cast<T*>(smem);
-  T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
+  KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
+  [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // kFp8: the tile read
+  const TaskScale scale = task_scale(p, task.kv_head);
 
   // warp layout (see the top of this file). On the wgmma path the 4 warps are
   // one warpgroup over all 64 row slots (rows past the task's are zero queries
@@ -187,8 +220,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // prologue. The first tiles' page ids and the rows' request ids are issued
   // before anything waits; the Q copies, which need the request ids, and the
   // first KV tiles follow, then the single-partial flags.
-  KvLoader<D, T> kv(p.kv, task, pages, geo, num_tiles, skv, tid, 0);
-  typename KvLoader<D, T>::Prologue pro;
+  using Loader = KvLoader<D, T, Tr::kThreads, Tr::kTileTokens, Tr::kTileTokens, KV>;
+  Loader kv(p.kv, task, pages, geo, num_tiles, stages, tid, 0);
+  typename Loader::Prologue pro;
   kv.look_up_first(pro);
   // the task's query rows into sq; rows up to the last row tile (all 64 on the
   // wgmma path) are zero
@@ -228,28 +262,34 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
     kv.refill(t, pro.ahead);
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
+    if constexpr (kFp8) {
+      __syncthreads();  // ... and every thread's: the stage converts, every warp being done with the last tile
+      convert_fp8_rows<D, T>(kv.stage(t), converted, 0, Tr::kTileTokens, tid, Tr::kThreads, p.fp8_e5m2);
+    }
 #if CODEC_WGMMA
     if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
 #endif
     __syncthreads();                   // ... and every thread's: tile t is visible to every warp
     const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
-    const T* sk = kv.stage(t);
+    const T* sk;
+    if constexpr (kFp8) sk = converted;
+    else sk = kv.stage(t);
     const T* sv = sk + Tr::kTileTokens * D;
 #if CODEC_WGMMA
     if (wg) {
-      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, p.sm_scale, p.cap, mask,
-                              t * Tr::kTileTokens, state, o);
+      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, scale.sm_scale, scale.mod,
+                              mask, t * Tr::kTileTokens, state, o);
       continue;
     }
 #endif
     if (has_rows && token0 < tile_tokens)
-      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, p.sm_scale, p.cap, mask,
+      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, scale.sm_scale, scale.mod, mask,
                                   t * Tr::kTileTokens, state, o);
   }
   cp_async_wait<0>();
   __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
 
-  store_rows<D, T>(p, task, splits, has_rows, single_row, state, o, smem);
+  store_rows<D, T>(p, task, splits, has_rows, single_row, scale.v_scale, state, o, smem);
   __syncthreads();  // the next task's prologue overwrites the staging
 }
 
@@ -277,12 +317,12 @@ struct FragmentRows {
 // sum; the quad's are added here.
 template <int D, typename T>
 __device__ __forceinline__ void store_fragment_rows(const PacParams& p, const Task& task, const FragmentRows& fr,
-                                                    SoftmaxState (&state)[2], const float (&o)[D / 2]) {
+                                                    float v_scale, SoftmaxState (&state)[2], const float (&o)[D / 2]) {
   const int lane = threadIdx.x % 32, G = p.plan.group, rows = task.row_end - task.row_begin;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     state[h].l = butterfly<4>(state[h].l, SumOp{});
-    float inv_l = state[h].inv_l(), lse = state[h].lse();
+    float inv_l = v_scale * state[h].inv_l(), lse = state[h].lse();
     if (fr.row[h] >= rows) continue;
     const int v = task.row_begin + fr.row[h], col = 2 * (lane % 4);
     if (fr.single[h]) {
@@ -327,10 +367,12 @@ __device__ __forceinline__ int pack_size(const PlanView& plan, int i, int end) {
 // Q and tokens [16w, 16w + 16) of every stage, streams its task 16 tokens a
 // step, kStages − 1 steps ahead, synchronising with __syncwarp only, and
 // writes its rows from registers: no staging, no barrier until the pack ends.
-template <int D, typename T, bool kMasked>
+template <int D, typename T, bool kFp8, bool kMasked>
 __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
+  using Smem = PacSmem<D, T, kFp8>;
+  using KV = StageElem<T, kFp8>;
   const PlanView& plan = p.plan;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = plan.group;
   if (warp < count) {
@@ -340,12 +382,14 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
     const int num_steps = (kv_len + Tr::kTokenStep - 1) / Tr::kTokenStep;
     const std::int32_t* reqs = plan.node_reqs + task.req_begin;
     T* sq = reinterpret_cast<T*>(smem);
-    T* skv = reinterpret_cast<T*>(smem + Tr::kQBytes);
+    KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
+    [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // kFp8: the warp's rows
     const int row0 = warp * Tr::kRowsPerWarp;  // of Q, and of every stage
+    const TaskScale scale = task_scale(p, task.kv_head);
 
-    KvLoader<D, T, 32, Tr::kTokenStep> kv(p.kv, task, plan.node_pages + task.page_begin, geo, num_steps, skv, lane,
-                                          row0);
-    typename KvLoader<D, T, 32, Tr::kTokenStep>::Prologue pro;
+    using Loader = KvLoader<D, T, 32, Tr::kTokenStep, Tr::kTileTokens, KV>;
+    Loader kv(p.kv, task, plan.node_pages + task.page_begin, geo, num_steps, stages, lane, row0);
+    typename Loader::Prologue pro;
     kv.look_up_first(pro);
     {
       const T* q = static_cast<const T*>(p.q);
@@ -371,13 +415,20 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       kv.refill(t, pro.ahead);
       cp_async_wait<Tr::kStages - 1>();
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
-      const T* sk = kv.stage(t);
+      const T* sk;
+      if constexpr (kFp8) {
+        convert_fp8_rows<D, T>(kv.stage(t), converted, row0, Tr::kTokenStep, lane, 32, p.fp8_e5m2);
+        __syncwarp();  // the warp's rows are converted
+        sk = converted;
+      } else {
+        sk = kv.stage(t);
+      }
       attend_tile_mma<D, T, 1>(sq, sk, sk + Tr::kTileTokens * D, warp, row0,
-                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), p.sm_scale, p.cap, mask,
-                               t * Tr::kTokenStep - row0, state, o);
+                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), scale.sm_scale, scale.mod,
+                               mask, t * Tr::kTokenStep - row0, state, o);
     }
     cp_async_wait<0>();
-    store_fragment_rows<D, T>(p, task, fr, state, o);
+    store_fragment_rows<D, T>(p, task, fr, scale.v_scale, state, o);
   }
   __syncthreads();  // the next task's prologue overwrites Q and the stages
 }
@@ -392,8 +443,9 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
 // memory visibility; the merge's griddepcontrol.wait waits for this whole grid
 // to complete and flush.
 //
-// kMasked: the instance for plans with masked tasks (tile/row_masks.cuh).
-template <int D, typename T, bool kMasked>
+// kFp8: the instance for an fp8 cache (PacSmem); kMasked: for plans with
+// masked tasks (tile/row_masks.cuh).
+template <int D, typename T, bool kFp8, bool kMasked>
 __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
     pac_kernel(const __grid_constant__ PacParams p) {
   // wgmma's 128-byte swizzle needs its operand blocks on 1024-byte boundaries
@@ -419,8 +471,8 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
     const int pack = pack_size<D, T>(plan, i, end);
     const int count = pack >= 2 ? pack : 1;  // a lone small task keeps all 4 warps
     if (i + count == end) pdl_launch_dependents();
-    if (count >= 2) pac_pack<D, T, kMasked>(p, i, count, geo, smem);
-    else pac_task<D, T, kMasked>(p, task, geo, smem);
+    if (count >= 2) pac_pack<D, T, kFp8, kMasked>(p, i, count, geo, smem);
+    else pac_task<D, T, kFp8, kMasked>(p, task, geo, smem);
     i += count;
   }
   // After a wide grid (pac_wide.cuh), this grid completes only once that one
@@ -451,16 +503,16 @@ void set_smem_limit(int bytes) {
                                         int(cudaSharedmemCarveoutMaxShared)));
   if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
 }
-template <int D, typename T, bool kMasked = false>
+template <int D, typename T, bool kFp8, bool kMasked>
 void set_pac_smem_limit() {
-  set_smem_limit<pac_kernel<D, T, kMasked>>(PacTraits<D, T>::kSmemBytes);
+  set_smem_limit<pac_kernel<D, T, kFp8, kMasked>>(PacSmem<D, T, kFp8>::kBytes);
 }
 
 // Whether this build holds a kernel image the current device can run.
 template <int D, typename T>
 bool pac_has_image() {
   cudaFuncAttributes attributes{};
-  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T, false>);
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T, false, false>);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();  // an answer, not a failure: clear it
     return false;
@@ -471,34 +523,35 @@ bool pac_has_image() {
 
 // Resident PAC blocks per SM on the current device (registers and shared
 // memory). The masked instance has the same launch bounds, hence as many.
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 int pac_blocks_per_sm() {
-  set_pac_smem_limit<D, T>();
+  set_pac_smem_limit<D, T, kFp8, false>();
   int blocks = 0;
-  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T, false>, PacTraits<D, T>::kThreads,
-                                                                 PacTraits<D, T>::kSmemBytes));
+  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T, kFp8, false>,
+                                                                 PacTraits<D, T>::kThreads, PacSmem<D, T, kFp8>::kBytes));
   return blocks;
 }
 
 // One block per plan block. `programmatic`: a dependent launch of the wide
 // kernel just launched on the stream (pac_wide.cuh), sm_90 only. `masked`:
 // the plan has masked tasks.
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 void launch_pac(const PacParams& params, bool programmatic, bool masked, cudaStream_t stream) {
   using Tr = PacTraits<D, T>;
-  if (masked) set_pac_smem_limit<D, T, true>();
-  else set_pac_smem_limit<D, T>();
+  if (masked) set_pac_smem_limit<D, T, kFp8, true>();
+  else set_pac_smem_limit<D, T, kFp8, false>();
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.plan.num_blocks);
   config.blockDim = dim3(Tr::kThreads);
-  config.dynamicSmemBytes = Tr::kSmemBytes;
+  config.dynamicSmemBytes = PacSmem<D, T, kFp8>::kBytes;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = programmatic ? 1 : 0;
-  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, masked ? pac_kernel<D, T, true> : pac_kernel<D, T, false>, params));
+  CODEC_CUDA_CHECK(
+      cudaLaunchKernelEx(&config, masked ? pac_kernel<D, T, kFp8, true> : pac_kernel<D, T, kFp8, false>, params));
   CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
 }
 

@@ -256,7 +256,7 @@ __device__ __forceinline__ void wide_issue_pv(float (&o)[D / 2],
 // score − m) in fp32, l takes the tile's sums, and factor[h] is what o must
 // be scaled by for row h's new max (applied by the caller once the P·V that
 // accumulates into o is done).
-// The caller soft-caps and masks the scores first (wide_consume: p.cap, node_mask, tail_mask).
+// The caller transforms and masks the scores first (wide_consume: TaskScale::mod, node_mask, tail_mask).
 template <int kSteps>
 __device__ __forceinline__ void wide_softmax(float (&s)[8 * kSteps], float sm_scale, SoftmaxState (&state)[2],
                                              float (&factor)[2]) {
@@ -294,6 +294,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     for (int h = 0; h < 2; ++h) fr.row[h] = Tr::kConsumerRows * wg + 16 * warp + lane / 4 + 8 * h;
     fr.look_up(plan, task);
     const auto mask = task_mask<kMasked>(plan, task, fr.row);
+    const TaskScale scale = task_scale(p, task.kv_head);
 
     const RingUse qb(i - begin, Tr::kQBuffers);
     wide_acquire(sm.q_full(qb.slot), qb.parity);
@@ -322,9 +323,9 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     fence_fragments(s);
     wide_release(sm.k_empty(k0.slot));
     if (num_tiles == 1) wide_release(sm.q_empty(qb.slot));
-    p.cap(s);
+    scale.mod(s);
     node_mask(0);
-    wide_softmax<kSteps>(s, p.sm_scale, state, factor);  // o is 0: no rescale
+    wide_softmax<kSteps>(s, scale.sm_scale, state, factor);  // o is 0: no rescale
     pack_p<kSteps, T>(a, s);
 
     // tiles 1 ..: Q·Kᵀ of t beside P·V of t − 1, masked by mask(t)
@@ -343,9 +344,9 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
       fence_fragments(s);
       wide_release(sm.k_empty(kt.slot));
       if (t == num_tiles - 1) wide_release(sm.q_empty(qb.slot));
-      p.cap(s);
+      scale.mod(s);
       mask(t);
-      wide_softmax<kSteps>(s, p.sm_scale, state, factor);
+      wide_softmax<kSteps>(s, scale.sm_scale, state, factor);
       // the softmax before the wait in the code ptxas gets; ptxas still moves the wait above most
       // of it (docs/DESIGN_NOTES.md, compiler facts), and the other consumer's turn fills the gap
       fence_fragments(s);
@@ -397,7 +398,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     wide_release(sm.v_empty(vl.slot));
     tile_use += num_tiles;
 
-    store_fragment_rows<D, T>(p, task, fr, state, o);
+    store_fragment_rows<D, T>(p, task, fr, scale.v_scale, state, o);
   }
 }
 

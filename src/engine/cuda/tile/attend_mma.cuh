@@ -25,11 +25,11 @@ namespace codec::cuda {
 // blocks stream (0d0804c: flat:8 unsplit 0.80×; docs/DESIGN_NOTES.md, A small
 // task's tile).
 //
-// `cap` soft-caps the scores (tile/softmax.cuh); `mask` (tile/row_masks.cuh)
+// `mod` transforms the raw scores (tile/softmax.cuh, ScoreMod); `mask` (tile/row_masks.cuh)
 // hides keys from rows; tile token j is task token tile_first + j.
 template <int D, typename T, int kSteps, typename Mask>
 __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const T* sv, int rtile, int token0,
-                                                int tile_tokens, float sm_scale, const SoftCap& cap, const Mask& mask,
+                                                int tile_tokens, float sm_scale, const ScoreMod& mod, const Mask& mask,
                                                 int tile_first, SoftmaxState (&state)[2], float (&o)[D / 2]) {
   using Tr = PacTraits<D, T>;
   constexpr int kChains = kSteps <= 2 ? 2 : 1;  // Q·Kᵀ accumulators a score
@@ -56,7 +56,7 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
 #pragma unroll
     for (int i = 0; i < 8 * kSteps; ++i) s[0][i] += s[c][i];
 
-  cap(s[0]);
+  mod(s[0]);
   mask_tail<kSteps>(s[0], token0, tile_tokens);
   mask(s[0], tile_first + token0);
   float tile_max[2];
@@ -85,17 +85,17 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
 // kernels/pac.cuh), uniform over the block.
 template <int D, typename T, typename Mask>
 __device__ __forceinline__ void attend_tile_mma_steps(int steps, const T* sq, const T* sk, const T* sv, int rtile,
-                                                      int token0, int tile_tokens, float sm_scale, const SoftCap& cap,
+                                                      int token0, int tile_tokens, float sm_scale, const ScoreMod& mod,
                                                       const Mask& mask, int tile_first, SoftmaxState (&state)[2],
                                                       float (&o)[D / 2]) {
   constexpr int kMax = PacTraits<D, T>::kMaxSplits;
   static_assert(kMax == 2 || kMax == 4, "a warp takes 1, 2 or 4 steps of a tile");
   if (steps == 1)
-    attend_tile_mma<D, T, 1>(sq, sk, sv, rtile, token0, tile_tokens, sm_scale, cap, mask, tile_first, state, o);
+    attend_tile_mma<D, T, 1>(sq, sk, sv, rtile, token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
   else if (kMax == 4 && steps == 2)
-    attend_tile_mma<D, T, 2>(sq, sk, sv, rtile, token0, tile_tokens, sm_scale, cap, mask, tile_first, state, o);
+    attend_tile_mma<D, T, 2>(sq, sk, sv, rtile, token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
   else
-    attend_tile_mma<D, T, kMax>(sq, sk, sv, rtile, token0, tile_tokens, sm_scale, cap, mask, tile_first, state, o);
+    attend_tile_mma<D, T, kMax>(sq, sk, sv, rtile, token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
 }
 
 }  // namespace codec::cuda

@@ -15,11 +15,11 @@ namespace codec::cuda {
 // wgmma path (sm_90a): the block's 4 warps, one warpgroup, attend all 64 row
 // slots to the whole tile; K and V are read by the tensor cores from shared
 // memory once per tile (primitives/wgmma.cuh has the operand layouts).
-// `cap` soft-caps the scores (tile/softmax.cuh); `mask` (tile/row_masks.cuh)
+// `mod` transforms the raw scores (tile/softmax.cuh, ScoreMod); `mask` (tile/row_masks.cuh)
 // hides keys from rows; tile token j is task token tile_first + j.
 template <int D, typename T, typename Mask>
 __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_t sk, std::uint32_t sv,
-                                                  int tile_tokens, float sm_scale, const SoftCap& cap,
+                                                  int tile_tokens, float sm_scale, const ScoreMod& mod,
                                                   const Mask& mask, int tile_first, SoftmaxState (&state)[2],
                                                   float (&o)[D / 2]) {
   using Tr = PacTraits<D, T>;
@@ -59,7 +59,7 @@ __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_
   // and loogle:8 ran 3.1–3.8% slower; as a branch, batch:64 ran 3.6% faster
   // but long and loogle:8 1.8–2.8% slower.
   constexpr float kSlack = 5.5451774f;  // 8 ln 2
-  cap(s);
+  mod(s);
   mask_tail<kSteps>(s, 0, tile_tokens);
   mask(s, tile_first);
   float tile_max[2];

@@ -65,14 +65,21 @@ struct PageGeometry {
 // The wide kernel's producer (kernels/pac_wide.cuh) uses the same lookup and
 // copies with its own tiles (kTileRows tokens) and stages, through
 // copy_rows: K and V land in buffers of their own, each released separately.
+//
+// KV: the cache's element, T (stages of T in the swizzled tile layout) or
+// std::uint8_t for an fp8 cache (stages of its bytes as they lie, [kTileRows]
+// [D], which the block converts: tile/fp8.cuh).
 template <int D, typename T, int kLanes = PacTraits<D, T>::kThreads, int kStepTokens = PacTraits<D, T>::kTileTokens,
-          int kTileRows = PacTraits<D, T>::kTileTokens>
+          int kTileRows = PacTraits<D, T>::kTileTokens, typename KV = T>
 class KvLoader {
   using Tr = PacTraits<D, T>;
-  static constexpr int kTokenStride = kLanes / Tr::kChunks;      // tokens the kLanes threads copy at once
+  static constexpr bool kRaw = !std::is_same_v<KV, T>;
+  static constexpr int kChunks = D * int(sizeof(KV)) / 16;      // 16-byte cp.async chunks per row
+  static constexpr int kTokenStride = kLanes / kChunks;         // tokens the kLanes threads copy at once
   static constexpr int kTokensPerThread = kStepTokens / kTokenStride;
-  static constexpr int kWarpTokens = 32 / Tr::kChunks;           // tokens a warp copies per step k
-  static_assert(kLanes % 32 == 0 && kLanes % Tr::kChunks == 0,
+  static constexpr int kWarpTokens = 32 / kChunks;              // tokens a warp copies per step k
+  static_assert(std::is_same_v<KV, T> || std::is_same_v<KV, std::uint8_t>, "KV is T, or the bytes of an fp8 cache");
+  static_assert(kLanes % 32 == 0 && kLanes % kChunks == 0,
                 "a thread copies the same 16-byte chunk of each of its tokens");
   static_assert(kStepTokens % kTokenStride == 0, "every thread copies the same number of KV chunks");
   static_assert(kTokensPerThread * kWarpTokens <= 32, "one lane per token a warp copies");
@@ -82,12 +89,13 @@ class KvLoader {
   // lane: this thread's index among the kLanes; row0: the stage row of the
   // step's first token.
   __device__ __forceinline__ KvLoader(const KvPool& pool, const Task& task, const std::int32_t* pages,
-                                      PageGeometry geo, int num_tiles, T* stages, int lane, int row0)
+                                      PageGeometry geo, int num_tiles, KV* stages, int lane, int row0)
       : pool_(pool), pages_(pages), geo_(geo), kv_begin_(task.kv_begin), kv_end_(task.kv_end),
         num_tiles_(num_tiles), lane_(lane), row0_(row0), stages_(stages) {
-    const std::int64_t head_offset = std::int64_t(task.kv_head) * pool.stride_head + 8 * (lane % Tr::kChunks);
-    k_base_ = reinterpret_cast<const char*>(static_cast<const T*>(pool.k) + head_offset);
-    v_base_ = reinterpret_cast<const char*>(static_cast<const T*>(pool.v) + head_offset);
+    const std::int64_t head_offset =
+        std::int64_t(task.kv_head) * pool.stride_head + 16 / int(sizeof(KV)) * (lane % kChunks);
+    k_base_ = reinterpret_cast<const char*>(static_cast<const KV*>(pool.k) + head_offset);
+    v_base_ = reinterpret_cast<const char*>(static_cast<const KV*>(pool.v) + head_offset);
   }
 
   // This lane's token of a tile: its page id, its slot in the page, and
@@ -132,7 +140,7 @@ class KvLoader {
     ahead = lookup(t + Tr::kStages);
   }
   // Tile t's stage: its K [kTileTokens][D], then its V.
-  __device__ __forceinline__ T* stage(int t) const { return stages_ + (t % Tr::kStages) * 2 * Tr::kTileTokens * D; }
+  __device__ __forceinline__ KV* stage(int t) const { return stages_ + (t % Tr::kStages) * 2 * Tr::kTileTokens * D; }
 
   // This lane's token of step `tile` (kStepTokens tokens from the chunk's start).
   __device__ __forceinline__ LaneToken lookup(int tile) const {
@@ -159,20 +167,20 @@ class KvLoader {
   // loogle:8 and long 0.99×). The wide kernel's producer keeps byte
   // offsets: with units it ran sysprompt:512 1.039× slower (4bcd2d4).
   template <bool kK, bool kV, bool kUnits = true>
-  __device__ __forceinline__ void copy_rows(LaneToken token, T* sk, T* sv) const {
-    const int lane = lane_ % 32, c = lane_ % Tr::kChunks;
+  __device__ __forceinline__ void copy_rows(LaneToken token, KV* sk, KV* sv) const {
+    const int lane = lane_ % 32, c = lane_ % kChunks;
     using Offset = std::conditional_t<kUnits, std::uint32_t, std::int64_t>;
     Offset lane_offset;
     if constexpr (kUnits)
       lane_offset = std::uint32_t(token.page) * pool_.page_units + std::uint32_t(token.slot) * pool_.token_units;
     else
       lane_offset = (std::int64_t(token.page) * pool_.stride_page + std::int64_t(token.slot) * pool_.stride_token) *
-                    std::int64_t(sizeof(T));
+                    std::int64_t(sizeof(KV));
     const unsigned valid_lanes = __ballot_sync(0xffffffffu, token.valid);
 #pragma unroll
     for (int k = 0; k < kTokensPerThread; ++k) {
-      const int j = row0_ + lane_ / Tr::kChunks + k * kTokenStride;
-      const int src_lane = k * kWarpTokens + lane / Tr::kChunks;
+      const int j = row0_ + lane_ / kChunks + k * kTokenStride;
+      const int src_lane = k * kWarpTokens + lane / kChunks;
       const Offset shared = __shfl_sync(0xffffffffu, lane_offset, src_lane);
       const auto offset = [&] {
         if constexpr (kUnits)
@@ -181,8 +189,9 @@ class KvLoader {
           return shared;
       }();
       const bool valid = (valid_lanes >> src_lane) & 1u;
-      if constexpr (kK) cp_async_16(sk + tile_offset<kTileRows>(j, c), k_base_ + offset, valid);
-      if constexpr (kV) cp_async_16(sv + tile_offset<kTileRows>(j, c), v_base_ + offset, valid);
+      const int at = kRaw ? j * D + 16 * c : tile_offset<kTileRows>(j, c);
+      if constexpr (kK) cp_async_16(sk + at, k_base_ + offset, valid);
+      if constexpr (kV) cp_async_16(sv + at, v_base_ + offset, valid);
     }
   }
 
@@ -197,7 +206,7 @@ class KvLoader {
 
   // K and V of a step share each token's address: one shuffle for both.
   __device__ __forceinline__ void copy(int tile, LaneToken token) const {
-    T* sk = stage(tile);
+    KV* sk = stage(tile);
     copy_rows<true, true>(token, sk, sk + Tr::kTileTokens * D);
   }
 
@@ -205,7 +214,7 @@ class KvLoader {
   const std::int32_t* pages_;
   PageGeometry geo_;
   int kv_begin_, kv_end_, num_tiles_, lane_, row0_;
-  T* stages_;
+  KV* stages_;
   const char* k_base_;
   const char* v_base_;
 };

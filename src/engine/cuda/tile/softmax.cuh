@@ -34,23 +34,30 @@ struct ExpScale {
   float neg_m_log2[2];  // −m · log2 e of rows h = 0, 1
 };
 
-// The logit soft-cap (HeadConfig::logits_soft_cap) on raw scores, right
-// after Q·Kᵀ and before any mask: the logit sm_scale · s becomes cap ·
-// tanh(sm_scale · s / cap), kept in raw units (s ← out · tanh(in · s), in =
-// sm_scale / cap, out = cap / sm_scale) so that the exponent, the maxima and
-// the masks stay as they are. in = 0: no cap, one uniform branch a tile.
-// tanh(x) = 1 − 2 / (e^2x + 1) on ex2 and rcp is within ~1e-7 absolute,
-// i.e. logits within cap · 1e-7, where tanh.approx (2^-11 relative) would
-// move a logit near a cap of 50 by 0.02.
-struct SoftCap {
-  float in = 0.f, out = 0.f;
+// What a task's raw scores go through right after Q·Kᵀ, before any mask, so
+// that the exponent's scale e > 0 (kernels/pac.cuh, TaskScale), the maxima
+// and the masks stay as they are. The logit is x = f · s for f = sm_scale ·
+// k_scale, e = |f|:
+// - with a soft-cap c (HeadConfig::logits_soft_cap), x = c · tanh(f · s / c),
+//   kept in raw units: s ← out · tanh(in · s), in = f / c, out = c / e;
+// - without, s ← −s where f < 0 (a negative k_scale), else nothing.
+// Both are one uniform branch a tile when off. tanh(x) = 1 − 2 / (e^2x + 1)
+// on ex2 and rcp is within ~1e-7 absolute, i.e. logits within c · 1e-7, where
+// tanh.approx (2^-11 relative) would move a logit near a cap of 50 by 0.02.
+struct ScoreMod {
+  float in = 0.f, out = 0.f;  // in = 0: no cap
+  bool negate = false;
 
   template <int N>
   __device__ __forceinline__ void operator()(float (&s)[N]) const {
-    if (in == 0.f) return;
     constexpr float k2Log2e = 2.8853900817779268f;  // 2 log2 e
+    if (in != 0.f) {
 #pragma unroll
-    for (int i = 0; i < N; ++i) s[i] = out * (1.f - 2.f * rcp_ftz(exp2_ftz(k2Log2e * in * s[i]) + 1.f));
+      for (int i = 0; i < N; ++i) s[i] = out * (1.f - 2.f * rcp_ftz(exp2_ftz(k2Log2e * in * s[i]) + 1.f));
+    } else if (negate) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) s[i] = -s[i];
+    }
   }
 };
 
