@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
   CLI::App* profile_cmd =
       app.add_subcommand("profile", "Measure the PAC kernel on this GPU and write the planner's cost table");
   profile_cmd->add_option("--model", profile_w.model, "Model shape (default qwen3-4b)");
-  profile_cmd->add_option("--dtype", profile_w.dtype, "bf16 or fp16 (default bf16)");
+  profile_cmd->add_option("--dtype", profile_w.dtype,
+                          "bf16, fp16, or an fp8 cache under bf16 queries: fp8 (e4m3), fp8_e5m2 (default bf16)");
   profile_cmd->add_option("--page-size", profile_w.page_size, "Tokens per KV page (default 16)")
       ->check(in_range(1, 1 << 20));
   profile_cmd->add_option("--out", profile_out, "Table file (default: data/cost_tables/<device>_d<D>_<dtype>.json)");
