@@ -489,7 +489,41 @@ struct MaskedPaths {
     }
     masked += plan.extent().masked_tasks;
   }
+  // Prints the tally and expects packs, and where the device runs them wide
+  // tasks and the wgmma path, to have run some.
+  void expect_every_path(bool wide_here) const {
+    std::cout << "masked tasks: " << masked << " (wide " << wide << ", wgmma " << wgmma << ", packed " << packed
+              << ")\n";
+    EXPECT_GT(packed, 0);
+    if (wide_here) {
+      EXPECT_GT(wide, 0);
+      EXPECT_GT(wgmma, 0);
+    }
+  }
 };
+
+// The plans the kernel-path tests run a batch under: the device's own,
+// every node of many rows wide where the device runs wide tasks, and flat
+// with 3 splits on few blocks (whole wide blocks where there are any) with
+// odd chunk boundaries, whose rows merge partials. check(forest, cost,
+// options, name) for each; returns whether the wide plan ran.
+template <typename Check>
+bool check_plans(const Forest& forest, const CostModel& roofline, PlannerOptions opt, bool wide, std::uint64_t seed,
+                 Check&& check) {
+  check(forest, roofline, opt, "device");
+  if (wide) {
+    PlannerOptions every = opt;
+    every.wide_min_rows = 0;
+    every.wide_min_tokens = 0;
+    check(forest, test::WidePriced(roofline, 0.5), every, "wide");
+  }
+  opt.split = SplitPolicy::fixed;
+  opt.fixed_splits = 3;
+  opt.num_blocks = opt.wide_tile_rows > 0 ? 4 : 3;
+  opt.chunk_align = 1 + int(seed % 16);
+  check(flatten(forest), roofline, opt, "flat, fixed 3");
+  return wide;
+}
 
 // Several query tokens a request under each mask (support/random_queries.hpp:
 // causal chunks reaching back into shared nodes, draft trees, custom masks
@@ -537,28 +571,10 @@ TEST(CudaEngine, QueryTokensUnderEachMaskMatchTheReference) {
             paths.tally(plan);
             expect_matches(run_gpu(plan, d), ref, c.dtype, what + " " + how);
           };
-          PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
-          check(forest, roofline, opt, "device");
-          if (cuda_device_info(c.heads, c.dtype).wide) {
-            wide_here = true;
-            PlannerOptions wide = opt;
-            wide.wide_min_rows = 0;
-            wide.wide_min_tokens = 0;
-            check(forest, test::WidePriced(roofline, 0.5), wide, "wide");
-          }
-          opt.split = SplitPolicy::fixed;
-          opt.fixed_splits = 3;
-          opt.num_blocks = opt.wide_tile_rows > 0 ? 4 : 3;  // whole wide blocks where there are any
-          opt.chunk_align = 1 + int(seed % 16);
-          check(flatten(forest), roofline, opt, "flat, fixed 3");
+          wide_here |= check_plans(forest, roofline, cuda_planner_options(c.heads, c.dtype),
+                                   cuda_device_info(c.heads, c.dtype).wide, seed, check);
         }
-  std::cout << "masked tasks: " << paths.masked << " (wide " << paths.wide << ", wgmma " << paths.wgmma
-            << ", packed " << paths.packed << ")\n";
-  EXPECT_GT(paths.packed, 0);
-  if (wide_here) {
-    EXPECT_GT(paths.wide, 0);
-    EXPECT_GT(paths.wgmma, 0);
-  }
+  paths.expect_every_path(wide_here);
 }
 
 // Logit soft-cap (Gemma 2's), attention sinks (gpt-oss's) and sliding
@@ -625,29 +641,12 @@ TEST(CudaEngine, SoftCapSinksAndWindowsMatchTheReference) {
         windowed += plan.extent().windowed;
         expect_matches(run_gpu(plan, d, device_sinks.get()), ref, c.dtype, what + " " + how);
       };
-      PlannerOptions opt = cuda_planner_options(c.heads, c.dtype);
-      check(forest, roofline, opt, "device");
-      if (cuda_device_info(c.heads, c.dtype).wide) {
-        wide_here = true;
-        PlannerOptions wide = opt;
-        wide.wide_min_rows = 0;
-        wide.wide_min_tokens = 0;
-        check(forest, test::WidePriced(roofline, 0.5), wide, "wide");
-      }
-      opt.split = SplitPolicy::fixed;  // partials merged before the sink
-      opt.fixed_splits = 3;
-      opt.num_blocks = opt.wide_tile_rows > 0 ? 4 : 3;
-      opt.chunk_align = 1 + int(seed % 16);
-      check(flatten(forest), roofline, opt, "flat, fixed 3");
+      wide_here |= check_plans(forest, roofline, cuda_planner_options(c.heads, c.dtype),
+                               cuda_device_info(c.heads, c.dtype).wide, seed, check);
     }
-  std::cout << "masked tasks: " << paths.masked << " (wide " << paths.wide << ", wgmma " << paths.wgmma
-            << ", packed " << paths.packed << "); windowed plans " << windowed << "\n";
+  std::cout << "windowed plans " << windowed << "\n";
   EXPECT_GT(windowed, 20);  // the windows did cut
-  EXPECT_GT(paths.packed, 0);
-  if (wide_here) {
-    EXPECT_GT(paths.wide, 0);
-    EXPECT_GT(paths.wgmma, 0);
-  }
+  paths.expect_every_path(wide_here);
 }
 
 // fp8 caches (e4m3, e5m2) under fp16 and bf16 queries against the fp64
@@ -698,19 +697,14 @@ TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
           sinks.empty() ? nullptr : std::make_unique<DeviceBuffer>(sinks.data(), sinks.size() * sizeof(float));
       const Forest forest = derive_forest(b.table());
       const RooflineCostModel roofline = h200_cost(c.heads, c.kv);
-      PlannerOptions opt = cuda_planner_options(c.heads, c.kv);
+      const PlannerOptions opt = cuda_planner_options(c.heads, c.kv);
       EXPECT_EQ(opt.wide_tile_rows, 0) << what;
-      auto check = [&](const Forest& f, const std::string& how) {
-        const Plan plan = make_plan(f, c.heads, c.kv, roofline, opt, q.view());
+      auto check = [&](const Forest& f, const CostModel& cost, const PlannerOptions& o, const std::string& how) {
+        const Plan plan = make_plan(f, c.heads, c.kv, cost, o, q.view());
         paths.tally(plan, /*every_task=*/true);
         expect_matches(run_gpu(plan, d, device_sinks.get()), ref, c.q, what + " " + how);
       };
-      check(forest, "device");
-      opt.split = SplitPolicy::fixed;
-      opt.fixed_splits = 3;
-      opt.num_blocks = 3;
-      opt.chunk_align = 1 + int(seed % 16);
-      check(flatten(forest), "flat, fixed 3");
+      check_plans(forest, roofline, opt, /*wide=*/false, seed, check);
     }
   std::cout << "fp8 tasks by path: wgmma " << paths.wgmma << ", packed " << paths.packed << "\n";
   EXPECT_GT(paths.packed, 0);
