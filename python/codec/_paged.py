@@ -200,10 +200,10 @@ class PagedWrapper:
             k_scale, v_scale: an fp8 (or any) cache's scales, FlashInfer's and
                 vLLM's: the stored value times its scale is the real value; a
                 float, a 0-d tensor or array, or a float32 one of num_kv_heads
-                values (None: 1). On a CUDA device a float becomes a device
-                scalar in the stream (capture-safe), a host tensor is copied
-                there (not in a graph), and a device tensor is read as it is
-                (its values are not checked there).
+                values (None: 1). On a CUDA device (an fp8 cache's only) a
+                float becomes a device scalar in the stream (capture-safe), a
+                host tensor is copied there (not in a graph), and a device
+                tensor is read as it is (its values are not checked there).
             window_left: FlashInfer's override, accepted only equal to the
                 planned window (None: the planned one).
             q_scale, enable_pdl: FlashInfer's; q_scale is not supported, PDL

@@ -1002,8 +1002,8 @@ TEST(CudaEngine, RejectsBadInputsWithClearMessages) {
   bad_io.sinks = reinterpret_cast<const float*>(fake + 2);
   expect_error(run_with(plan, kv, bad_io, small), "sinks 0x");
   bad = kv;
-  bad.k_scale = {reinterpret_cast<const float*>(fake + 2), 1};
-  expect_error(run_with(plan, bad, io, small), "kv.k_scale 0x");
+  bad.k_scale = {reinterpret_cast<const float*>(fake), 1};
+  expect_error(run_with(plan, bad, io, small), "k_scale and v_scale go with an fp8 cache on CUDA, not a bf16 one");
   bad_io = io;
   bad_io.q.stride_batch = 32 * 128 + 4;  // 8,200 bytes: not a multiple of 16
   expect_error(run_with(plan, kv, bad_io, small), "q.stride_batch 4100 elements");

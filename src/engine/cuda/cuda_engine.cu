@@ -101,6 +101,9 @@ void check_workspace(const Plan& plan, std::span<std::byte> workspace, const cha
 void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::span<std::byte> workspace) {
   check_plan_and_kv(plan, kv, "run_cuda");
   CODEC_CHECK(kv.dtype != DType::f32, "run_cuda: kv.dtype fp32 is not supported on CUDA (fp16, bf16 or fp8)");
+  CODEC_CHECK(is_fp8(kv.dtype) || (kv.k_scale.count == 0 && kv.v_scale.count == 0), "run_cuda: k_scale and "
+              "v_scale go with an fp8 cache on CUDA, not a ", to_string(kv.dtype), " one (fold a 16-bit cache's "
+              "scales into sm_scale and the output)");
   check_io(plan, io, /*out_f32=*/false, "run_cuda");
   // cp.async moves 16-byte chunks: every row start must be 16-byte aligned.
   const std::pair<const void*, const char*> pointers[] = {{kv.k, "kv.k"}, {kv.v, "kv.v"}, {io.q.data, "q"},
@@ -314,6 +317,10 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   // masked tasks, and at a capacity with masks for any plan uploaded later.
   const bool masked = plan.extent().masked_tasks > 0 || (plan.has_capacity() && plan.masks());
 
+  const float sm_scale = plan.heads().scale(), soft_cap = plan.heads().logits_soft_cap;
+  cuda::ScoreMod mod;  // sm_scale > 0 (HeadConfig::validate): a cap, or nothing
+  if (soft_cap > 0.f) mod.in = sm_scale / soft_cap, mod.out = soft_cap / sm_scale;
+
   dispatch_config(kv.head_dim, io.q.dtype, kv.dtype, [&](auto dim, auto type, auto fp8) {
     constexpr int D = decltype(dim)::value;
     using T = typename decltype(type)::type;
@@ -330,8 +337,9 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .lse_scale = lse_scale,
                                  .part_o = part_o,
                                  .part_lse = part_lse,
-                                 .sm_scale = plan.heads().scale(),
-                                 .soft_cap = plan.heads().logits_soft_cap,
+                                 .sm_scale = sm_scale,
+                                 .mod = mod,
+                                 .soft_cap = soft_cap,
                                  .k_scale = kv.k_scale,
                                  .v_scale = kv.v_scale,
                                  .sinks = io.sinks,

@@ -69,8 +69,9 @@ struct PacParams {
   float* part_o;               // [slots, D] fp32 normalised partial outputs
   float* part_lse;             // [slots] fp32 natural log
   float sm_scale;
-  float soft_cap;              // HeadConfig::logits_soft_cap (0: none)
-  KvScale k_scale, v_scale;    // the cache's scales in device memory (PagedKV), or none
+  ScoreMod mod;                // the soft-cap at sm_scale (a cache without scales)
+  float soft_cap;              // HeadConfig::logits_soft_cap (0: none), for a task's own ScoreMod
+  KvScale k_scale, v_scale;    // an fp8 cache's scales in device memory (PagedKV), or none
   const float* sinks;          // [Hq] attention sinks (AttentionIO::sinks), or null
   bool fp8_e5m2;               // an fp8 cache's format: e5m2, else e4m3
 };
@@ -78,18 +79,26 @@ struct PacParams {
 // The scales of a task's kv head: the exponent's e = |sm_scale · k_scale|
 // and the raw scores' ScoreMod (tile/softmax.cuh), and V's scale, which
 // multiplies the task's normalised output (each partial's: the merge is
-// linear in them).
+// linear in them). Only an fp8 cache has scales (run_cuda): a 16-bit one's
+// instances read sm_scale and mod from the parameters, as operands rather
+// than registers, and multiply by no v_scale (D = 64 keeps its spills).
 struct TaskScale {
   float sm_scale;
   ScoreMod mod;
   float v_scale;
 };
+template <bool kFp8>
 __device__ __forceinline__ TaskScale task_scale(const PacParams& p, int kv_head) {
-  const float f = p.sm_scale * p.k_scale.at(kv_head), e = fabsf(f);
-  ScoreMod mod;
-  if (p.soft_cap > 0.f && e > 0.f) mod.in = f / p.soft_cap, mod.out = p.soft_cap / e;
-  else mod.negate = f < 0.f;
-  return {e, mod, p.v_scale.at(kv_head)};
+  if constexpr (!kFp8) {
+    (void)kv_head;
+    return {p.sm_scale, p.mod, 1.f};
+  } else {
+    const float f = p.sm_scale * p.k_scale.at(kv_head), e = fabsf(f);
+    ScoreMod mod;
+    if (p.soft_cap > 0.f && e > 0.f) mod.in = f / p.soft_cap, mod.out = p.soft_cap / e;
+    else mod.negate = f < 0.f;
+    return {e, mod, p.v_scale.at(kv_head)};
+  }
 }
 
 // A row of a single partial, written by PAC itself, takes its sink here
@@ -203,7 +212,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   T* sq = reinterpret_cast<T*>(smem);
   KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
   [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // kFp8: the tile read
-  const TaskScale scale = task_scale(p, task.kv_head);
+  const TaskScale scale = task_scale<kFp8>(p, task.kv_head);
 
   // warp layout (see the top of this file). On the wgmma path the 4 warps are
   // one warpgroup over all 64 row slots (rows past the task's are zero queries
@@ -385,7 +394,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
     KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
     [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // kFp8: the warp's rows
     const int row0 = warp * Tr::kRowsPerWarp;  // of Q, and of every stage
-    const TaskScale scale = task_scale(p, task.kv_head);
+    const TaskScale scale = task_scale<kFp8>(p, task.kv_head);
 
     using Loader = KvLoader<D, T, 32, Tr::kTokenStep, Tr::kTileTokens, KV>;
     Loader kv(p.kv, task, plan.node_pages + task.page_begin, geo, num_steps, stages, lane, row0);

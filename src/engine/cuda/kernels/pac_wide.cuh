@@ -294,7 +294,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     for (int h = 0; h < 2; ++h) fr.row[h] = Tr::kConsumerRows * wg + 16 * warp + lane / 4 + 8 * h;
     fr.look_up(plan, task);
     const auto mask = task_mask<kMasked>(plan, task, fr.row);
-    const TaskScale scale = task_scale(p, task.kv_head);
+    const TaskScale scale = task_scale<false>(p, task.kv_head);  // 16-bit caches only
 
     const RingUse qb(i - begin, Tr::kQBuffers);
     wide_acquire(sm.q_full(qb.slot), qb.parity);
