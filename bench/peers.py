@@ -47,6 +47,11 @@ best variant of a family whose error is within 1e-2 (`<peer>_variant` names it).
 
 With --q-len N or --tree W,D (as codec bench's) every request brings several
 query tokens; hydragen, pat, sdpa and flex take one a request and are not run.
+With --dtype fp8 or fp8_e5m2 (codec bench's: the cache's bits and a scale a kv
+head) FlashInfer's wrappers read the same bits under bf16 queries; they take
+one scale for all heads, so each head's K scale multiplies its q rows and its
+V scale divides the reference, both outside the timing (an engine would fuse
+them into the ops around attention); the peers that take no fp8 get a note.
 With --window N, --soft-cap C or --sinks (as codec bench's) FlashInfer's
 decode and prefill wrappers get window_left and logits_soft_cap at plan and
 the sinks at run (a backend that ignores them fails the error check and is
@@ -55,7 +60,7 @@ sees its own positions) nor sinks, and the peers FlashInfer does not build
 take no variant: each gets a note instead.
 
   python3 -m bench.peers --codec build-gpu/codec --out OUTDIR [--workloads w1,w2] [--peers sdpa,flex] [--flush write]
-                         [--q-len N | --tree W,D] [--window N] [--soft-cap C] [--sinks]
+                         [--q-len N | --tree W,D] [--window N] [--soft-cap C] [--sinks] [--dtype fp8]
 """
 import argparse
 import json
@@ -139,22 +144,31 @@ class Timer:
             return fn, "eager"
 
 
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8_e4m3": torch.float8_e4m3fn,
+          "fp8_e5m2": torch.float8_e5m2}
+
+
 def load_dump(d):
     meta = json.load(open(os.path.join(d, "meta.json")))
     forest = json.load(open(os.path.join(d, "forest.json")))
-    if meta["dtype"] not in ("bf16", "fp16"):
-        raise ValueError(f"the peers take fp16 and bf16 caches for now, not {meta['dtype']}")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[meta["dtype"]]
+    if meta["dtype"] not in DTYPES:
+        raise ValueError(f"the peers take fp16, bf16 and fp8 caches, not {meta['dtype']}")
+    q_dtype, kv_dtype = DTYPES[meta.get("q_dtype", meta["dtype"])], DTYPES[meta["dtype"]]
 
     def dev(name, dt):
         return torch.from_numpy(np.load(os.path.join(d, name))).to("cuda").to(dt)
 
+    def cache(name):  # an fp8 cache's stored bits (uint8 in the dump), viewed as torch's float8
+        if kv_dtype.itemsize == 1:
+            return torch.from_numpy(np.load(os.path.join(d, name))).to("cuda").view(kv_dtype)
+        return dev(name, kv_dtype)
+
     data = {
         "meta": meta,
         "forest": forest,
-        "q": dev("q.npy", dtype),
-        "k": dev("k_cache.npy", dtype),  # [pages, page_size, Hkv, D] (NHD)
-        "v": dev("v_cache.npy", dtype),
+        "q": dev("q.npy", q_dtype),
+        "k": cache("k_cache.npy"),  # [pages, page_size, Hkv, D] (NHD)
+        "v": cache("v_cache.npy"),
         "indptr": dev("kv_indptr.npy", torch.int32),
         "indices": dev("kv_indices.npy", torch.int32),
         "last": dev("kv_last_page_len.npy", torch.int32),
@@ -162,6 +176,8 @@ def load_dump(d):
     }
     if os.path.exists(os.path.join(d, "sinks.npy")):
         data["sinks"] = dev("sinks.npy", torch.float32)
+    if os.path.exists(os.path.join(d, "k_scale.npy")):  # an fp8 cache's, one a kv head
+        data["k_scale"], data["v_scale"] = dev("k_scale.npy", torch.float32), dev("v_scale.npy", torch.float32)
     if os.path.exists(os.path.join(d, "qo_indptr.npy")):  # several query tokens a request
         data["qo_indptr"] = np.load(os.path.join(d, "qo_indptr.npy"))
         bits = os.path.join(d, "mask_bits.npy")
@@ -290,6 +306,13 @@ def run_workload(name, d, timer, results, peers):
     hq, hkv, dim, ps = meta["num_qo_heads"], meta["num_kv_heads"], meta["head_dim"], meta["page_size"]
     q, k, v, ref = data["q"], data["k"], data["v"], data["out"]
     row = {"workload": name}
+    fp8 = "k_scale" in data
+    if fp8:  # FlashInfer's one scale for all heads: each head's into its q rows and the reference, untimed
+        per_qo_head = lambda s: s.repeat_interleave(hq // hkv)[None, :, None]  # noqa: E731
+        q = (q.float() * per_qo_head(data["k_scale"])).to(q.dtype)
+        ref = ref / per_qo_head(data["v_scale"])
+        row["fp8_note"] = "per-head scales folded into q and the reference outside the timing"
+
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
     def measure(key, variant, fn, ref_rows, graph=True):
@@ -422,6 +445,11 @@ def run_workload(name, d, timer, results, peers):
             del cas
         del qp
 
+    if fp8:  # the peers below read 16-bit caches
+        skipped = [p for p in ("hydragen", "pat", "sdpa", "flex") if p in peers]
+        if skipped:
+            row["fp8_peers_note"] = f"{', '.join(skipped)}: 16-bit caches; not run"
+        peers = [p for p in peers if p not in skipped]
     if tokens is not None:  # the peers below take one query token a request
         skipped = [p for p in ("hydragen", "pat", "sdpa", "flex") if p in peers]
         if skipped:
@@ -468,6 +496,7 @@ def main():
                     help="built-in workloads, comma-separated; NAME@P runs NAME at page size P")
     ap.add_argument("--q-len", type=int, default=1, help="query tokens a request, causal (codec bench --q-len)")
     ap.add_argument("--tree", default="", help="W,D: a draft tree of D levels of W query tokens (codec bench --tree)")
+    ap.add_argument("--dtype", default="", help="the cache's dtype (codec bench --dtype: fp8, fp8_e5m2, fp16)")
     ap.add_argument("--window", type=int, default=0, help="a sliding window of N keys (codec bench --window)")
     ap.add_argument("--soft-cap", type=float, default=0.0, help="a logit soft-cap (codec bench --soft-cap)")
     ap.add_argument("--sinks", action="store_true", help="attention sinks from the seed (codec bench --sinks)")
@@ -486,10 +515,10 @@ def main():
         ap.error(f"--peers: unknown families {sorted(unknown)} ({', '.join(families)})")
     queries = ["--q-len", str(args.q_len)] + (["--tree", args.tree] if args.tree else [])
     suffix = f" t{args.tree.replace(',', 'x')}" if args.tree else f" q{args.q_len}" if args.q_len > 1 else ""
-    variants = ((["--window", str(args.window)] if args.window else [])
+    variants = ((["--dtype", args.dtype] if args.dtype else []) + (["--window", str(args.window)] if args.window else [])
                 + (["--soft-cap", str(args.soft_cap)] if args.soft_cap else []) + (["--sinks"] if args.sinks else []))
-    suffix += ((f" w{args.window}" if args.window else "") + (f" c{args.soft_cap:g}" if args.soft_cap else "")
-               + (" s" if args.sinks else ""))
+    suffix += "".join(f" {x}" for x in (args.dtype, args.window and f"w{args.window}",
+                                        args.soft_cap and f"c{args.soft_cap:g}", args.sinks and "s") if x)
     versions = f"torch {torch.__version__}"
     if {"fi_decode", "fi_prefill", "fi_sink", "fi_cascade"} & set(peers):
         import flashinfer

@@ -238,9 +238,9 @@ class PagedWrapper:
             lse = empty_like_rows(q, (q.shape[0], q.shape[1]), "float32")
         if is_torch(q):  # through the custom op, which finds the plan by the slot's handle
             from . import _torch_ops  # torch is optional: loaded once a torch tensor shows up
-            _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2,
-                              _torch_ops.scale(k_scale, "k_scale", q.device),
-                              _torch_ops.scale(v_scale, "v_scale", q.device), _torch_ops.scale(sinks, "sinks", q.device))
+            scales = [_torch_ops.scale(x, name, q.device)
+                      for x, name in ((k_scale, "k_scale"), (v_scale, "v_scale"), (sinks, "sinks"))]
+            _torch_ops.decode(q, k, v, self._workspace, out, lse, self._handle, self._hnd, base2, *scales)
         else:
             self._slot.run(q, k, v, self._hnd, out, lse, self._workspace, base2, current_stream(q),
                            host_scale(k_scale, "k_scale"), host_scale(v_scale, "v_scale"), host_scale(sinks, "sinks"))
