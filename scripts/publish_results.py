@@ -29,7 +29,8 @@ FAMILIES = [("fi_decode", "FlashInfer decode"), ("fi_cascade", "FlashInfer casca
             ("hydragen", "Hydragen-style"), ("pat", "PAT"), ("flex", "flex_attention")]
 FI = ("fi_decode", "fi_cascade")
 # Workload families in the order of docs/BENCHMARKS.md and `codec bench --workload all`.
-ORDER = ["seq", "batch", "depth", "ratio", "shape", "long", "loogle", "fewshot", "flat", "sysprompt", "dense", "window"]
+ORDER = ["seq", "batch", "depth", "ratio", "shape", "long", "loogle", "fewshot", "flat", "sysprompt", "dense", "verify",
+         "window"]
 SWEEPS = ("seq", "batch", "depth", "ratio", "shape")
 COPY_TBPS, TENSOR_TFLOPS = 4.2, 790.0  # the floor's H200 ceilings (docs/BENCHMARKS.md, Protocol)
 

@@ -19,7 +19,7 @@ constexpr std::int64_t kMaxRequests = std::int64_t(1) << 16;
 
 constexpr const char* kKnown =
     "seq[:L], batch[:B], depth[:d], ratio[:r], shape[:k|DT], long, loogle[:n], fewshot, flat[:B], sysprompt[:B], "
-    "dense[:D], window[:N]";
+    "dense[:D], verify[:B], window[:N]";
 
 std::int32_t add_node(Workload& w, std::string id, std::int32_t parent, std::int64_t tokens) {
   w.nodes.push_back({std::move(id), parent, tokens});
@@ -130,6 +130,19 @@ void add_dense(Workload& w, std::int64_t documents) {
   }
 }
 
+// Speculative decoding's verification over a long prompt: one 32,768-token
+// prompt shared by B requests with 128 own tokens each, run with --q-len or
+// --tree (their draft tokens) and without (the one-token step it should stay
+// near: issue 51's 8 x 4 draft tokens within 1.2x).
+void add_verify(Workload& w, std::int64_t requests) {
+  const std::int32_t prompt = add_node(w, "prompt", -1, 32768);
+  for (std::int64_t r = 0; r < requests; ++r) {
+    std::string id = "r";  // appended piecewise, as in add_forest
+    id += std::to_string(r);
+    w.requests.push_back(add_node(w, std::move(id), prompt, 128));
+  }
+}
+
 // A sliding-window model's long shared context: one document of N tokens
 // shared by 32 requests with 128 own tokens each, every query token seeing
 // the 4,096 keys up to its own (window_left 4,095). window:131072 is the
@@ -165,6 +178,7 @@ const std::vector<Sweep>& sweeps() {
       {"flat", "8", {"8", "64"}},
       {"sysprompt", "512", {"64", "256", "512"}},
       {"dense", "2", {"2", "4"}},
+      {"verify", "8", {"8"}},
       {"window", "131072", {"4096", "131072"}},
   };
   return table;
@@ -237,6 +251,8 @@ Workload builtin_workload(const std::string& spec) {
     add_sysprompt(w, parse_int(name, param, 1, kMaxRequests));
   } else if (name == "dense") {
     add_dense(w, parse_int(name, param, 1, 512));
+  } else if (name == "verify") {
+    add_verify(w, parse_int(name, param, 1, kMaxRequests));
   } else {
     add_window(w, parse_int(name, param, 1, kMaxTokens));
   }

@@ -44,11 +44,12 @@ void expect_uniform_requests(const Workload& w, std::size_t requests, std::int64
 
 TEST(Builtin, EveryNameParsesAndValidates) {
   const std::vector<std::string> names = builtin_workload_names();
-  ASSERT_EQ(names.size(), 39u);
+  ASSERT_EQ(names.size(), 40u);
   EXPECT_EQ(names.front(), "seq:128");
   EXPECT_EQ(names.back(), "window:131072");
   const std::vector<std::string> heads = {"seq:128",  "batch:4", "depth:2", "ratio:0.05",   "shape:2", "long",
-                                          "loogle:4", "fewshot", "flat:8",  "sysprompt:64", "dense:2", "window:4096"};
+                                          "loogle:4", "fewshot", "flat:8",  "sysprompt:64", "dense:2", "verify:8",
+                                          "window:4096"};
   std::size_t next = 0;
   for (const std::string& name : names) {
     if (next < heads.size() && name == heads[next]) ++next;
@@ -192,6 +193,12 @@ TEST(Builtin, SyspromptSharesOnePromptWithShortTails) {
   EXPECT_NE(builtin_workload("sysprompt:64").unique_tokens(), 4096 + 64 * 16);
 }
 
+TEST(Builtin, VerifySharesOneLongPrompt) {
+  const Workload w = builtin_workload("verify:8");
+  expect_uniform_requests(w, 8, 32768 + 128, 32768 + 8 * 128);
+  EXPECT_EQ(w.window_left, -1);
+}
+
 // A 128k-token document under a 4,096-key window, and the same batch with
 // the document cut to 4,096 tokens; the window travels through JSON.
 TEST(Builtin, WindowSharesALongDocumentUnderAWindow) {
@@ -242,7 +249,8 @@ TEST(Builtin, BareNamesTakeTheDefaultPoint) {
                                                        {"shape", "shape:2"},   {"loogle", "loogle:8"},
                                                        {"flat", "flat:8"},     {"long", "long"},
                                                        {"fewshot", "fewshot"}, {"sysprompt", "sysprompt:512"},
-                                                       {"dense", "dense:2"},   {"window", "window:131072"}};
+                                                       {"dense", "dense:2"},   {"window", "window:131072"},
+                                                       {"verify", "verify:8"}};
   for (const auto& [bare, full] : defaults) {
     const Workload a = builtin_workload(bare), b = builtin_workload(full);
     EXPECT_EQ(a.name, full);
