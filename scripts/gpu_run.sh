@@ -9,7 +9,7 @@
 # roofline model instead of the measured table), install (the python step's `pip install` alone), peers
 # (FlashInfer, Hydragen-style, cuDNN and flex_attention side by side: FlashInfer needs the wheels
 # scripts/fetch_peer_wheels.sh puts in .whl/; CODEC_PEER_WORKLOADS and CODEC_PEERS narrow it to some
-# workloads and peer families; pat builds PAT from .pat/, scripts/fetch_pat.sh, for the peers' pat family, on the kernels
+# workloads and peer families, CODEC_PEER_ARGS passes it more arguments (--q-len 4, --dtype fp8, ...); pat builds PAT from .pat/, scripts/fetch_pat.sh, for the peers' pat family, on the kernels
 # scripts/prebuild_pat.sh compiled where they are there) and pybench (bench/python_api.py: host time of plan and run through the
 # Python API beside FlashInfer's, and its kernel time against codec bench's), and e2e (bench/e2e_decode.py,
 # decode in transformers' continuous batching per backend, for each workload of CODEC_E2E_WORKLOADS, default
@@ -167,8 +167,10 @@ export PYTHONPATH="$PWD/build-gpu/pat:$PYTHONPATH"
 if step peers; then
   install_wheels
   mkdir -p "$out/peers"
+  # CODEC_PEER_ARGS: bench/peers.py's other arguments (--q-len 4, --tree 4,4, --dtype fp8, --window 4096, ...)
   run peers/peers python3 -m bench.peers --codec build-gpu/codec --out "$out/peers" \
-    ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"} ${CODEC_PEERS:+--peers "$CODEC_PEERS"}
+    ${CODEC_PEER_WORKLOADS:+--workloads "$CODEC_PEER_WORKLOADS"} ${CODEC_PEERS:+--peers "$CODEC_PEERS"} \
+    ${CODEC_PEER_ARGS:-}
 fi
 if step pybench; then
   install_wheels

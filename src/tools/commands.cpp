@@ -442,6 +442,7 @@ int run_bench(const WorkloadArgs& args, const BenchArgs& bench) {
         dump(specs.size() == 1 ? bench.dump : bench.dump + "/" + w.name, w, batch, forest, mc, mf);
       const double codec_mb = shared.stats().kv_tokens_read * bytes_per_token / 1e6;
       rows.push_back({{"workload", w.name},
+                      {"dtype", std::string(to_string(w.dtype))},
                       {"q_len", w.q_len},
                       {"tree", w.tree_width > 0 ? nlohmann::json::array({w.tree_width, w.tree_depth})
                                                 : nlohmann::json()},
