@@ -12,6 +12,7 @@
 #include "codec/engine/cpu_engine.hpp"
 #include "codec/engine/cuda_engine.hpp"
 #include "codec/engine/planner_setup.hpp"
+#include "codec/plan/queries.hpp"
 #include "support/throws_with.hpp"
 
 namespace codec {
@@ -147,6 +148,22 @@ TEST(PlannerSetup, TheWorkspaceBoundsEachBatchsSlots) {
   a.workspace.bytes = 512;
   EXPECT_TRUE(throws_with([&] { make_planner_setup(a).options_for(forest, entries); },
                           "workspace_buffer of 512 bytes is too small for this batch: it needs at least "));
+}
+
+// A sliding window's rows carry masks (per-row key intervals) with one token
+// a request too: an H200 workspace sized for the batch holds them (graphs'
+// capacities: tests/engine_cuda, which has the CUDA target).
+TEST(PlannerSetup, WindowsCarryTheirMasksIntoTheWorkspace) {
+  const Forest forest = shared_prefix(8, 40);
+  const std::int64_t entries = 8 * 41;
+  QueryBatch window;
+  window.window_left = 20;
+  PlannerSetupArgs a = args_for(PlanTarget::h200);
+  a.workspace.bytes = std::size_t(4) << 20;
+  const PlannerSetup s = make_planner_setup(a);
+  const Plan plan = make_plan(forest, s.heads(), s.kv_dtype(), *s.cost, s.options_for(forest, entries, window), window);
+  EXPECT_TRUE(plan.extent().windowed);
+  EXPECT_LE(cuda_workspace_bytes(plan) + s.alignment, a.workspace.bytes);
 }
 
 // In a build without the CUDA engine its target says so, before any plan.

@@ -22,6 +22,7 @@
 #include "codec/engine/cpu_engine.hpp"
 #include "codec/engine/cuda_engine.hpp"
 #include "codec/engine/cuda_stream_planner.hpp"
+#include "codec/engine/planner_setup.hpp"
 #include "codec/engine/reference.hpp"
 #include "codec/plan/planner.hpp"
 #include "support/fp8_pool.hpp"
@@ -1374,6 +1375,24 @@ TEST(CudaEngine, StreamPlannerReplansSlidingWindowsEveryGraphReplay) {
   SKIP_WITHOUT_GPU();
   expect_stream_replays(std::nullopt, false, 37);
   expect_stream_replays(QueryMask::draft, false, 5);
+  // a CUDA-graph workspace made without masks (no max_query_tokens) refuses a window by name; with them it plans it
+  const test::RandomBatch b = test::make_random_batch(spec_of({{32, 8, 128}, DType::bf16, 16, Layout::nhd}, 5));
+  const Forest forest = derive_forest(b.table());
+  QueryBatch window;
+  window.window_left = 20;
+  PlannerSetupArgs a;
+  a.target = PlanTarget::cuda;
+  a.shape = {32, 8, 128, 128, 0.f, DType::bf16, DType::bf16, 16};
+  a.workspace = {std::size_t(64) << 20, 8, 8 * 64};
+  const std::int64_t entries = std::int64_t(b.indices.size());
+  EXPECT_TRUE(test::throws_with([&] { make_planner_setup(a).options_for(forest, entries, window); },
+                                "window_left 20: a sliding window's rows carry masks, which this CUDA-graph "
+                                "workspace was made without (give max_query_tokens)"));
+  a.workspace.max_query_tokens = 8;
+  const PlannerSetup graphs = make_planner_setup(a);
+  const Plan plan = make_plan(forest, graphs.heads(), graphs.kv_dtype(), *graphs.cost,
+                              graphs.options_for(forest, entries, window), window);
+  EXPECT_TRUE(plan.masks());
 }
 
 // cuda_merge_states and cuda_copy_pages give what their CPU twins give.
