@@ -12,6 +12,12 @@ relative to the logprobs themselves stays small even for a wrong attention
 1.0e-4 for CoDec). The error relative to the logprobs' spread about their mean
 separates them (0.71 against 0.029): both are reported.
 
+Against the model itself (``compare_with_eager``): the logprobs a run gave
+its own tokens against the model's plain eager forward over each checked
+sequence (prompt and generated tokens), every step compared. It needs torch
+and the model, and is the reference for models whose attention the engine's
+``paged|sdpa`` does not compute (gpt-oss's sinks, Gemma 2's soft-cap).
+
 As a program it compares two runs of bench/e2e_decode.py backend by backend
 (e.g. tensor-parallel against one GPU) and fails past a tolerance, on either
 error, or when the runs share too little history to compare (a wrong
@@ -41,14 +47,51 @@ def compare_on_shared_history(ref, got):
         a += list(lr[:n])
         b += list(lg[:n])
         shared.append(n)
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return {"steps_compared": len(a), "mean_shared_steps": float(np.mean(shared)) if shared else 0.0,
+            **logprob_errors(a, b)}
+
+
+def logprob_errors(ref, got):
+    """The L2 error of logprobs `got` against `ref` relative to ref's norm
+    and to its spread about its mean (`_centered`), and their largest
+    absolute difference (all 0 for no logprobs)."""
+    a, b = np.asarray(ref, dtype=np.float64), np.asarray(got, dtype=np.float64)
     err = np.linalg.norm(b - a)
     norm = np.linalg.norm(a)
     spread = np.linalg.norm(a - a.mean()) if a.size else 0.0
-    return {"steps_compared": int(a.size), "mean_shared_steps": float(np.mean(shared)) if shared else 0.0,
-            "logprob_rel_l2": float(err / norm) if a.size and norm > 0 else 0.0,
+    return {"logprob_rel_l2": float(err / norm) if a.size and norm > 0 else 0.0,
             "logprob_rel_l2_centered": float(err / spread) if a.size and spread > 0 else 0.0,
             "logprob_max_abs": float(np.max(np.abs(b - a))) if a.size else 0.0}
+
+
+def eager_logprobs(model, prompt, tokens):
+    """The float64 log-probabilities the model's plain eager forward gives
+    `tokens`, generated after `prompt`: one forward over the sequence, the
+    logits of the generated positions alone (the model's attention
+    implementation is put back after it)."""
+    import torch
+    implementation = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            ids = torch.tensor([list(prompt) + list(tokens[:-1])], device=model.device)
+            logits = model(ids, logits_to_keep=len(tokens), use_cache=False).logits[0].double()
+    finally:
+        model.set_attn_implementation(implementation)
+    return torch.log_softmax(logits, dim=-1)[torch.arange(len(tokens)), torch.tensor(tokens)].cpu().numpy()
+
+
+def compare_with_eager(model, prompts, trace, sequences):
+    """A run's logprobs (trace: {request: (tokens, logprobs)}) against
+    eager_logprobs on the same tokens, for `sequences` requests spread over
+    the trace (prompts: {request: its prompt}): every step compared."""
+    requests = sorted(trace)
+    picked = [requests[i] for i in np.unique(np.linspace(0, len(requests) - 1, min(sequences, len(requests)))
+                                             .astype(np.int64))]
+    ref = [eager_logprobs(model, prompts[r], trace[r][0]) for r in picked]
+    got = [trace[r][1] for r in picked]
+    return {"sequences_checked": len(picked), "steps_compared": sum(len(x) for x in got),
+            **logprob_errors(np.concatenate(ref), np.concatenate(got))}
 
 
 def main(argv=None):

@@ -476,19 +476,13 @@ def without(model, feature):
 
 def eager_error(model, inputs, generated):
     """The largest difference between the logprob of each generated token and
-    the model's eager forward over the request's whole sequence (float64
-    log-softmax; the requests of `inputs` come first in `generated`, in
-    order, their other sequences after them)."""
-    torch = pytest.importorskip("torch")
+    the model's eager forward over the request's whole sequence
+    (bench.e2e_check.eager_logprobs; the requests of `inputs` come first in
+    `generated`, in order, their other sequences after them)."""
+    from bench.e2e_check import eager_logprobs
     prompts = dict(zip(generated, inputs))
-    worst = 0.0
-    for request, (tokens, logprobs) in generated.items():
-        prompt = prompts[request.split("__child")[0]]
-        with torch.no_grad():
-            logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1].double()
-        ref = torch.log_softmax(logits, dim=-1)[torch.arange(len(tokens)), torch.tensor(tokens)].numpy()
-        worst = max(worst, float(np.abs(ref - logprobs).max()))
-    return worst
+    return max(float(np.abs(eager_logprobs(model, prompts[request.split("__child")[0]], tokens) - logprobs).max())
+               for request, (tokens, logprobs) in generated.items())
 
 
 @pytest.mark.transformers
@@ -524,7 +518,6 @@ def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(kind, featur
     torch.manual_seed(0)
     got = generate(model, name, inputs, "cpu", block_tables=False, max_batch_tokens=24, num_return_sequences=3)
     assert len(got) == 3 * len(inputs)
-    model.set_attn_implementation("eager")
     error = eager_error(model, inputs, got)
     assert error < 1e-4, error
     for feature in features:
