@@ -1,7 +1,7 @@
 """Decode inside a real engine: Hugging Face transformers' continuous batching
-on Qwen3-4B's shape (random bf16 weights), one attention backend at a time on
-the same prompts, in eager mode or with --cuda-graph in the engine's graph
-mode: on the block-table path graphs of decode steps (codec, noop, busy:
+on a model's shape (--model, random bf16 weights: e2e_models.MODELS), one
+attention backend at a time on the same prompts, in eager mode or with
+--cuda-graph in the engine's graph mode: on the block-table path graphs of decode steps (codec, noop, busy:
 CoDec plans each replay's batch in the stream; fi_decode and fi_cascade:
 FlashInfer's CUDA-graph wrappers, planned on the host before each replay, as
 serving engines use them),
@@ -14,21 +14,44 @@ Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
   noop        paged|codec with the decode rows' attention skipped (zeros, no
               plan; prefill as codec): the engine's floor on that path
   fi_decode   FlashInfer's BatchDecodeWithPagedKVCacheWrapper on the same page
-              tables, tensor-core kernel, planned once per step
+              tables, tensor-core kernel, planned once per step and layer group
   fi_cascade  FlashInfer's MultiLevelCascadeAttentionWrapper, one level per
               depth of the step's prefix forest (codec.derive_forest), requests
               reordered per layer so that every node's requests are contiguous
   fi_prefill  FlashInfer's BatchPrefillWithPagedKVCacheWrapper (causal) on every
               eager step, prefill chunks and decode rows in one plan; its
               decode wrapper in graphs of decode steps
+  fi_sink     FlashInfer's BatchAttentionWithAttentionSinkWrapper (its prefill
+              wrapper with a JIT-built sink variant) on every eager step, as
+              fi_prefill: models with sinks (gpt-oss-20b) alone
   busy        noop that keeps the GPU busy instead, a spin kernel of
               --busy-us per layer (a diagnostic: whether the engine's host
               time depends on the GPU's load, which made noop's steps slower
               than codec's in run 21)
   sdpa        the engine's own paged|sdpa (slot-list path only)
 codec computes prefill chunks in its plan, noop skips them (zeros) and
-fi_prefill runs them in its plan; fi_decode, fi_cascade and busy leave them
-to the library's causal SDPA over each request's own KV.
+fi_prefill and fi_sink run them in their plans; fi_decode, fi_cascade and
+busy leave them to the library's causal SDPA over each request's own KV, but
+fi_decode runs them on FlashInfer's prefill wrapper for models with the
+variants below.
+
+Models (--model): qwen3-4b (the default), gpt-oss-20b (sliding and full
+layers, attention sinks; MoE), gemma2-9b (sliding and full layers, logit
+soft-cap), gemma3-12b (five sliding layers to a full one); --layers N keeps
+the first N. A model with sliding-window layers has a plan a layer group a
+step (a sliding group's pages are its ring's tokens), and in transformers
+5.17 neither block tables (both decode paths are the slot-list one) nor a
+prefix cache: every request prefills its whole prompt, and the shared
+prefixes are not prefilled first. The engine still keeps one copy of the
+full-attention layers' identical complete blocks, those of the sequences it
+forks from a prompt and those of requests with a common prefix once they
+are prefilled (`layer_groups`' `page_reuse_median`: page reads per
+distinct page, on the first decode steps). A backend that does not compute
+a model's window, soft-cap or sinks is refused by name before any model
+exists: busy and fi_cascade for all three, sdpa for gpt-oss-20b and
+gemma2-9b (the engine's paged|sdpa drops sinks and soft-cap), fi_sink for
+all but gpt-oss-20b; so is --cuda-graph (block tables, where decode graphs
+plan in the stream, are off for them).
 
 The prefixes a workload's requests share (each document, the system prompt,
 the sampled prompt) are prefilled first, in the same engine, so that their
@@ -57,31 +80,48 @@ each layer's call: `prefill_step_attention_gpu_ms_*` and
 graph mode alike (prefill steps always run eagerly); the first layer's call
 also builds and plans the step on the host, so the other layers are timed
 and scaled to all. Correctness, two ways:
-each request's last row in the first planned steps (up to 8 requests a step,
-every layer) against attention
-in float64 over the engine's own cache (`attention_rel_l2_max`; noop's is
-1), and every backend's logprobs against sdpa@ri's (or, where that did not run, fi_decode's) on the steps whose token
+each request's last row in the first three planned steps with prefill
+chunks and the first three decode-only ones (up to 8 requests a step, every
+layer) against attention in float64 over the engine's own cache, under the
+layer group's window and soft-cap and with the layer's sinks
+(`attention_rel_l2_max`; noop's is 1; `attention_variant_effect_min` and
+`_max`: the least and most a backend that ignored the window, soft-cap and
+sinks would be off by on a checked row, which the benchmark's weights keep
+large, e2e_models.weigh_variants),
+and every backend's logprobs against sdpa@ri's (or, where that did not run, fi_decode's) on the steps whose token
 history both runs share (bench/e2e_check.py: L2 error relative to the
 logprobs and to their spread, largest difference), noop's included as the
 negative control: random weights keep every logprob near −log(vocabulary),
-so only an error well under noop's says the attention is right.
+so only an error well under noop's says the attention is right. With
+--eager-check N (default 2 for the models with variants, where sdpa is no
+reference; 0 for qwen3-4b), N sequences of every backend's first round
+against the model's plain eager forward on their own tokens (`vs_eager`,
+the `eager` column: error relative to the logprobs' spread).
+`tpot_minus_floor_over_codec` (`/codec`) is a backend's TPOT less the
+floor over CoDec's (issue 53's target: FlashInfer's ≥ 3× CoDec's on
+gpt-oss-20b's samples:64, eager); with several layer groups,
+`layer_groups` has each group's plan and attention times.
 
   python3 -m bench.e2e_decode --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
                                [--rounds 3] [--tp 2]
+  python3 -m bench.e2e_decode --out OUT --model gpt-oss-20b --workload samples:64 \
+                               --backends codec,noop,fi_decode,fi_prefill,fi_sink --rounds 3
 
 With --tp N the model is sharded over N ranks by transformers' own tensor
 parallelism (one process per GPU; the engine keeps the ranks in lockstep, and
 each rank's CoDec plans its own kv heads); rank 0 writes e2e_<workload>_tpN
 files, and bench/e2e_check.py compares their tokens and logprobs with a
-single-GPU run's.
+single-GPU run's. Files of models other than qwen3-4b are named
+e2e_<model>_<workload>[_tpN].
 
 Workloads (NAME:N, e2e_batches.WORKLOADS): loogle, sysprompt, samples, distinct.
 
 This module is the command line; beside it: e2e_attention.py (the
 backend-neutral in-engine attention, CoDec's and the floor's), e2e_flashinfer.py
-(FlashInfer's decode and cascade), e2e_harness.py (one backend's run and its
-row, the scheduler, the summary), e2e_profile.py (the engine hooks: step
-phases, a call before each forward), e2e_batches.py and e2e_check.py.
+(FlashInfer's decode, cascade, prefill and sink wrappers), e2e_harness.py
+(one backend's run and its row, the scheduler, the summary), e2e_profile.py
+(the engine hooks: step phases, a call before each forward), e2e_batches.py,
+e2e_check.py and e2e_models.py (the models and their attention variants).
 """
 
 import argparse
@@ -98,25 +138,36 @@ import codec.integrations.transformers as codec_tf
 
 from .e2e_attention import BusyAttention, CodecAttention, NoopAttention
 from .e2e_batches import WORKLOADS, combine_rounds, parse_workload, prompts
-from .e2e_flashinfer import FlashInferCascade, FlashInferDecode, FlashInferPrefill
-from .e2e_harness import admit_first_scheduler, print_table, run, summary
+from .e2e_check import compare_with_eager
+from .e2e_flashinfer import FlashInferCascade, FlashInferDecode, FlashInferPrefill, FlashInferSink
+from .e2e_harness import admit_first_scheduler, print_table, run, summary, trace_prompt
+from .e2e_models import MODELS, build_model, model_class, model_config, sliding, variants
 
-QWEN3_4B = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
-                num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=65536)
+ATTENTIONS = {"codec": CodecAttention, "noop": NoopAttention, "busy": BusyAttention, "fi_decode": FlashInferDecode,
+              "fi_cascade": FlashInferCascade, "fi_prefill": FlashInferPrefill, "fi_sink": FlashInferSink}
+BACKENDS = tuple(ATTENTIONS) + ("sdpa",)
+# the engine's own paged|sdpa: the variants it computes, and why no others
+SDPA_VARIANTS = frozenset({"window"}), "the engine's paged|sdpa masks windows but drops sinks and soft-cap"
 
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
-def main(argv=None):
+def parser():
+    """The command line's arguments (check_args checks them)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--workload", default="loogle:4",
                    help="NAME:N, NAME one of " + ", ".join(WORKLOADS) + "; or several, comma-separated, measured one "
                         "after another on one model (each its own files)")
+    p.add_argument("--model", default="qwen3-4b", choices=tuple(MODELS),
+                   help="the model's shape (random weights); each but qwen3-4b has sliding-window layers")
     p.add_argument("--backends", default="codec,noop,fi_decode,fi_cascade,noop@ri,sdpa@ri")
-    p.add_argument("--layers", type=int, default=36)
+    p.add_argument("--layers", type=int, default=None, help="the model's first N layers (default: all)")
+    p.add_argument("--eager-check", type=int, default=None,
+                   help="sequences of each backend's first round checked against the model's eager forward "
+                        "(default: 2 for models with windows, soft-cap or sinks, 0 for qwen3-4b)")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--sdpa-new-tokens", type=int, default=0,
@@ -142,40 +193,53 @@ def main(argv=None):
                    help="the engine's cache in blocks (default: as many as free GPU memory holds)")
     p.add_argument("--no-prefix-warmup", action="store_true",
                    help="submit every request at once without prefilling the shared prefixes first (each request "
-                        "then prefills its whole prompt, and fewer decode together)")
+                        "then prefills its whole prompt, and fewer decode together; always so for models with "
+                        "sliding-window layers, which have no prefix cache)")
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel ranks, one process per GPU (torch.distributed: NCCL on GPUs, gloo on the "
                         "CPU engine), the model sharded by transformers' own plan (DistributedConfig, which needs "
                         "accelerate); rank 0 writes the results")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU engine: tests
-    check_args(a, device)
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-    cfg = Qwen3Config(**{**QWEN3_4B, "num_hidden_layers": a.layers})
+    cfg = check_args(a, device)
     torch.manual_seed(0)
     if a.tp == 1:
-        with torch.device(device):
-            model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
-        return measure_each(a, model, device)
+        return measure_each(a, build_model(a.model, cfg, device), device)
     # The ranks load one checkpoint of the random weights, each its shards, as transformers' TP does; the
     # weights are drawn on the same device as without --tp, so that the two runs hold the same model.
     import tempfile
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory(prefix="codec_e2e_tp_") as model_dir:
-        with torch.device(device):
-            Qwen3ForCausalLM(cfg).to(torch.bfloat16).save_pretrained(model_dir)
+        build_model(a.model, cfg, device).save_pretrained(model_dir)
         gc.collect()
         if device == "cuda":
             torch.cuda.empty_cache()
         mp.spawn(tp_rank, args=(a, model_dir, free_port(), device, rank_setup), nprocs=a.tp, join=True)
 
 
-BACKENDS = ("codec", "noop", "busy", "fi_decode", "fi_cascade", "fi_prefill", "sdpa")
-
-
 def check_args(a, device):
-    """Refuses bad arguments, naming them, before any model exists."""
+    """Refuses bad arguments, naming them, before any model exists: among
+    them backends that do not compute the model's attention variants.
+    Fills in the defaults that depend on the model (--layers,
+    --eager-check) and returns the model's config."""
     backends = a.backends.split(",")
+    if a.layers is not None and a.layers < 1:
+        raise SystemExit(f"--layers {a.layers} must be >= 1")
+    cfg = model_config(a.model, a.layers)
+    a.layers = cfg.num_hidden_layers
+    needed = variants(a.model, cfg)
+    if a.eager_check is None:
+        a.eager_check = 2 if needed else 0
+    if a.eager_check < 0:
+        raise SystemExit(f"--eager-check {a.eager_check} must be >= 0")
+    if needed and a.cuda_graph:
+        raise SystemExit(f"--cuda-graph: {a.model} has {', '.join(sorted(needed))}; the benchmark's graph mode "
+                         "runs models without (transformers 5.17 keeps sliding-window models off the block tables "
+                         "where paged|codec plans decode graphs in the stream)")
     for w in a.workload.split(","):
         parse_workload(w)
     if a.new_tokens < 3 or a.sdpa_new_tokens < 0 or 0 < a.sdpa_new_tokens < 3:
@@ -186,8 +250,12 @@ def check_args(a, device):
     for b in backends:
         kind, _, path = b.partition("@")
         if kind not in BACKENDS or path not in ("", "ri") or (kind == "sdpa" and path != "ri"):
-            raise SystemExit(f"unknown backend {b!r}: codec, noop, busy, fi_decode, fi_cascade, fi_prefill (each "
-                             "also @ri), sdpa@ri")
+            raise SystemExit(f"unknown backend {b!r}: {', '.join(ATTENTIONS)} (each also @ri), sdpa@ri")
+        computes, why = SDPA_VARIANTS if kind == "sdpa" else (ATTENTIONS[kind].variants, ATTENTIONS[kind].limits)
+        requires = frozenset() if kind == "sdpa" else ATTENTIONS[kind].requires
+        if needed - computes or requires - needed:
+            raise SystemExit(f"backend {b} cannot serve {a.model} (its layers need: "
+                             f"{', '.join(sorted(needed)) or 'no window, soft-cap or sinks'}): {why}")
         if kind == "busy" and device != "cuda":
             raise SystemExit("the busy backend keeps a GPU busy: it needs one")
     if a.tp < 1 or (device == "cuda" and a.tp > torch.cuda.device_count()):
@@ -196,6 +264,7 @@ def check_args(a, device):
         import importlib.util
         if importlib.util.find_spec("accelerate") is None:
             raise SystemExit(f"--tp {a.tp}: transformers' tensor parallelism needs accelerate (not installed)")
+    return cfg
 
 
 def free_port():
@@ -214,7 +283,6 @@ def tp_rank(rank, a, model_dir, port, device, setup):
     requests as every other rank, in lockstep through the engine's own TP
     support (its cache holds the rank's kv heads; CoDec plans them)."""
     import torch.distributed as dist
-    from transformers import Qwen3ForCausalLM
     from transformers.distributed import DistributedConfig
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(a.tp),
                       LOCAL_RANK=str(rank))
@@ -225,8 +293,8 @@ def tp_rank(rank, a, model_dir, port, device, setup):
     else:
         dist.init_process_group("gloo", rank=rank, world_size=a.tp)
     try:
-        model = Qwen3ForCausalLM.from_pretrained(model_dir, distributed_config=DistributedConfig(tp_plan="auto"),
-                                                 dtype=torch.bfloat16).eval()
+        model = model_class(a.model).from_pretrained(model_dir, distributed_config=DistributedConfig(tp_plan="auto"),
+                                                     dtype=torch.bfloat16).eval()
         measure_each(a, model, device, write=rank == 0)
     finally:
         dist.destroy_process_group()
@@ -249,17 +317,20 @@ def measure_each(a, model, device, write=True):
 def measure(a, model, device, write=True):
     """Every backend of a.backends on the workload, a.rounds times in turn;
     the results (and with write, their files and table)."""
-    attention = {"codec": CodecAttention(), "noop": NoopAttention(), "fi_decode": FlashInferDecode(),
-                 "fi_cascade": FlashInferCascade(), "fi_prefill": FlashInferPrefill(),
-                 "busy": BusyAttention(a.busy_us)}
+    attention = {b: cls(a.busy_us) if b == "busy" else cls() for b, cls in ATTENTIONS.items()}
+    needed = variants(a.model, model.config)
+    for att in attention.values():
+        att.serve(needed)
     names = {b: codec_tf.register(f"paged|e2e_{b}", att) for b, att in attention.items()}
     names["sdpa"] = "paged|sdpa"
     scheduler = admit_first_scheduler() if a.scheduler == "admit_first" else "fifo"
     inputs, prefixes, samples = prompts(a.workload)
-    if a.no_prefix_warmup:
+    slides = sliding(model.config)  # no block tables, no prefix cache in transformers 5.17
+    if a.no_prefix_warmup or slides:
         prefixes = []
     log(f"{a.workload}: {len(inputs)} prompts ({sum(map(len, inputs))} tokens) x {samples} sequences, "
-        f"{len(prefixes)} shared prefixes prefilled first, {a.layers} layers")
+        f"{len(prefixes)} shared prefixes prefilled first, {a.model}, {a.layers} layers"
+        + (", sliding-window layers: the slot-list path, no prefix cache" if slides else ""))
     rows, traces = {}, {}
     backends = a.backends.split(",")
     runs, failed = {b: [] for b in backends}, {}
@@ -273,10 +344,17 @@ def measure(a, model, device, write=True):
                 # loogle:8's 64 ran out of GPU memory (run 21); under FIFO fewer decode per step, which only
                 # flatters its TPOT.
                 row, trace = run(model, names[kind], attention.get(kind), inputs, prefixes, new_tokens,
-                                 a.block_size, block_tables=path != "ri", cuda_graph=a.cuda_graph, samples=samples,
-                                 scheduler="fifo" if kind == "sdpa" else scheduler, cache_blocks=a.cache_blocks,
-                                 async_batching=a.async_batching, step_profile=a.step_profile)
+                                 a.block_size, block_tables=path != "ri" and not slides, cuda_graph=a.cuda_graph,
+                                 samples=samples, scheduler="fifo" if kind == "sdpa" else scheduler,
+                                 cache_blocks=a.cache_blocks, async_batching=a.async_batching,
+                                 step_profile=a.step_profile)
                 row["new_tokens"] = new_tokens
+                if rnd == 0 and a.eager_check:  # the model itself, the reference where sdpa is none
+                    try:
+                        row["vs_eager"] = compare_with_eager(model, {k: trace_prompt(inputs, k) for k in trace},
+                                                             trace, a.eager_check)
+                    except RuntimeError as e:  # out of memory, say: the run's numbers stand, the check says why not
+                        row["vs_eager"] = {"error": f"{type(e).__name__}: {e}"[:500]}
                 runs[b].append(row)
                 traces.setdefault(b, trace)  # the first round's tokens and logprobs
             except RuntimeError as e:  # recorded, and the other backends still run; the exit status says so

@@ -1,10 +1,14 @@
-"""FlashInfer's decode, cascade and prefill wrappers as in-engine backends
-of bench/e2e_decode.py, siblings of CoDec's and the floor's
-(e2e_attention.py): eager, planned once per step on its page tables; in the
-engine's graphs of decode steps, a CUDA-graph wrapper per graph, planned on
-the host before every replay (``plan_before_forward``, which the harness
-calls before each of the engine's forwards), the way serving engines run
-them."""
+"""FlashInfer's decode, cascade, prefill and attention-sink wrappers as
+in-engine backends of bench/e2e_decode.py, siblings of CoDec's and the
+floor's (e2e_attention.py): eager, planned once per step and layer group on
+its page tables (a sliding group's pages of one token, as the library's),
+with the group's ``window_left`` and ``logits_soft_cap`` at plan and the
+layer's sinks at run; in the engine's graphs of decode steps (full-attention
+models of one layer group), a CUDA-graph wrapper per graph, planned on the
+host before every replay (``plan_before_forward``, which the harness calls
+before each of the engine's forwards), the way serving engines run them.
+Whether a kernel honours a window, soft-cap or sinks it is given is the
+float64 check's to tell (``attention_rel_l2_max``)."""
 
 import functools
 import time
@@ -18,6 +22,7 @@ from codec.integrations.transformers import GraphStep
 
 from .e2e_attention import InEngineAttention
 from .e2e_batches import cascade_step_levels, padded_page_tables
+from .e2e_models import VARIANTS
 
 
 def host(x):
@@ -25,10 +30,32 @@ def host(x):
 
 
 def workspace(cache, spaces):
-    """A 256 MB FlashInfer workspace per engine cache."""
+    """A 256 MB FlashInfer workspace per engine cache (its layer groups' wrappers share it: they run in turn)."""
     if cache not in spaces:
         spaces[cache] = torch.empty(256 << 20, dtype=torch.uint8, device=cache.device)
     return spaces[cache]
+
+
+def prefill_plan_args(cache, step, query):
+    """The positional arguments of a FlashInfer prefill wrapper's plan for a
+    step's rows (a row a request without prefill chunks): qo_indptr, the page
+    tables, the heads, head_dim and the step's page size (1 on a sliding
+    layer group's ring)."""
+    qo = step.qo_indptr if step.qo_indptr is not None else np.arange(step.indptr.size)
+    return (host(qo), host(step.indptr), host(step.indices), host(step.last_page_len), query.shape[1],
+            cache.num_key_value_heads, cache.head_dim, step.page_size)
+
+
+def variant_plan_kwargs(step, query, scale):
+    """The keyword arguments of a FlashInfer decode or prefill plan for the
+    step's layer group: dtypes, scale, window_left and logits_soft_cap."""
+    return dict(q_data_type=query.dtype, kv_data_type=query.dtype, sm_scale=scale, window_left=step.window_left,
+                logits_soft_cap=step.logits_soft_cap)
+
+
+def sink_kwargs(sinks):
+    """run()'s sinks argument of a FlashInfer decode or prefill wrapper: the layer's, float32 (none: none)."""
+    return {} if sinks is None else {"sinks": sinks.float()}
 
 
 class GraphPlan:
@@ -120,22 +147,43 @@ def device_ints(values, device):
 
 
 class FlashInferDecode(FlashInferGraphs):
-    """FlashInfer's batch decode (tensor cores) on the step's page tables; in
-    graphs its CUDA-graph wrapper, padding requests appended
-    (padded_page_tables)."""
+    """FlashInfer's batch decode (tensor cores) on the step's page tables, a
+    wrapper a layer group; in graphs its CUDA-graph wrapper, padding requests
+    appended (padded_page_tables). Prefill chunks go to the library's SDPA,
+    but on models with a window, soft-cap or sinks, which SDPA has not, to
+    FlashInfer's prefill wrapper (causal), with the step's decode rows."""
+
+    variants = frozenset(VARIANTS)
 
     def __init__(self) -> None:
         super().__init__()
-        self.wrapper = None
+        self._eager, self._planned = {}, {}  # eager wrappers by (kind, layer group); each group's planned one
+
+    def serve(self, variants):
+        self.prefill = bool(variants)
+
+    def eager_wrapper(self, cache, kind, group):
+        """The eager "decode" or "prefill" wrapper of a layer group, made at its first use."""
+        import flashinfer
+        if (kind, group) not in self._eager:
+            ws = workspace(cache, self._spaces)
+            self._eager[(kind, group)] = (
+                flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True) if kind == "decode"
+                else flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD"))
+        return self._eager[(kind, group)]
 
     def plan_step(self, cache, step, query, scale):
-        import flashinfer
-        if self.wrapper is None:
-            self.wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(cache, self._spaces), "NHD",
-                                                                         use_tensor_cores=True)
-        self.wrapper.plan(host(step.indptr), host(step.indices), host(step.last_page_len), query.shape[1],
-                          cache.num_key_value_heads, cache.head_dim, cache.block_size, q_data_type=query.dtype,
-                          kv_data_type=query.dtype, sm_scale=scale)
+        if step.qo_indptr is not None:  # prefill chunks (serve: a model with variants)
+            self.plan_prefill(cache, step, query, scale)
+            return
+        w = self._planned[step.group] = self.eager_wrapper(cache, "decode", step.group)
+        w.plan(host(step.indptr), host(step.indices), host(step.last_page_len), query.shape[1],
+               cache.num_key_value_heads, cache.head_dim, step.page_size, **variant_plan_kwargs(step, query, scale))
+
+    def plan_prefill(self, cache, step, query, scale):
+        """The step's rows on the layer group's prefill wrapper, causal."""
+        w = self._planned[step.group] = self.eager_wrapper(cache, "prefill", step.group)
+        w.plan(*prefill_plan_args(cache, step, query), causal=True, **variant_plan_kwargs(step, query, scale))
 
     def plan_graph(self, graph, cache, table, lens, rows, max_pages):
         import flashinfer
@@ -150,8 +198,9 @@ class FlashInferDecode(FlashInferGraphs):
         graph.wrapper.plan(host(indptr), device_ints(indices, cache.device), host(last), *shape, **kinds)
         return graph
 
-    def attend(self, cache, step, q, pages, out):
-        out.copy_((self._graph.wrapper if isinstance(step, GraphStep) else self.wrapper).run(q.contiguous(), pages))
+    def attend(self, cache, step, q, pages, out, sinks):
+        w = self._graph.wrapper if isinstance(step, GraphStep) else self._planned[step.group]
+        out.copy_(w.run(q.contiguous(), pages, **sink_kwargs(sinks)))
 
 
 class FlashInferPrefill(FlashInferDecode):
@@ -162,25 +211,50 @@ class FlashInferPrefill(FlashInferDecode):
 
     prefill = True
 
+    def serve(self, variants):
+        pass  # its plan takes the prefill chunks whatever the model
+
+    def plan_step(self, cache, step, query, scale):
+        self.plan_prefill(cache, step, query, scale)
+
+
+class FlashInferSink(InEngineAttention):
+    """FlashInfer's BatchAttentionWithAttentionSinkWrapper (its prefill
+    wrapper with a sink variant, JIT-built; no soft-cap) on every eager
+    step, decode rows and prefill chunks in one causal plan a layer group,
+    the layer's sinks and the scale at run. The variant is built with a
+    window or without: a wrapper a layer group and window kind. Eager steps
+    only (models with sinks have sliding layers, which keep the engine off
+    its block tables and the benchmark off graphs)."""
+
+    prefill = True
+    variants = frozenset({"window", "sinks"})
+    requires = frozenset({"sinks"})
+    limits = "FlashInfer's attention-sink wrapper: models with sinks, no soft-cap"
+
     def __init__(self) -> None:
         super().__init__()
-        self.prefill_wrapper = None
+        self._spaces = weakref.WeakKeyDictionary()
+        self._wrappers, self._planned = {}, {}  # by (layer group, windowed); each group's planned one and its scale
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer
-        if self.prefill_wrapper is None:
-            self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace(cache, self._spaces), "NHD")
-        n = step.indptr.size - 1
-        qo = step.qo_indptr if step.qo_indptr is not None else np.arange(n + 1)
-        self.prefill_wrapper.plan(host(qo), host(step.indptr), host(step.indices), host(step.last_page_len),
-                                  query.shape[1], cache.num_key_value_heads, cache.head_dim, cache.block_size,
-                                  causal=True, sm_scale=scale, q_data_type=query.dtype, kv_data_type=query.dtype)
+        key = (step.group, step.window_left >= 0)
+        if key not in self._wrappers:
+            self._wrappers[key] = flashinfer.BatchAttentionWithAttentionSinkWrapper(
+                workspace(cache, self._spaces), "NHD", q_data_type=query.dtype, kv_data_type=query.dtype,
+                head_dim_qk=cache.head_dim, head_dim_vo=cache.head_dim, window_left=step.window_left)
+        w = self._wrappers[key]
+        w.plan(*prefill_plan_args(cache, step, query), causal=True, window_left=step.window_left,
+               q_data_type=query.dtype, kv_data_type=query.dtype)
+        self._planned[step.group] = w, scale
 
-    def attend(self, cache, step, q, pages, out):
-        if isinstance(step, GraphStep):
-            super().attend(cache, step, q, pages, out)
-        else:
-            out.copy_(self.prefill_wrapper.run(q.contiguous(), pages))
+    def plan_captured(self, cache, step, query, scale):
+        raise RuntimeError("FlashInferSink runs eager steps only")
+
+    def attend(self, cache, step, q, pages, out, sinks):
+        w, scale = self._planned[step.group]
+        out.copy_(w.run(q.contiguous(), pages, sinks.float(), scale))
 
 
 class FlashInferCascade(FlashInferGraphs):
@@ -193,6 +267,9 @@ class FlashInferCascade(FlashInferGraphs):
     finish (a path that loses its branch is cut anew). Counts of `rows` per
     level would always fit, but FlashInfer sizes its query tile from them,
     which would read a shared node's KV once per 16 rows."""
+
+    limits = ("a level sees its own positions (no window), it has no sinks, and it leaves prefill chunks to the "
+              "library's SDPA (no soft-cap)")
 
     def __init__(self) -> None:
         super().__init__()
@@ -231,7 +308,7 @@ class FlashInferCascade(FlashInferGraphs):
                            [host(x) for x in kl], *shape, causal=False, **kinds)
         return graph
 
-    def attend(self, cache, step, q, pages, out):
+    def attend(self, cache, step, q, pages, out, sinks):
         captured = isinstance(step, GraphStep)
         order, cascade = (self._graph.order, self._graph.wrapper) if captured else (self.order, self.cascade)
         out[order] = cascade.run(q[order], pages)

@@ -45,13 +45,16 @@ def admit_first_scheduler():
 
 def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph, samples=1,
         scheduler="fifo", cache_blocks=None, async_batching=False, step_profile=False):
-    """One backend's generation; greedy, or with samples > 1 that many sampled
-    sequences per prompt (the same seed for every backend)."""
+    """One backend's generation; greedy, or with samples > 1 that many
+    sequences sampled per prompt from the model's own distribution (no
+    top-k or top-p: the logprobs are the model's, as an eager forward's;
+    the same seed for every backend)."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
     model.set_attn_implementation(impl)
-    gen = GenerationConfig(max_new_tokens=new_tokens, do_sample=samples > 1, num_return_sequences=samples,
-                           eos_token_id=-1, pad_token_id=0)
+    sampling = dict(do_sample=True, top_k=0, top_p=1.0) if samples > 1 else dict(do_sample=False)
+    gen = GenerationConfig(max_new_tokens=new_tokens, num_return_sequences=samples, eos_token_id=-1, pad_token_id=0,
+                           **sampling)
     # Graph mode: on the block-table path graphs of decode steps alone (codec.integrations.transformers plans
     # them in the stream; prefill chunks need host lengths), on the slot-list path the engine's own choice.
     graphs = (False, True) if cuda_graph and block_tables else cuda_graph
@@ -105,6 +108,9 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     if attention is not None and attention.errors:  # the first planned steps' rows checked against float64
         row["attention_rel_l2_max"] = max(attention.errors)
         row["attention_rows_checked"] = len(attention.errors)
+    if attention is not None and attention.variant_effects:  # what ignoring the window, soft-cap, sinks would cost
+        row["attention_variant_effect_min"] = min(attention.variant_effects)
+        row["attention_variant_effect_max"] = max(attention.variant_effects)
     if attention is not None:  # steps with prefill chunks: eager in either mode, their whole attention timed
         for kind in ("prefill", "mixed"):
             ms = attention.chunk_step_ms(kind)
@@ -139,12 +145,21 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
             row["attention_gpu_ms_median"] = float(np.median(gpu))  # all layers of a step
             row["attention_gpu_ms_mean"] = float(np.mean(gpu))
             row["attention_gpu_share"] = row["attention_gpu_ms_median"] / tpot
+        if len(attention.groups) > 1:  # sliding and full layers: each group's plan and attention
+            row["layer_groups"] = attention.group_summary()
     return row, trace
 
 
+def trace_prompt(inputs, request):
+    """The prompt of a trace's request (run's names: prompt_<i>, and its sequences prompt_<i>__child#<k>)."""
+    return inputs[int(request.partition("__")[0].removeprefix("prompt_"))]
+
+
 def result_tag(a):
-    """The name of a run's files: e2e_<workload>[_tp<N>].json and ..._traces.json."""
-    return f"e2e_{a.workload.replace(':', '_')}" + (f"_tp{a.tp}" if a.tp > 1 else "")
+    """The name of a run's files: e2e_[<model>_]<workload>[_tp<N>].json (the
+    model named unless it is qwen3-4b, the default) and ..._traces.json."""
+    model = "" if a.model == "qwen3-4b" else f"{a.model}_"
+    return f"e2e_{model}{a.workload.replace(':', '_')}" + (f"_tp{a.tp}" if a.tp > 1 else "")
 
 
 def summary(a, requests, prompts, prefixes, device, rows, traces, write):
@@ -167,7 +182,11 @@ def summary(a, requests, prompts, prefixes, device, rows, traces, write):
             rows[b]["attention_share"] = rows[b]["tpot_minus_floor_ms"] / rows[b]["tpot_ms"]
         if "decode_step_ms_median" in floor and "decode_step_ms_median" in rows[b]:
             rows[b]["decode_step_minus_floor_ms"] = rows[b]["decode_step_ms_median"] - floor["decode_step_ms_median"]
-    result = {"workload": a.workload, "requests": requests, "prompts": prompts,
+    for b in traces:  # issue 53's measure: a backend's TPOT less the floor over CoDec's, on the same decode path
+        codec = rows.get("codec@ri" if b.endswith("@ri") else "codec", {}).get("tpot_minus_floor_ms", 0.0)
+        if codec > 0 and "tpot_minus_floor_ms" in rows[b]:
+            rows[b]["tpot_minus_floor_over_codec"] = rows[b]["tpot_minus_floor_ms"] / codec
+    result = {"model": a.model, "workload": a.workload, "requests": requests, "prompts": prompts,
               "shared_prefixes_prefilled_first": prefixes,
               "layers": a.layers, "block_size": a.block_size, "scheduler": a.scheduler,
               "async_batching": a.async_batching,
@@ -184,18 +203,24 @@ def summary(a, requests, prompts, prefixes, device, rows, traces, write):
 
 
 def print_table(rows):
-    """A workload's rows (summary's) as a table on stdout."""
+    """A workload's rows (summary's) as a table on stdout: `/codec` is the
+    backend's TPOT less the floor over CoDec's, `attn err` the float64
+    check's largest error, `logprob err` and `centered` those against the
+    reference run, `eager` the centered one against the model's eager
+    forward (vs_eager)."""
     nan = float("nan")
-    print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'step ms':>8} {'- floor':>8} {'attn ms':>8} "
-          f"{'plan ms':>8} {'tok/s':>7} {'GB':>6} {'attn err':>9} {'logprob err':>12} {'centered':>9} {'steps':>6}")
+    print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'/codec':>7} {'step ms':>8} {'- floor':>8} "
+          f"{'attn ms':>8} {'plan ms':>8} {'tok/s':>7} {'GB':>6} {'attn err':>9} {'logprob err':>12} {'centered':>9} "
+          f"{'steps':>6} {'eager':>9}")
     for b, r in rows.items():
         if "tpot_ms" not in r:
             print(f"{b:>13} failed: {r['error'][:300]}")
             continue
-        check = r.get("vs_reference", {})
+        check, eager = r.get("vs_reference", {}), r.get("vs_eager", {})
         print(f"{b:>13} {r['tpot_ms']:9.2f} {r['tpot_p90_ms']:8.2f} {r.get('tpot_minus_floor_ms', nan):8.2f} "
+              f"{r.get('tpot_minus_floor_over_codec', nan):7.2f} "
               f"{r.get('decode_step_ms_median', nan):8.2f} {r.get('decode_step_minus_floor_ms', nan):8.2f} "
               f"{r.get('attention_gpu_ms_median', nan):8.3f} {r.get('plan_ms_median', nan):8.3f} "
               f"{r['tokens_per_s']:7.1f} {r['peak_gpu_gb']:6.1f} {r.get('attention_rel_l2_max', nan):9.2e} "
               f"{check.get('logprob_rel_l2', nan):12.2e} {check.get('logprob_rel_l2_centered', nan):9.2e} "
-              f"{check.get('steps_compared', 0):6d}")
+              f"{check.get('steps_compared', 0):6d} {eager.get('logprob_rel_l2_centered', nan):9.2e}")

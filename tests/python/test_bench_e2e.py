@@ -1,11 +1,16 @@
 """bench/e2e_decode.py on the CPU engine before any GPU time goes to it: a
 run through transformers' continuous batching on a tiny Qwen3 whose step
 records (decode-only steps, requests per step, plans) add up, its rounds and
-rows, graphs and tensor parallelism. Where torch and transformers are
-installed; its workloads and page tables, which need neither, are
-test_bench_e2e_batches.py's."""
+rows, graphs and tensor parallelism; tiny gpt-oss- and Gemma-2-shaped models
+(sliding windows, sinks, soft-cap: a plan a layer group) through CoDec and
+the floor, checked against float64 attention and the model's eager forward,
+the backends that cannot serve them refused by name, and FlashInfer's
+backends' plans and runs (a stand-in records them: FlashInfer needs a GPU).
+Where torch and transformers are installed; its workloads and page tables,
+which need neither, are test_bench_e2e_batches.py's."""
 
 import json
+import sys
 
 import pytest
 
@@ -13,7 +18,7 @@ pytestmark = pytest.mark.transformers
 torch = pytest.importorskip("torch", reason="torch is not installed: the benchmark is torch code")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 import codec.integrations.transformers as codec_tf  # noqa: E402  (torch first: these import it)
-from bench import e2e_attention, e2e_decode, e2e_harness  # noqa: E402
+from bench import e2e_attention, e2e_decode, e2e_harness, e2e_models  # noqa: E402
 
 
 def cpu_memory():
@@ -27,6 +32,12 @@ def cpu_engine(monkeypatch):
         pytest.skip("this transformers has no continuous batching")
     import transformers.generation.continuous_batching.cache as cb_cache
     monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown", cpu_memory)
+
+
+def shrink(monkeypatch, model, **shape):
+    """e2e_models.MODELS[model] with a CPU engine's shape, its other fields as they are."""
+    entry = e2e_models.MODELS[model]
+    monkeypatch.setitem(e2e_models.MODELS, model, entry._replace(shape={**entry.shape, **shape}))
 
 
 def tiny_qwen3(hidden, layers, heads):
@@ -78,8 +89,8 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     """The whole benchmark on the CPU engine: a narrow 2-layer model of the
     vocabulary the prompts need, two backends, two rounds."""
     cpu_engine(monkeypatch)
-    monkeypatch.setattr(e2e_decode, "QWEN3_4B", {**e2e_decode.QWEN3_4B, "hidden_size": 64, "intermediate_size": 128,
-                                                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64})
+    shrink(monkeypatch, "qwen3-4b", hidden_size=64, intermediate_size=128, num_attention_heads=4,
+           num_key_value_heads=2, head_dim=64)
     e2e_decode.main(["--out", str(tmp_path), "--workload", "sysprompt:3", "--backends", "codec,noop,sdpa@ri",
                      "--layers", "2", "--new-tokens", "4", "--rounds", "2", "--sdpa-new-tokens", "3"])
     result = json.loads((tmp_path / "e2e_sysprompt_3.json").read_text())
@@ -97,9 +108,11 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     # the decode outputs against float64 attention over the engine's cache: bf16 rounding, and zeros' 1
     assert result["rows"]["codec"]["attention_rel_l2_max"] < 1e-2
     assert result["rows"]["noop"]["attention_rel_l2_max"] == 1.0
-    # the first three planned steps, two layers each: the prefix's prefill (its one request's last token), the
-    # warm-up's decode step, the three requests' prefill chunks over the cached prefix (on CoDec, each last row)
-    assert result["rows"]["codec"]["attention_rows_checked"] == 2 * (1 + 1 + 3)
+    # the first three planned steps of each kind, two layers each: with prefill chunks the prefix's prefill (its
+    # one request's last token) and the three requests' chunks over the cached prefix (on CoDec, each last row);
+    # decode-only the warm-up's step, then two of the three requests'
+    assert result["rows"]["codec"]["attention_rows_checked"] == 2 * (1 + 3 + 1 + 3 + 3)
+    assert "attention_variant_effect_min" not in result["rows"]["codec"]  # no window, soft-cap or sinks
     # parallel sampling: one prompt, its sequences forked after the prefill, decoding together; and a second
     # workload on the same model, with its own files
     e2e_decode.main(["--out", str(tmp_path), "--workload", "samples:3,distinct:2", "--backends", "codec",
@@ -214,9 +227,8 @@ def test_two_tensor_parallel_ranks_decode_as_one_process(monkeypatch, tmp_path):
     import json
     cpu_engine(monkeypatch)
     monkeypatch.setattr(e2e_decode, "rank_setup", cpu_cache_budget)
-    monkeypatch.setattr(e2e_decode, "QWEN3_4B", {**e2e_decode.QWEN3_4B, "hidden_size": 128, "intermediate_size": 256,
-                                                 "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-                                                 "vocab_size": 151936})
+    shrink(monkeypatch, "qwen3-4b", hidden_size=128, intermediate_size=256, num_attention_heads=4,
+           num_key_value_heads=2, head_dim=64)
     args = ["--out", str(tmp_path), "--workload", "sysprompt:3", "--backends", "codec,noop", "--layers", "2",
             "--new-tokens", "5"]
     e2e_decode.main(args + ["--tp", "2"])
@@ -235,3 +247,199 @@ def test_two_tensor_parallel_ranks_decode_as_one_process(monkeypatch, tmp_path):
     traces = [json.loads(open(f).read()) for f in (one, two)]
     check = e2e_check.compare_on_shared_history(traces[0]["codec"], traces[1]["codec"])
     assert check["steps_compared"] >= 3 * 3, check  # the histories agree for most steps
+
+
+# Tiny models of the variant shapes, their attention as the real models' (gpt-oss: 8 query heads a kv head of 64, a
+# window of 128, sinks; Gemma 2: 2 query heads a kv head of 256, a window of 4,096), narrow enough for the CPU engine,
+# its weights drawn 5x wider and its soft-cap at 5, so that its logits spread and reach the cap as the real model's
+# do (there: ~6 against 50, weigh_variants' query scale included; a hidden size of 64 leaves them near 0).
+TINY_GPT_OSS = dict(hidden_size=64, intermediate_size=64, num_attention_heads=8, num_key_value_heads=1,
+                    num_local_experts=4, num_experts_per_tok=2)
+TINY_GEMMA2 = dict(hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=1,
+                   initializer_range=0.1, attn_logit_softcapping=5.0)
+
+
+def test_the_float64_check_applies_the_window_soft_cap_and_sinks():
+    """InEngineAttention.check against the tests' own float64 reference
+    (batches.masked_reference) on a step of six requests: outputs under the
+    step's window, soft-cap and sinks pass to rounding; the same without
+    any one of them fail, and the check records how far off ignoring them
+    all would be."""
+    import math
+    from types import SimpleNamespace
+
+    import numpy as np
+    from batches import kv_lengths, masked_reference, random_batch
+    b = random_batch(5, num_qo_heads=8, num_kv_heads=2, head_dim=64, page_size=4, requests=6)
+    lengths, rows = kv_lengths(b), np.arange(b.batch_size + 1)
+    window, cap, sinks = 5, 0.5, np.linspace(-1.0, 2.0, 8)
+    step = SimpleNamespace(indptr=b.indptr, indices=b.indices, last_page_len=b.last_page_len, page_size=4,
+                           window_left=window, logits_soft_cap=cap, qo_indptr=None, group=0)
+    in_window = lambda r, i, j: j >= lengths[r] - 1 - window  # noqa: E731  (each request's last token)
+    pages = torch.from_numpy(b.k), torch.from_numpy(b.v)
+    outputs = {"all": masked_reference(b, b.q, rows, in_window, cap, sinks)[0],
+               "no window": masked_reference(b, b.q, rows, lambda r, i, j: True, cap, sinks)[0],
+               "no soft-cap": masked_reference(b, b.q, rows, in_window, 0.0, sinks)[0],
+               "no sinks": masked_reference(b, b.q, rows, in_window, cap, None)[0]}
+    errors = {}
+    for name, out in outputs.items():
+        attention = e2e_attention.NoopAttention()
+        attention.scales[0] = 1 / math.sqrt(64)
+        attention.check(step, torch.from_numpy(b.q), pages, torch.from_numpy(out), torch.from_numpy(sinks))
+        errors[name] = max(attention.errors)
+        assert len(attention.errors) == b.batch_size and min(attention.variant_effects) > 0.1, attention.variant_effects
+    assert errors["all"] < 1e-12 and min(v for k, v in errors.items() if k != "all") > 1e-2, errors
+
+
+def test_backends_that_cannot_serve_a_model_are_refused_by_name(tmp_path):
+    """Before any model exists: a backend that does not compute a model's
+    window, soft-cap or sinks (or fi_sink on a model without sinks), graph
+    mode on a model with them, and bad --layers / --eager-check."""
+    def refused(match, *args):
+        with pytest.raises(SystemExit, match=match):
+            e2e_decode.main(["--out", str(tmp_path), *args])
+
+    refused(r"backend fi_cascade cannot serve gpt-oss-20b \(its layers need: sinks, window\): a level sees its own "
+            "positions", "--model", "gpt-oss-20b", "--backends", "codec,fi_cascade")
+    refused(r"backend busy cannot serve gemma2-9b \(its layers need: soft_cap, window\): it leaves prefill chunks",
+            "--model", "gemma2-9b", "--backends", "busy")
+    refused(r"backend sdpa@ri cannot serve gpt-oss-20b .*drops sinks and soft-cap", "--model", "gpt-oss-20b",
+            "--backends", "sdpa@ri")
+    refused(r"backend fi_sink cannot serve gemma3-12b \(its layers need: window\): FlashInfer's attention-sink "
+            "wrapper: models with sinks", "--model", "gemma3-12b", "--backends", "fi_sink")
+    refused(r"backend fi_sink cannot serve qwen3-4b \(its layers need: no window, soft-cap or sinks\)",
+            "--backends", "fi_sink")
+    refused(r"--cuda-graph: gemma3-12b has window", "--model", "gemma3-12b", "--backends", "codec", "--cuda-graph")
+    refused(r"--layers 0 must be >= 1", "--layers", "0")
+    refused(r"--eager-check -1 must be >= 0", "--eager-check", "-1")
+    # accepted: the model's layers (the first 7 of Gemma 3: five sliding, one full, one sliding) and its defaults
+    a = e2e_decode.parser().parse_args(["--out", "x", "--model", "gemma3-12b", "--backends", "codec,noop,fi_decode,"
+                                        "fi_prefill,sdpa@ri", "--layers", "7"])
+    cfg = e2e_decode.check_args(a, "cpu")
+    assert cfg.layer_types == ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"]
+    assert a.eager_check == 2 and cfg.sliding_window == 1024 and cfg.query_pre_attn_scalar == 256
+    a = e2e_decode.parser().parse_args(["--out", "x", "--model", "gpt-oss-20b", "--backends", "fi_sink,fi_decode"])
+    cfg = e2e_decode.check_args(a, "cpu")
+    assert a.layers == 24 and cfg.num_local_experts == 32 and cfg.layer_types[:2] == ["sliding_attention",
+                                                                                       "full_attention"]
+    a = e2e_decode.parser().parse_args(["--out", "x"])
+    assert e2e_decode.check_args(a, "cpu").num_hidden_layers == 36 and a.eager_check == 0
+
+
+def test_gpt_oss_runs_codec_and_the_floor_a_plan_a_layer_group(monkeypatch, tmp_path):
+    """A tiny gpt-oss (a sliding and a full layer, sinks) on sysprompt:2:
+    no prefix warm-up and no block tables (transformers 5.17 has neither for
+    it), each step planned per layer group; CoDec's outputs match float64
+    attention under the window and with the sinks, which the benchmark's
+    weights make count; its logprobs match the eager forward's, the floor's
+    do not; the floor's (zeros) attention fails the float64 check."""
+    cpu_engine(monkeypatch)
+    shrink(monkeypatch, "gpt-oss-20b", **TINY_GPT_OSS)
+    e2e_decode.main(["--out", str(tmp_path), "--model", "gpt-oss-20b", "--workload", "sysprompt:2", "--backends",
+                     "codec,noop", "--layers", "2", "--new-tokens", "4", "--eager-check", "1"])
+    result = json.loads((tmp_path / "e2e_gpt-oss-20b_sysprompt_2.json").read_text())
+    assert result["model"] == "gpt-oss-20b" and result["layers"] == 2 and result["shared_prefixes_prefilled_first"] == 0
+    codec, noop = result["rows"]["codec"], result["rows"]["noop"]
+    for row in (codec, noop):
+        assert row["block_tables"] is False and row["decode_requests_per_step_max"] == 2, row
+        groups = row["layer_groups"]
+        assert [groups[g]["sliding"] for g in ("0", "1")] == [True, False], groups
+        # the two requests' identical system-prompt blocks kept once on the full layer; a ring a request
+        assert groups["0"]["page_reuse_median"] == 1.0 and groups["1"]["page_reuse_median"] > 1.9, groups
+        assert groups["0"]["plan_ms_median"] > 0 and groups["1"]["plan_ms_median"] > 0, groups  # a plan each, a step
+        assert row["attention_variant_effect_min"] > 0.1, row  # sinks and windows that change the attention
+    assert codec["attention_rel_l2_max"] < 1e-2 and noop["attention_rel_l2_max"] == 1.0
+    assert codec["attention_rows_checked"] >= 2 * (2 + 2 * 2), codec  # both layers, steps of each kind
+    assert codec["tpot_minus_floor_over_codec"] == 1.0
+    check, control = codec["vs_eager"], noop["vs_eager"]
+    assert check["sequences_checked"] == 1 and check["steps_compared"] == 4, check
+    assert check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"], (check, control)
+
+
+def test_gemma2_samples_share_the_full_layers_between_forks(monkeypatch, tmp_path):
+    """samples:3, the issue's workload, on a tiny Gemma 2 (windows and
+    soft-cap): the engine forks the prompt's sequences after its prefill;
+    they decode together, share its full layer's blocks (the ring is each
+    sequence's own), and CoDec's outputs match float64 attention with the
+    soft-cap."""
+    cpu_engine(monkeypatch)
+    shrink(monkeypatch, "gemma2-9b", **TINY_GEMMA2)
+    e2e_decode.main(["--out", str(tmp_path), "--model", "gemma2-9b", "--workload", "samples:3", "--backends",
+                     "codec,noop", "--layers", "2", "--new-tokens", "4", "--eager-check", "0"])
+    result = json.loads((tmp_path / "e2e_gemma2-9b_samples_3.json").read_text())
+    assert result["requests"] == 3 and result["prompts"] == 1
+    codec = result["rows"]["codec"]
+    assert codec["decode_requests_per_step_max"] == 3 and codec["tokens"] == 12 and "vs_eager" not in codec
+    groups = codec["layer_groups"]
+    assert groups["0"]["page_reuse_median"] == 1.0 and groups["1"]["page_reuse_median"] > 2.9, groups
+    assert codec["attention_rel_l2_max"] < 1e-2 < codec["attention_variant_effect_min"], codec
+
+
+class StandIn:
+    """FlashInfer's wrappers as the benchmark calls them, recorded (FlashInfer
+    needs a GPU): each instance's construction, plans and runs; a run gives zeros."""
+
+    calls = []
+
+    def __init__(self, *args, **kwargs):
+        self.calls.append((self, "init", args, kwargs))
+
+    def plan(self, *args, **kwargs):
+        self.calls.append((self, "plan", args, kwargs))
+
+    def run(self, q, pages, *args, **kwargs):
+        self.calls.append((self, "run", args, kwargs))
+        return torch.zeros_like(q)
+
+
+@pytest.mark.parametrize("kind", ["fi_decode", "fi_prefill", "fi_sink"])
+def test_flashinfer_backends_plan_each_layer_group_with_its_variants(kind, monkeypatch):
+    """FlashInfer's backends on a tiny gpt-oss (window 8, sinks) through a
+    stand-in: a wrapper a layer group, pages of one token on the sliding
+    group, window_left 7 where a chunk outgrows the ring (-1 where the ring
+    is read in place, and on the full group), causal plans of the prefill
+    chunks (fi_decode too: SDPA has no sinks), the sinks in float32 at
+    every run; fi_sink's variant built with a window or without, its sinks
+    and scale at run."""
+    import types
+    cpu_engine(monkeypatch)
+    shrink(monkeypatch, "gpt-oss-20b", **TINY_GPT_OSS, sliding_window=8)
+    monkeypatch.setattr(StandIn, "calls", [])
+    names = ("BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
+             "BatchAttentionWithAttentionSinkWrapper")
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(**{n: type(n, (StandIn,), {}) for n in names}))
+    cfg = e2e_models.model_config("gpt-oss-20b", 2)
+    torch.manual_seed(0)
+    model = e2e_models.build_model("gpt-oss-20b", cfg, "cpu")
+    attention = e2e_decode.ATTENTIONS[kind]()
+    attention.serve(e2e_models.variants("gpt-oss-20b", cfg))
+    name = codec_tf.register(f"paged|e2e_standin_{kind}", attention)
+    row, trace = e2e_harness.run(model, name, attention, DOC_REQUESTS, [], new_tokens=4, block_size=16,
+                                 block_tables=False, cuda_graph=False)
+    assert len(trace) == 5 and row["decode_requests_per_step_max"] == 5
+    calls = StandIn.calls
+    made = {id(w): (type(w).__name__, kwargs) for w, what, _, kwargs in calls if what == "init"}
+    plans = [(type(w).__name__, id(w), args, kwargs) for w, what, args, kwargs in calls if what == "plan"]
+    runs = [(args, kwargs) for _, what, args, kwargs in calls if what == "run"]
+    page_sizes, windows = {}, set()  # each wrapper's page sizes (one layer group's); (page size, window_left)
+    for cls, w, args, kwargs in plans:
+        decode = cls == "BatchDecodeWithPagedKVCacheWrapper"  # the prefill wrappers take qo_indptr first
+        page_sizes.setdefault(w, set()).add(args[6 if decode else 7])
+        windows.add((args[6 if decode else 7], kwargs["window_left"]))
+        assert kwargs["q_data_type"] == torch.bfloat16 and (decode or kwargs["causal"] is True), (cls, kwargs)
+    wrappers = {"fi_decode": [1, 1, 16, 16], "fi_prefill": [1, 16], "fi_sink": [1, 1, 16]}[kind]  # groups: 1 ring
+    assert sorted(size for sizes in page_sizes.values() for size in sizes) == wrappers, page_sizes
+    assert windows == {(1, 7), (1, -1), (16, -1)}, windows  # chunks past the ring, rings read in place, full layers
+    if kind == "fi_sink":
+        assert {cls for cls, _ in made.values()} == {"BatchAttentionWithAttentionSinkWrapper"}
+        assert sorted(kwargs["window_left"] for _, kwargs in made.values()) == [-1, -1, 7]  # (group, windowed)
+        for (sinks, scale), _ in runs:
+            assert sinks.dtype == torch.float32 and sinks.shape == (8,) and scale == pytest.approx(64 ** -0.5)
+    else:
+        assert all(kwargs["sinks"].dtype == torch.float32 and kwargs["sinks"].shape == (8,) for _, kwargs in runs)
+        assert all(kwargs["logits_soft_cap"] is None and kwargs["sm_scale"] == pytest.approx(64 ** -0.5)
+                   for _, _, _, kwargs in plans)
+        kinds = sorted(cls for cls, _ in made.values())  # a wrapper a kind and layer group
+        assert kinds == (["BatchDecodeWithPagedKVCacheWrapper"] * 2 if kind == "fi_decode" else []) + \
+            ["BatchPrefillWithPagedKVCacheWrapper"] * 2, kinds
+    assert row["attention_rel_l2_max"] == 1.0  # the stand-in's zeros: the check is the one to tell
