@@ -13,13 +13,19 @@
 #   e2e      build, pip install, loogle:8 in transformers' continuous batching, the engine's CUDA
 #            graphs: CoDec, the floor, FlashInfer decode (prefill chunks on SDPA) and FlashInfer
 #            prefill (prefill chunks in its plan) -> e2e_loogle_8.json
+#   e2e_gptoss  build, pip install, issue 53's target: gpt-oss-20b's shape (sliding windows, sinks), one
+#            8,192-token prompt sampled 64 times (samples:64), eager: CoDec, the floor, FlashInfer decode
+#            (prefill chunks on its prefill wrapper), prefill and attention-sink wrappers, three rounds, two
+#            sequences a backend checked against the model's eager forward -> e2e_gpt-oss-20b_samples_64.json
+#            (on a cold machine FlashInfer's JIT builds of its window and sink kernels may take the call past
+#            its minutes: call it again, they are kept in build-gpu/fi-jit)
 #   pyapi    build, pip install, bench/python_api.py -> python_api.json
 # The GPU steps go through scripts/gpu_run.sh and also write machine_<table>.txt (GPU, driver,
 # nvcc, the tree's commit: pass CODEC_TREE_COMMIT=$(git rev-parse HEAD), evaluated here, since the
 # device's copy of .git may be stale). peers1 and peers2 carry .whl and .pat (scripts/fetch_peer_wheels.sh,
 # fetch_pat.sh and prebuild_pat.sh, here, first); on a cold machine the build, PAT's link and
 # FlashInfer's first compiles take ~5 of a step's minutes, on a warm one the build and PAT are
-# reused. e2e and pyapi carry .whl. Then, here:
+# reused. e2e, e2e_gptoss and pyapi carry .whl. Then, here:
 #   cp OUT/current/* results/current/
 #   python3 scripts/publish_results.py results/current --page results/README.md --plots results
 set -uo pipefail
@@ -27,7 +33,7 @@ cd "$(dirname "$0")/.." || exit 2
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 [ $# -eq 2 ] || usage
 step=$1
-case $step in planner|kernels|peers1|peers2|e2e|pyapi) ;; *) usage ;; esac
+case $step in planner|kernels|peers1|peers2|e2e|e2e_gptoss|pyapi) ;; *) usage ;; esac
 out=$(mkdir -p "$2" && cd "$2" && pwd) || exit 2
 cur=$out/current logs=$out/logs/$step
 mkdir -p "$cur" "$logs"
@@ -75,6 +81,11 @@ case $step in
     gpu_run "build install e2e" CODEC_E2E_MODES=graphs CODEC_E2E_GRAPH_BACKENDS=codec,noop,fi_decode,fi_prefill \
       CODEC_E2E_WORKLOADS=loogle:8 CODEC_E2E_ARGS=--step-profile
     keep "$logs/e2e/graphs/e2e_loogle_8.json" e2e_loogle_8.json && keep "$logs/machine.txt" machine_e2e.txt ;;
+  e2e_gptoss)
+    gpu_run "build install e2e" CODEC_E2E_MODES=eager CODEC_E2E_BACKENDS=codec,noop,fi_decode,fi_prefill,fi_sink \
+      CODEC_E2E_WORKLOADS=samples:64 CODEC_E2E_ARGS="--model gpt-oss-20b --rounds 3"
+    keep "$logs/e2e/eager/e2e_gpt-oss-20b_samples_64.json" e2e_gpt-oss-20b_samples_64.json &&
+      keep "$logs/machine.txt" machine_e2e_gptoss.txt ;;
   pyapi)
     gpu_run "build install pybench"
     keep "$logs/python_api.json" python_api.json && keep "$logs/machine.txt" machine_python_api.txt ;;

@@ -50,8 +50,9 @@ the engine's gather of each request's cached and new KV instead, under the
 window. For such models transformers 5.17 turns off its prefix cache and
 its block tables (the slot-list path), but still shares the complete
 blocks of full-attention layers between the sequences it forks from a
-prompt (``num_return_sequences``): CoDec reads them once; the rings are
-copied.
+prompt (``num_return_sequences``), and keeps one copy of the identical
+complete blocks of requests with a common prefix once each has prefilled
+them: CoDec reads them once; the rings are copied.
 
 CUDA graphs: with ``use_cuda_graph=(False, True)`` the engine captures each
 decode batch size once and replays the whole forward without calling
