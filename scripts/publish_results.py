@@ -236,7 +236,14 @@ def targets_table(data):
 
 
 E2E_NAMES = {"codec": "CoDec", "fi_decode": "FlashInfer decode", "fi_cascade": "FlashInfer cascade",
+             "fi_prefill": "FlashInfer prefill", "fi_sink": "FlashInfer attention-sink",
              "noop": "floor (no decode attention)", "sdpa": "`paged|sdpa`"}
+
+
+def e2e_name(result):
+    """A run's workload, and its model where it is not the default Qwen3-4B shape."""
+    model = result.get("model", "qwen3-4b")
+    return result["workload"] if model == "qwen3-4b" else f"{result['workload']} ({model})"
 
 
 def e2e_rows(result):
@@ -258,7 +265,7 @@ def e2e_table(results):
         for backend, r, attn in e2e_rows(result):
             step = r.get("step_host_ms_median", {})
             nan = float("nan")
-            cells = [result["workload"], E2E_NAMES.get(backend, backend),
+            cells = [e2e_name(result), E2E_NAMES.get(backend, backend),
                      f"{r['tpot_ms']:.2f} ({r['tpot_p90_ms']:.2f})", f"{r.get('tpot_minus_floor_ms', nan):.2f}",
                      f"{step.get('forward_gpu', nan):.2f}",
                      f"**{attn:.2f}**" if attn is not None else "–", f"{step.get('schedule', nan):.2f}"]
@@ -272,7 +279,7 @@ def e2e_summary(results):
         rows = {b: (r, a) for b, r, a in e2e_rows(result)}
         if "codec" in rows and "fi_decode" in rows:
             (c, ca), (f, fa) = rows["codec"], rows["fi_decode"]
-            out.append(f"- {result['workload']}: attention's GPU time {fa / ca:.2f}× lower than FlashInfer decode's, "
+            out.append(f"- {e2e_name(result)}: attention's GPU time {fa / ca:.2f}× lower than FlashInfer decode's, "
                        f"TPOT − floor {f['tpot_minus_floor_ms'] / c['tpot_minus_floor_ms']:.2f}× lower, "
                        f"TPOT {f['tpot_ms'] / c['tpot_ms']:.2f}× lower.")
     return out
@@ -384,7 +391,7 @@ def plot_e2e(results, path):
         ax.set_xlim(0, max(r["tpot_ms"] for _, r, _ in rows) * 1.7)
         ax.invert_yaxis()
         mode = "CUDA graphs" + (", async" if result.get("async_batching") else "") if result.get("cuda_graph") else "eager"
-        ax.set_title(f"{result['workload']}, {result['requests']} requests, {mode}: TPOT (ms)", fontsize=10)
+        ax.set_title(f"{e2e_name(result)}, {result['requests']} requests, {mode}: TPOT (ms)", fontsize=10)
         ax.set_xlabel("ms")
         ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()

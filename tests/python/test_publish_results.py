@@ -45,6 +45,12 @@ def test_headline_numbers_of_the_published_files():
     assert rows["noop"] is None and round(rows["codec"], 2) == 7.45 and round(rows["fi_decode"], 2) == 28.66
 
 
+def test_an_e2e_run_of_another_model_names_it():
+    qwen = {"workload": "samples:64", "rows": {}}
+    assert pr.e2e_name(qwen) == "samples:64" and pr.e2e_name({**qwen, "model": "qwen3-4b"}) == "samples:64"
+    assert pr.e2e_name({**qwen, "model": "gpt-oss-20b"}) == "samples:64 (gpt-oss-20b)"
+
+
 def row(workload, codec, floor=0.001, **peers):
     r = {"workload": workload, "codec_ms": codec, "floor_ms": floor, "flat_ms": 2 * codec}
     for key, (variant, ms, err) in peers.items():
