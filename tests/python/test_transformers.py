@@ -544,6 +544,22 @@ def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(kind, featur
 
 
 @pytest.mark.transformers
+def test_a_layers_sinks_are_cast_to_float32_once():
+    """gpt-oss's sinks, a parameter in the model's dtype, reach CoDec as float32, cast once a layer (not at
+    every layer of every step), and again after the parameter changes in place."""
+    torch = pytest.importorskip("torch")
+    ctf = load_backend()
+    attention = ctf.PagedAttention()
+    sinks = torch.nn.Parameter(torch.tensor([0.5, -1.0, 3.25], dtype=torch.bfloat16))
+    first = attention._float_sinks(sinks)
+    assert first.dtype == torch.float32 and first.tolist() == [0.5, -1.0, 3.25] and not first.requires_grad
+    assert attention._float_sinks(sinks) is first
+    with torch.no_grad():
+        sinks.add_(1)
+    assert attention._float_sinks(sinks).tolist() == [1.5, 0.0, 4.25]
+
+
+@pytest.mark.transformers
 def test_layers_it_cannot_serve_are_refused_by_name(monkeypatch):
     """A sliding window other than the engine's ring, a layer that is not
     causal, layers of one group (one plan) that differ in their soft-cap,

@@ -50,6 +50,17 @@ class PagedAttention:
         # per engine cache: the current step of each layer group, and the attention it was planned for
         self._steps: "weakref.WeakKeyDictionary[Any, Dict[int, Tuple[Union[Step, GraphStep], tuple]]]" = \
             weakref.WeakKeyDictionary()
+        # each layer's sinks as CoDec takes them (float32, no autograd), made once: a model in bf16 would
+        # otherwise cast them at every layer of every step. By the parameter's id (a tensor compares by value),
+        # with a weak reference that tells a new tensor at a reused id.
+        self._sinks: Dict[int, Tuple["weakref.ref[torch.Tensor]", int, torch.Tensor]] = {}
+
+    def _float_sinks(self, s_aux: torch.Tensor) -> torch.Tensor:
+        cached = self._sinks.get(id(s_aux))
+        if cached is None or cached[0]() is not s_aux or cached[1] != s_aux._version:  # changed in place: again
+            cached = self._sinks[id(s_aux)] = (weakref.ref(s_aux), s_aux._version,
+                                               s_aux.detach().to(torch.float32).contiguous())
+        return cached[2]
 
     def current_step(self, cache: Any, group: int = 0) -> Optional[Union[Step, GraphStep]]:
         """The step a layer group of an engine cache is running (None before its first)."""
@@ -116,7 +127,7 @@ class PagedAttention:
             pages = (k_cache.view(shape), v_cache.view(shape))
         out = torch.empty((query.shape[2], query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
         q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
-        sinks = None if s_aux is None else s_aux.detach()  # a parameter; the op has no autograd
+        sinks = None if s_aux is None else self._float_sinks(s_aux)
         if step.requests.size:
             if step.all_rows:
                 self.decode_backend.run(cache, step, q, pages, out, sinks=sinks)
