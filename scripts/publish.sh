@@ -19,6 +19,10 @@
 #            sequences a backend checked against the model's eager forward -> e2e_gpt-oss-20b_samples_64.json
 #            (on a cold machine FlashInfer's JIT builds of its window and sink kernels may take the call past
 #            its minutes: call it again, they are kept in build-gpu/fi-jit)
+#   breadth  build, CoDec against its floor on what issues 51-53 add: q_len 2, 4 and 8 and a 4x4 draft
+#            tree on the sharing workloads, verify:8 at one and four tokens, soft-cap 50 with sinks against
+#            plain attention, the window workloads, an fp8 cache against bf16 -> breadth_<kind>.json
+#            (FlashInfer on the same batches: the peers step with CODEC_PEER_ARGS, e.g. --q-len 4, --dtype fp8)
 #   pyapi    build, pip install, bench/python_api.py -> python_api.json
 # The GPU steps go through scripts/gpu_run.sh and also write machine_<table>.txt (GPU, driver,
 # nvcc, the tree's commit: pass CODEC_TREE_COMMIT=$(git rev-parse HEAD), evaluated here, since the
@@ -33,7 +37,7 @@ cd "$(dirname "$0")/.." || exit 2
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 [ $# -eq 2 ] || usage
 step=$1
-case $step in planner|kernels|peers1|peers2|e2e|e2e_gptoss|pyapi) ;; *) usage ;; esac
+case $step in planner|kernels|peers1|peers2|e2e|e2e_gptoss|breadth|pyapi) ;; *) usage ;; esac
 out=$(mkdir -p "$2" && cd "$2" && pwd) || exit 2
 cur=$out/current logs=$out/logs/$step
 mkdir -p "$cur" "$logs"
@@ -86,6 +90,25 @@ case $step in
       CODEC_E2E_WORKLOADS=samples:64 CODEC_E2E_ARGS="--model gpt-oss-20b --rounds 3"
     keep "$logs/e2e/eager/e2e_gpt-oss-20b_samples_64.json" e2e_gpt-oss-20b_samples_64.json &&
       keep "$logs/machine.txt" machine_e2e_gptoss.txt ;;
+  breadth)
+    gpu_run "build"
+    breadth() {  # breadth KIND ARGS...: codec bench ARGS -> current/breadth_KIND.json
+      local kind=$1; shift
+      ./build-gpu/codec bench --backend cuda --save "$logs/breadth_$kind.json" "$@" > "$logs/breadth_$kind.log" 2>&1 ||
+        { echo "!! breadth $kind: codec bench failed ($logs/breadth_$kind.log)"; status=1; }
+      keep "$logs/breadth_$kind.json" "breadth_$kind.json"
+    }
+    sharing="loogle:8,batch:64,sysprompt:512,fewshot,flat:64"
+    for q in 2 4 8; do breadth "q$q" --workload "$sharing" --q-len "$q"; done
+    breadth tree --workload loogle:8,batch:64 --tree 4,4
+    breadth verify --workload verify:8
+    breadth verify_q4 --workload verify:8 --q-len 4
+    breadth plain --workload loogle:8,long,flat:64
+    breadth capped --workload loogle:8,long,flat:64 --soft-cap 50 --sinks
+    breadth window --workload window:4096,window:131072
+    breadth bf16 --workload loogle:8,fewshot,flat:64,batch:64,long
+    breadth fp8 --workload loogle:8,fewshot,flat:64,batch:64,long --dtype fp8
+    keep "$logs/machine.txt" machine_breadth.txt ;;
   pyapi)
     gpu_run "build install pybench"
     keep "$logs/python_api.json" python_api.json && keep "$logs/machine.txt" machine_python_api.txt ;;
