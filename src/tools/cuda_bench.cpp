@@ -71,8 +71,10 @@ struct CudaBench::Impl {
   PagedKV kv() const {
     PagedKV kv = PagedKV::nhd(k.ptr, v.ptr, batch.dtype, batch.num_pages, batch.page_size, batch.heads.num_kv_heads,
                               batch.heads.head_dim);
-    kv.k_scale = {static_cast<const float*>(k_scale.ptr), int(batch.k_scale.size())};  // device copies
-    kv.v_scale = {static_cast<const float*>(v_scale.ptr), int(batch.v_scale.size())};
+    if (!batch.k_scale.empty()) {  // an fp8 cache's, their device copies
+      kv.k_scale = {static_cast<const float*>(k_scale.ptr), int(batch.k_scale.size())};
+      kv.v_scale = {static_cast<const float*>(v_scale.ptr), int(batch.v_scale.size())};
+    }
     return kv;
   }
   // The first B requests' rows (a plan over a subset of the batch's requests runs on those).

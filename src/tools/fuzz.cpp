@@ -323,8 +323,10 @@ Outcome run_cuda_case(const Case& c, const Plan& plan, const Batch& b, const Poo
                        LseRows::contiguous(static_cast<float*>(lse.p), B, Hq), c.lse_base,
                        c.sinks.empty() ? nullptr : static_cast<const float*>(sinks.p)};
   PagedKV kv = pool.at(k.p, pool.v.empty() ? nullptr : v.p, b, c.layout);
-  kv.k_scale.data = static_cast<const float*>(k_scale.p);  // the device copies
-  kv.v_scale.data = static_cast<const float*>(v_scale.p);
+  if (kv.k_scale.count > 0) {  // the device copies
+    kv.k_scale.data = static_cast<const float*>(k_scale.p);
+    kv.v_scale.data = static_cast<const float*>(v_scale.p);
+  }
   run_cuda(plan, kv, io, workspace, nullptr);
   CODEC_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<std::byte> host(out_bytes);

@@ -127,13 +127,14 @@ class PagedAttention:
             pages = (k_cache.view(shape), v_cache.view(shape))
         out = torch.empty((query.shape[2], query.shape[1], query.shape[3]), dtype=query.dtype, device=query.device)
         q = query[0].transpose(0, 1)  # (T, Hq, D), a view: CoDec takes its strides
-        sinks = None if s_aux is None else self._float_sinks(s_aux)
+        # the layer's sinks, passed only where it has them: a backend of a model without keeps its signature
+        sinks = {} if s_aux is None else {"sinks": self._float_sinks(s_aux)}
         if step.requests.size:
             if step.all_rows:
-                self.decode_backend.run(cache, step, q, pages, out, sinks=sinks)
+                self.decode_backend.run(cache, step, q, pages, out, **sinks)
             else:
                 rows = torch.empty((step.rows.numel(),) + tuple(q.shape[1:]), dtype=q.dtype, device=q.device)
-                self.decode_backend.run(cache, step, q[step.rows], pages, rows, sinks=sinks)
+                self.decode_backend.run(cache, step, q[step.rows], pages, rows, **sinks)
                 out[step.rows] = rows
         for q0, q1, k0, k1 in step.prefill:  # the prefill chunks the backend left: causal SDPA over their own KV
             if read_slots is None or read_slots.numel() == 0:  # no cache read this step: the new tokens are all

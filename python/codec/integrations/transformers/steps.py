@@ -161,7 +161,8 @@ class DecodeBackend(Protocol):
             sinks: Optional[torch.Tensor] = None) -> None:
         """Attention of the step's planned rows q (n, Hq, D) over the layer's
         ``pages`` (k and v, (pages, page_size, Hkv, D)) into out (n, Hq, D),
-        with the layer's attention sinks (gpt-oss: (Hq,) logits, None: none)."""
+        with the layer's attention sinks (gpt-oss: (Hq,) float32 logits),
+        passed only for a layer that has them."""
 
     def check_stream_plans(self, cache: Any = None) -> None:
         """Raises RuntimeError with the first error a graph replay's plan met
