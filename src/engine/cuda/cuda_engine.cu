@@ -1,6 +1,7 @@
 // Host side of the CUDA engine: validation, workspace layout, plan upload,
 // launch configuration, and the single dispatch from a runtime (head_dim, q
-// dtype, KV dtype) to one of the 12 kernel configurations.
+// dtype, KV dtype) to one of the 12 kernel configurations, and from a run's
+// plan and heads to one of a configuration's 4 variants (cuda::Variant).
 #include "codec/engine/cuda_engine.hpp"
 
 #include <cuda_runtime_api.h>
@@ -60,6 +61,20 @@ decltype(auto) dispatch_config(int head_dim, DType q_dtype, DType kv_dtype, F&& 
   }
   CODEC_FAIL("CUDA engine: dtype ", to_string(q_dtype), " is not supported (fp16 or bf16, or an fp8 cache under "
              "either)");
+}
+
+// The variant a run's kernels are instances of: f(cuda::Variant<kFp8,
+// masked, soft_cap>{}).
+template <bool kFp8, typename F>
+void dispatch_variant(bool masked, bool soft_cap, F&& f) {
+  using cuda::Variant;
+  if (masked) {
+    if (soft_cap) f(Variant<kFp8, true, true>{});
+    else f(Variant<kFp8, true, false>{});
+  } else {
+    if (soft_cap) f(Variant<kFp8, false, true>{});
+    else f(Variant<kFp8, false, false>{});
+  }
 }
 
 // The q dtype the CUDA engine pairs with a KV dtype where only the KV's is
@@ -317,9 +332,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   // masked tasks, and at a capacity with masks for any plan uploaded later.
   const bool masked = plan.extent().masked_tasks > 0 || (plan.has_capacity() && plan.masks());
 
-  const float sm_scale = plan.heads().scale(), soft_cap = plan.heads().logits_soft_cap;
-  cuda::ScoreMod mod;  // sm_scale > 0 (HeadConfig::validate): a cap, or nothing
-  if (soft_cap > 0.f) mod.in = sm_scale / soft_cap, mod.out = soft_cap / sm_scale;
+  const float soft_cap = plan.heads().logits_soft_cap;
 
   dispatch_config(kv.head_dim, io.q.dtype, kv.dtype, [&](auto dim, auto type, auto fp8) {
     constexpr int D = decltype(dim)::value;
@@ -337,17 +350,19 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .lse_scale = lse_scale,
                                  .part_o = part_o,
                                  .part_lse = part_lse,
-                                 .sm_scale = sm_scale,
-                                 .mod = mod,
+                                 .sm_scale = plan.heads().scale(),
                                  .soft_cap = soft_cap,
                                  .k_scale = kv.k_scale,
                                  .v_scale = kv.v_scale,
                                  .sinks = io.sinks,
                                  .fp8_e5m2 = kv.dtype == DType::e5m2};
-    if constexpr (D == 128 && !kFp8) {  // with wide blocks validate_run made sure of sm_90, sm_90a code, 16 bits
-      if (launches.wide) cuda::launch_pac_wide<D, T>(params, masked, stream);
-    }
-    if (launches.pac) cuda::launch_pac<D, T, kFp8>(params, launches.wide, masked, stream);
+    dispatch_variant<kFp8>(masked, soft_cap > 0.f, [&](auto variant) {
+      using V = decltype(variant);
+      if constexpr (D == 128 && !V::fp8) {  // with wide blocks validate_run made sure of sm_90, sm_90a code, 16 bits
+        if (launches.wide) cuda::launch_pac_wide<D, T, V>(params, stream);
+      }
+      if (launches.pac) cuda::launch_pac<D, T, V>(params, launches.wide, stream);
+    });
     if (launches.merge)
       cuda::launch_merge<D, T>({.plan = device,
                                 .part_o = part_o,

@@ -6,6 +6,18 @@
 
 namespace codec::cuda {
 
+// What a run asks of the attention kernels beyond (head_dim, dtype), each a
+// compile-time switch so that an instance carries only the code its runs
+// need (cuda_engine.cu, dispatch_variant, picks one per run). A type, not a
+// value: nvcc's kernel stubs take no class-type template arguments.
+template <bool kFp8, bool kMasked, bool kSoftCap>
+struct Variant {
+  static constexpr bool fp8 = kFp8;            // an fp8 cache: PacSmem, tile/fp8.cuh, per-head scales
+  static constexpr bool masked = kMasked;      // a plan with masked tasks (tile/row_masks.cuh)
+  static constexpr bool soft_cap = kSoftCap;   // HeadConfig::logits_soft_cap > 0 (tile/softmax.cuh, ScoreMod)
+};
+using PlainVariant = Variant<false, false, false>;
+
 // Partial attention (kernels/pac.cuh). A block of 4 warps runs one task at a time: up
 // to 64 query rows (one m16 row tile per warp) against the chunk's KV tokens,
 // streamed through shared memory in tiles of kTileTokens tokens, kStages deep.

@@ -32,7 +32,7 @@
 // pac_wide.cuh, launched before this one, which is its programmatic
 // dependent.
 //
-// Under an fp8 cache (kFp8) the stages hold the cache's bytes, which the
+// Under an fp8 cache (Variant<>::fp8) the stages hold the cache's bytes, which the
 // block converts into one tile of T after each lands (tile/fp8.cuh,
 // PacSmem): every path above then reads that tile as it reads a stage.
 #include <cuda_runtime_api.h>
@@ -69,8 +69,7 @@ struct PacParams {
   float* part_o;               // [slots, D] fp32 normalised partial outputs
   float* part_lse;             // [slots] fp32 natural log
   float sm_scale;
-  ScoreMod mod;                // the soft-cap at sm_scale (a cache without scales)
-  float soft_cap;              // HeadConfig::logits_soft_cap (0: none), for a task's own ScoreMod
+  float soft_cap;              // HeadConfig::logits_soft_cap (0: none; Variant::soft_cap otherwise)
   KvScale k_scale, v_scale;    // an fp8 cache's scales in device memory (PagedKV), or none
   const float* sinks;          // [Hq] attention sinks (AttentionIO::sinks), or null
   bool fp8_e5m2;               // an fp8 cache's format: e5m2, else e4m3
@@ -80,25 +79,34 @@ struct PacParams {
 // and the raw scores' ScoreMod (tile/softmax.cuh), and V's scale, which
 // multiplies the task's normalised output (each partial's: the merge is
 // linear in them). Only an fp8 cache has scales (run_cuda): a 16-bit one's
-// instances read sm_scale and mod from the parameters, as operands rather
-// than registers, and multiply by no v_scale (D = 64 keeps its spills).
+// plain instances read sm_scale from the parameters, an operand rather than
+// a register, and multiply by no v_scale (D = 64 keeps its spills).
+template <typename V>
 struct TaskScale {
   float sm_scale;
-  ScoreMod mod;
+  ScoreMod<V::soft_cap, V::fp8> mod;
   float v_scale;
 };
-template <bool kFp8>
-__device__ __forceinline__ TaskScale task_scale(const PacParams& p, int kv_head) {
-  if constexpr (!kFp8) {
-    (void)kv_head;
-    return {p.sm_scale, p.mod, 1.f};
+template <typename V>
+__device__ __forceinline__ TaskScale<V> task_scale(const PacParams& p, int kv_head) {
+  TaskScale<V> scale{p.sm_scale, {}, 1.f};
+  if constexpr (V::fp8 || V::soft_cap) {
+    float f = p.sm_scale;  // > 0 (HeadConfig::validate)
+    if constexpr (V::fp8) {
+      f *= p.k_scale.at(kv_head);
+      scale.v_scale = p.v_scale.at(kv_head);
+    }
+    scale.sm_scale = fabsf(f);
+    if constexpr (V::soft_cap) {
+      scale.mod.in = f / p.soft_cap;
+      scale.mod.out = scale.sm_scale > 0.f ? p.soft_cap / scale.sm_scale : 0.f;
+    } else {
+      scale.mod.negate = f < 0.f;
+    }
   } else {
-    const float f = p.sm_scale * p.k_scale.at(kv_head), e = fabsf(f);
-    ScoreMod mod;
-    if (p.soft_cap > 0.f && e > 0.f) mod.in = f / p.soft_cap, mod.out = p.soft_cap / e;
-    else mod.negate = f < 0.f;
-    return {e, mod, p.v_scale.at(kv_head)};
+    (void)kv_head;
   }
+  return scale;
 }
 
 // A row of a single partial, written by PAC itself, takes its sink here
@@ -196,12 +204,12 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
 template <typename T, bool kFp8>
 using StageElem = std::conditional_t<kFp8, std::uint8_t, T>;
 
-template <int D, typename T, bool kFp8, bool kMasked>
+template <int D, typename T, typename V>
 __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
-  using Smem = PacSmem<D, T, kFp8>;
-  using KV = StageElem<T, kFp8>;
+  using Smem = PacSmem<D, T, V::fp8>;
+  using KV = StageElem<T, V::fp8>;
   const PlanView& plan = p.plan;
   const int tid = threadIdx.x, warp = tid / 32, G = plan.group;
   const int rows = task.row_end - task.row_begin;
@@ -211,8 +219,8 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const std::int32_t* pages = plan.node_pages + task.page_begin;
   T* sq = reinterpret_cast<T*>(smem);
   KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
-  [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // kFp8: the tile read
-  const TaskScale scale = task_scale<kFp8>(p, task.kv_head);
+  [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // V::fp8: the tile read
+  const TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
   // warp layout (see the top of this file). On the wgmma path the 4 warps are
   // one warpgroup over all 64 row slots (rows past the task's are zero queries
@@ -253,7 +261,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   // by two round trips (bc7d159).
   const bool single_row = tid < rows && plan.num_partials(reqs[(task.row_begin + tid) / G]) == 1;
   const int lane_rows[2] = {rtile * 16 + tid % 32 / 4, rtile * 16 + tid % 32 / 4 + 8};  // softmax.cuh's layout
-  const auto mask = task_mask<kMasked>(plan, task, lane_rows);
+  const auto mask = task_mask<V::masked>(plan, task, lane_rows);
 
   // main loop: refill the stage tile t − 1 used as soon as every warp is done
   // with it, then wait for tile t, then attend to it. Refilling before waiting
@@ -271,7 +279,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     __syncthreads();  // every warp is done with tile t − 1: its stage, (t − 1) mod kStages, may be refilled
     kv.refill(t, pro.ahead);
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
-    if constexpr (kFp8) {
+    if constexpr (V::fp8) {
       __syncthreads();  // ... and every thread's: the stage converts, every warp being done with the last tile
       convert_fp8_rows<D, T>(kv.stage(t), converted, 0, Tr::kTileTokens, tid, Tr::kThreads, p.fp8_e5m2);
     }
@@ -281,7 +289,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     __syncthreads();                   // ... and every thread's: tile t is visible to every warp
     const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
     const T* sk;
-    if constexpr (kFp8) sk = converted;
+    if constexpr (V::fp8) sk = converted;
     else sk = kv.stage(t);
     const T* sv = sk + Tr::kTileTokens * D;
 #if CODEC_WGMMA
@@ -376,12 +384,12 @@ __device__ __forceinline__ int pack_size(const PlanView& plan, int i, int end) {
 // Q and tokens [16w, 16w + 16) of every stage, streams its task 16 tokens a
 // step, kStages − 1 steps ahead, synchronising with __syncwarp only, and
 // writes its rows from registers: no staging, no barrier until the pack ends.
-template <int D, typename T, bool kFp8, bool kMasked>
+template <int D, typename T, typename V>
 __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
-  using Smem = PacSmem<D, T, kFp8>;
-  using KV = StageElem<T, kFp8>;
+  using Smem = PacSmem<D, T, V::fp8>;
+  using KV = StageElem<T, V::fp8>;
   const PlanView& plan = p.plan;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = plan.group;
   if (warp < count) {
@@ -392,9 +400,9 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
     const std::int32_t* reqs = plan.node_reqs + task.req_begin;
     T* sq = reinterpret_cast<T*>(smem);
     KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
-    [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // kFp8: the warp's rows
+    [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // V::fp8: the warp's rows
     const int row0 = warp * Tr::kRowsPerWarp;  // of Q, and of every stage
-    const TaskScale scale = task_scale<kFp8>(p, task.kv_head);
+    const TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
     using Loader = KvLoader<D, T, 32, Tr::kTokenStep, Tr::kTileTokens, KV>;
     Loader kv(p.kv, task, plan.node_pages + task.page_begin, geo, num_steps, stages, lane, row0);
@@ -415,7 +423,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
 #pragma unroll
     for (int h = 0; h < 2; ++h) fr.row[h] = lane / 4 + 8 * h;
     fr.look_up(plan, task);
-    const auto mask = task_mask<kMasked>(plan, task, fr.row);
+    const auto mask = task_mask<V::masked>(plan, task, fr.row);
 
     SoftmaxState state[2];
     float o[D / 2] = {};
@@ -425,7 +433,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       cp_async_wait<Tr::kStages - 1>();
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
       const T* sk;
-      if constexpr (kFp8) {
+      if constexpr (V::fp8) {
         convert_fp8_rows<D, T>(kv.stage(t), converted, row0, Tr::kTokenStep, lane, 32, p.fp8_e5m2);
         __syncwarp();  // the warp's rows are converted
         sk = converted;
@@ -452,9 +460,8 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
 // memory visibility; the merge's griddepcontrol.wait waits for this whole grid
 // to complete and flush.
 //
-// kFp8: the instance for an fp8 cache (PacSmem); kMasked: for plans with
-// masked tasks (tile/row_masks.cuh).
-template <int D, typename T, bool kFp8, bool kMasked>
+// V: the instance's variant (kernel_traits.cuh).
+template <int D, typename T, typename V>
 __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kMinBlocksPerSM)
     pac_kernel(const __grid_constant__ PacParams p) {
   // wgmma's 128-byte swizzle needs its operand blocks on 1024-byte boundaries
@@ -480,8 +487,8 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
     const int pack = pack_size<D, T>(plan, i, end);
     const int count = pack >= 2 ? pack : 1;  // a lone small task keeps all 4 warps
     if (i + count == end) pdl_launch_dependents();
-    if (count >= 2) pac_pack<D, T, kFp8, kMasked>(p, i, count, geo, smem);
-    else pac_task<D, T, kFp8, kMasked>(p, task, geo, smem);
+    if (count >= 2) pac_pack<D, T, V>(p, i, count, geo, smem);
+    else pac_task<D, T, V>(p, task, geo, smem);
     i += count;
   }
   // After a wide grid (pac_wide.cuh), this grid completes only once that one
@@ -512,16 +519,16 @@ void set_smem_limit(int bytes) {
                                         int(cudaSharedmemCarveoutMaxShared)));
   if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
 }
-template <int D, typename T, bool kFp8, bool kMasked>
+template <int D, typename T, typename V>
 void set_pac_smem_limit() {
-  set_smem_limit<pac_kernel<D, T, kFp8, kMasked>>(PacSmem<D, T, kFp8>::kBytes);
+  set_smem_limit<pac_kernel<D, T, V>>(PacSmem<D, T, V::fp8>::kBytes);
 }
 
 // Whether this build holds a kernel image the current device can run.
 template <int D, typename T>
 bool pac_has_image() {
   cudaFuncAttributes attributes{};
-  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T, false, false>);
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T, PlainVariant>);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();  // an answer, not a failure: clear it
     return false;
@@ -531,36 +538,35 @@ bool pac_has_image() {
 }
 
 // Resident PAC blocks per SM on the current device (registers and shared
-// memory). The masked instance has the same launch bounds, hence as many.
+// memory). Every variant of a cache's instance has the same launch bounds and
+// shared memory, hence as many.
 template <int D, typename T, bool kFp8>
 int pac_blocks_per_sm() {
-  set_pac_smem_limit<D, T, kFp8, false>();
+  using V = Variant<kFp8, false, false>;
+  set_pac_smem_limit<D, T, V>();
   int blocks = 0;
-  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T, kFp8, false>,
+  CODEC_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, pac_kernel<D, T, V>,
                                                                  PacTraits<D, T>::kThreads, PacSmem<D, T, kFp8>::kBytes));
   return blocks;
 }
 
 // One block per plan block. `programmatic`: a dependent launch of the wide
-// kernel just launched on the stream (pac_wide.cuh), sm_90 only. `masked`:
-// the plan has masked tasks.
-template <int D, typename T, bool kFp8>
-void launch_pac(const PacParams& params, bool programmatic, bool masked, cudaStream_t stream) {
+// kernel just launched on the stream (pac_wide.cuh), sm_90 only.
+template <int D, typename T, typename V>
+void launch_pac(const PacParams& params, bool programmatic, cudaStream_t stream) {
   using Tr = PacTraits<D, T>;
-  if (masked) set_pac_smem_limit<D, T, kFp8, true>();
-  else set_pac_smem_limit<D, T, kFp8, false>();
+  set_pac_smem_limit<D, T, V>();
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(params.plan.num_blocks);
   config.blockDim = dim3(Tr::kThreads);
-  config.dynamicSmemBytes = PacSmem<D, T, kFp8>::kBytes;
+  config.dynamicSmemBytes = PacSmem<D, T, V::fp8>::kBytes;
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = programmatic ? 1 : 0;
-  CODEC_CUDA_CHECK(
-      cudaLaunchKernelEx(&config, masked ? pac_kernel<D, T, kFp8, true> : pac_kernel<D, T, kFp8, false>, params));
+  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, pac_kernel<D, T, V>, params));
   CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
 }
 

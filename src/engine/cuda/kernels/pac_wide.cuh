@@ -274,7 +274,7 @@ __device__ __forceinline__ void pack_p(std::uint32_t (&a)[kSteps][4], const floa
 }
 
 // Consumer warpgroup `wg` (0 or 1: rows 64 · wg ..) over the block's tasks.
-template <int D, typename T, bool kMasked>
+template <int D, typename T, typename V>
 __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int end, const WideSmem<D, T>& sm) {
   using Tr = WideTraits<D, T>;
   constexpr int N = Tr::kTileTokens, kSteps = N / 16;
@@ -293,8 +293,8 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 #pragma unroll
     for (int h = 0; h < 2; ++h) fr.row[h] = Tr::kConsumerRows * wg + 16 * warp + lane / 4 + 8 * h;
     fr.look_up(plan, task);
-    const auto mask = task_mask<kMasked>(plan, task, fr.row);
-    const TaskScale scale = task_scale<false>(p, task.kv_head);  // 16-bit caches only
+    const auto mask = task_mask<V::masked>(plan, task, fr.row);
+    const TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
     const RingUse qb(i - begin, Tr::kQBuffers);
     wide_acquire(sm.q_full(qb.slot), qb.parity);
@@ -404,9 +404,10 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 
 #endif  // CODEC_WGMMA
 
-// kMasked: the instance for plans with masked tasks (tile/row_masks.cuh).
-template <int D, typename T, bool kMasked>
+// V: the instance's variant (kernel_traits.cuh), of a 16-bit cache.
+template <int D, typename T, typename V>
 __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel(const __grid_constant__ PacParams p) {
+  static_assert(!V::fp8, "the wide kernel reads 16-bit caches only");
 #if CODEC_WGMMA
   using Tr = WideTraits<D, T>;
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -426,7 +427,7 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
     wide_produce<D, T>(p, begin, end, PageGeometry(plan.page_size), sm);
   } else {
     setmaxnreg_inc<Tr::kConsumerRegs>();
-    wide_consume<D, T, kMasked>(p, begin, end, sm);
+    wide_consume<D, T, V>(p, begin, end, sm);
   }
 #else
   (void)p;
@@ -436,14 +437,12 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
 
 // ---------------------------------------------------------------- host launcher
 
-// One block per wide block of the plan (one per SM). `masked`: the plan has masked tasks.
-template <int D, typename T>
-void launch_pac_wide(const PacParams& params, bool masked, cudaStream_t stream) {
+// One block per wide block of the plan (one per SM).
+template <int D, typename T, typename V>
+void launch_pac_wide(const PacParams& params, cudaStream_t stream) {
   using Tr = WideTraits<D, T>;
-  const auto kernel = masked ? pac_wide_kernel<D, T, true> : pac_wide_kernel<D, T, false>;
-  if (masked) set_smem_limit<pac_wide_kernel<D, T, true>>(Tr::kSmemBytes);
-  else set_smem_limit<pac_wide_kernel<D, T, false>>(Tr::kSmemBytes);
-  kernel<<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
+  set_smem_limit<pac_wide_kernel<D, T, V>>(Tr::kSmemBytes);
+  pac_wide_kernel<D, T, V><<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
   CODEC_CUDA_CHECK_LAUNCH("pac_wide_kernel", stream);
 }
 

@@ -27,9 +27,9 @@ namespace codec::cuda {
 //
 // `mod` transforms the raw scores (tile/softmax.cuh, ScoreMod); `mask` (tile/row_masks.cuh)
 // hides keys from rows; tile token j is task token tile_first + j.
-template <int D, typename T, int kSteps, typename Mask>
+template <int D, typename T, int kSteps, typename Mod, typename Mask>
 __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const T* sv, int rtile, int token0,
-                                                int tile_tokens, float sm_scale, const ScoreMod& mod, const Mask& mask,
+                                                int tile_tokens, float sm_scale, const Mod& mod, const Mask& mask,
                                                 int tile_first, SoftmaxState (&state)[2], float (&o)[D / 2]) {
   using Tr = PacTraits<D, T>;
   constexpr int kChains = kSteps <= 2 ? 2 : 1;  // Q·Kᵀ accumulators a score
@@ -83,9 +83,9 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
 // attend_tile_mma for a run-time step count: 1, 2 or 4 at head_dim 64 and
 // 128, 1 or 2 at 256 (a warp's share of a tile: kTileTokens / 16 / splits,
 // kernels/pac.cuh), uniform over the block.
-template <int D, typename T, typename Mask>
+template <int D, typename T, typename Mod, typename Mask>
 __device__ __forceinline__ void attend_tile_mma_steps(int steps, const T* sq, const T* sk, const T* sv, int rtile,
-                                                      int token0, int tile_tokens, float sm_scale, const ScoreMod& mod,
+                                                      int token0, int tile_tokens, float sm_scale, const Mod& mod,
                                                       const Mask& mask, int tile_first, SoftmaxState (&state)[2],
                                                       float (&o)[D / 2]) {
   constexpr int kMax = PacTraits<D, T>::kMaxSplits;

@@ -17,9 +17,9 @@ namespace codec::cuda {
 // memory once per tile (primitives/wgmma.cuh has the operand layouts).
 // `mod` transforms the raw scores (tile/softmax.cuh, ScoreMod); `mask` (tile/row_masks.cuh)
 // hides keys from rows; tile token j is task token tile_first + j.
-template <int D, typename T, typename Mask>
+template <int D, typename T, typename Mod, typename Mask>
 __device__ __forceinline__ void attend_tile_wgmma(std::uint32_t sq, std::uint32_t sk, std::uint32_t sv,
-                                                  int tile_tokens, float sm_scale, const ScoreMod& mod,
+                                                  int tile_tokens, float sm_scale, const Mod& mod,
                                                   const Mask& mask, int tile_first, SoftmaxState (&state)[2],
                                                   float (&o)[D / 2]) {
   using Tr = PacTraits<D, T>;

@@ -38,25 +38,32 @@ struct ExpScale {
 // that the exponent's scale e > 0 (kernels/pac.cuh, TaskScale), the maxima
 // and the masks stay as they are. The logit is x = f · s for f = sm_scale ·
 // k_scale, e = |f|:
-// - with a soft-cap c (HeadConfig::logits_soft_cap), x = c · tanh(f · s / c),
-//   kept in raw units: s ← out · tanh(in · s), in = f / c, out = c / e;
-// - without, s ← −s where f < 0 (a negative k_scale), else nothing.
-// Both are one uniform branch a tile when off. tanh(x) = 1 − 2 / (e^2x + 1)
-// on ex2 and rcp is within ~1e-7 absolute, i.e. logits within c · 1e-7, where
+// - kCap, a soft-cap c (HeadConfig::logits_soft_cap): x = c · tanh(f · s / c),
+//   kept in raw units: s ← out · tanh(in · s), in = f / c, out = c / e (0
+//   where e = 0: every logit 0);
+// - else kSigned (an fp8 cache, whose k_scale may be negative): s ← −s where
+//   f < 0, one uniform branch a tile;
+// - else nothing: the plain instance's code is as if there were no ScoreMod.
+// Each is an instance of its own: a run-time cap test in the plain kernels
+// cost them up to 9.6% (results/HISTORY.md). tanh(x) = 1 − 2 / (e^2x + 1) on
+// ex2 and rcp is within ~1e-7 absolute, i.e. logits within c · 1e-7, where
 // tanh.approx (2^-11 relative) would move a logit near a cap of 50 by 0.02.
+template <bool kCap, bool kSigned>
 struct ScoreMod {
-  float in = 0.f, out = 0.f;  // in = 0: no cap
-  bool negate = false;
+  float in = 0.f, out = 0.f;  // kCap
+  bool negate = false;        // kSigned without kCap
 
   template <int N>
   __device__ __forceinline__ void operator()(float (&s)[N]) const {
     constexpr float k2Log2e = 2.8853900817779268f;  // 2 log2 e
-    if (in != 0.f) {
+    if constexpr (kCap) {
 #pragma unroll
       for (int i = 0; i < N; ++i) s[i] = out * (1.f - 2.f * rcp_ftz(exp2_ftz(k2Log2e * in * s[i]) + 1.f));
-    } else if (negate) {
+    } else if constexpr (kSigned) {
+      if (negate) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) s[i] = -s[i];
+        for (int i = 0; i < N; ++i) s[i] = -s[i];
+      }
     }
   }
 };
