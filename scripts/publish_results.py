@@ -7,6 +7,8 @@
   e2e_<workload>.json   bench/e2e_decode.py's result (TPOT per backend in the engine)
   planner_speed.txt     bench_planner's console output (derive + plan, median rows)
   python_api.json       bench/python_api.py (host time of plan and run beside FlashInfer's)
+  breadth_<kind>.json   codec bench --save on what issues 51-53 add (publish.sh breadth: q_len, draft trees,
+                        verify:8, soft-cap with sinks, windows, fp8 against bf16)
 
 Each table of the page sits between `<!-- publish:NAME -->` and
 `<!-- /publish:NAME -->`; --page rewrites those blocks in place, --check only
@@ -55,7 +57,7 @@ def workload_key(name):
 
 
 def load(folder):
-    """Whatever of the five sources the folder holds; absent ones are None."""
+    """Whatever of the six sources the folder holds; absent ones are None."""
     def read_json(name):
         path = os.path.join(folder, name)
         return json.load(open(path)) if os.path.exists(path) else None
@@ -68,7 +70,10 @@ def load(folder):
         seen[row["workload"]] = row
     e2e = sorted(glob.glob(os.path.join(folder, "e2e_*.json")))
     planner = os.path.join(folder, "planner_speed.txt")
-    return {"bench": read_json("bench_all.json"),
+    breadth = {os.path.basename(p)[len("breadth_"):-len(".json")]: json.load(open(p))
+               for p in sorted(glob.glob(os.path.join(folder, "breadth_*.json")))}
+    return {"breadth": breadth or None,
+            "bench": read_json("bench_all.json"),
             "peers": sorted(seen.values(), key=lambda r: workload_key(r["workload"])) or None,
             "e2e": [json.load(open(p)) for p in e2e] or None,
             "planner": parse_planner(open(planner).read()) if os.path.exists(planner) else None,
@@ -232,6 +237,73 @@ def targets_table(data):
     return out
 
 
+# ---- issues 51-53: several query tokens, the variants, fp8 --------------------------------------------------
+
+
+BREADTH_ORDER = ["q2", "q4", "q8", "tree", "verify", "verify_q4", "plain", "capped", "window", "bf16", "fp8"]
+BREADTH_RUNS = {"q2": "2 query tokens", "q4": "4 query tokens", "q8": "8 query tokens", "tree": "4×4 draft tree",
+                "verify": "1 query token", "verify_q4": "4 draft tokens", "plain": "plain",
+                "capped": "soft-cap 50, sinks", "window": "window 4,096", "bf16": "bf16 cache", "fp8": "fp8 e4m3 cache"}
+
+
+def breadth_table(breadth):
+    out = ["| run | workload | CoDec ms | floor ms | × floor | TFLOP/s |", "|---|---|---|---|---|---|"]
+    kinds = sorted(breadth, key=lambda k: BREADTH_ORDER.index(k) if k in BREADTH_ORDER else len(BREADTH_ORDER))
+    for kind in kinds:
+        for r in sorted(breadth[kind], key=lambda r: workload_key(r["workload"])):
+            t = tflops(r)
+            out.append(f"| {BREADTH_RUNS.get(kind, kind)} | {r['workload']} | {r['codec_ms']:.4f} | "
+                       f"{r['floor_ms']:.4f} | {r['codec_over_floor']:.2f} | {f'{t:.0f}' if t else '–'} |")
+    return out
+
+
+def breadth_targets(breadth):
+    """Issues 51-53's kernel targets that the breadth files give, each met or missed."""
+    rows = {kind: {r["workload"]: r for r in rs} for kind, rs in breadth.items()}
+    out = ["| target | measured | |", "|---|---|---|"]
+
+    def add(target, measured, ok):
+        out.append(f"| {target} | {measured} | {'met' if ok else '**missed**'} |")
+
+    def points(xs):
+        return f"{len(xs)} point{'' if len(xs) == 1 else 's'}"
+
+    sweep = [(k, r) for k in ("q2", "q4", "q8", "tree") for r in rows.get(k, {}).values()]
+    bound = [(k, r) for k, r in sweep if not tflops(r)]
+    if bound:
+        worst = max(bound, key=lambda kr: kr[1]["codec_over_floor"])
+        add("51: memory-bound and balanced points ≤ 1.3× the floor",
+            f"{points(bound)}, worst {worst[1]['workload']} ({BREADTH_RUNS[worst[0]]}) "
+            f"{worst[1]['codec_over_floor']:.2f}×", worst[1]["codec_over_floor"] <= 1.3)
+    compute = [(k, r) for k, r in sweep if tflops(r)]
+    if compute:
+        worst = min(compute, key=lambda kr: tflops(kr[1]))
+        add("51: compute-bound points ≥ 550 TFLOP/s",
+            f"{points(compute)}, slowest {worst[1]['workload']} ({BREADTH_RUNS[worst[0]]}) {tflops(worst[1]):.0f}",
+            tflops(worst[1]) >= 550)
+    if "verify" in rows and "verify_q4" in rows:
+        one, four = rows["verify"]["verify:8"]["codec_ms"], rows["verify_q4"]["verify:8"]["codec_ms"]
+        add("51: verify:8, 4 draft tokens ≤ 1.2× one token", f"{four / one:.2f}× ({four:.4f} against {one:.4f} ms)",
+            four / one <= 1.2)
+    if "plain" in rows and "capped" in rows:
+        ratios = [(w, rows["capped"][w]["codec_ms"] / rows["plain"][w]["codec_ms"]) for w in rows["plain"]
+                  if w in rows["capped"]]
+        add("53: soft-cap and sinks ≤ 1.05× plain", ", ".join(f"{w} {x:.2f}×" for w, x in ratios),
+            max(x for _, x in ratios) <= 1.05)
+    if {"window:4096", "window:131072"} <= set(rows.get("window", {})):
+        x = rows["window"]["window:131072"]["codec_ms"] / rows["window"]["window:4096"]["codec_ms"]
+        add("53: window:131072 ≤ 1.1× the document cut to its window (window:4096)", f"{x:.2f}×", x <= 1.1)
+    if "bf16" in rows and "fp8" in rows:
+        cheap = [(w, rows["fp8"][w]["codec_ms"] / rows["bf16"][w]["codec_ms"]) for w in ("loogle:8", "fewshot", "flat:64")
+                 if w in rows["fp8"] and w in rows["bf16"]]
+        add("52: fp8 ≤ 0.6× bf16 where it stays memory-bound", ", ".join(f"{w} {x:.2f}×" for w, x in cheap),
+            max(x for _, x in cheap) <= 0.6)
+        heavy = [(w, rows["fp8"][w]["codec_over_floor"]) for w in ("batch:64", "long") if w in rows["fp8"]]
+        add("52: fp8 ≤ 1.3× its floor where it turns compute-bound", ", ".join(f"{w} {x:.2f}×" for w, x in heavy),
+            max(x for _, x in heavy) <= 1.3)
+    return out
+
+
 # ---- the engine, the host -------------------------------------------------------------------------------------
 
 
@@ -322,6 +394,8 @@ def blocks(data):
         out["planner"] = planner_table(data["planner"])
     if data["python_api"]:
         out["python-api"] = python_api_table(data["python_api"])
+    if data["breadth"]:
+        out["breadth"] = breadth_targets(data["breadth"]) + [""] + breadth_table(data["breadth"])
     return out
 
 
@@ -409,7 +483,8 @@ def main(argv=None):
     data = load(a.folder)
     rendered = blocks(data)
     if not rendered:
-        sys.exit(f"{a.folder}: none of bench_all.json, peers*.json, e2e_*.json, planner_speed.txt, python_api.json")
+        sys.exit(f"{a.folder}: none of bench_all.json, peers*.json, e2e_*.json, planner_speed.txt, python_api.json, "
+                 "breadth_*.json")
     if a.page:
         page = open(a.page).read()
         new, missing = fill(page, rendered)

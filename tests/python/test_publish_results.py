@@ -115,3 +115,36 @@ def test_publish_sh_refuses_an_unknown_step_before_making_anything(tmp_path):
     result = subprocess.run(["bash", str(ROOT / "scripts" / "publish.sh"), "everything", str(out)],
                             capture_output=True, text=True)
     assert result.returncode == 2 and "kernels" in result.stdout and not out.exists()
+
+
+def bench_row(workload, codec, floor, kv_mb, **extra):
+    return {"workload": workload, "codec_ms": codec, "floor_ms": floor, "codec_over_floor": codec / floor,
+            "unique_kv_mb": kv_mb, **extra}
+
+
+def test_breadth_targets_say_met_or_missed_from_the_breadth_files(tmp_path):
+    # kv_mb 420 MB at 4.2 TB/s is a 0.1 ms byte floor: floor_ms 0.1 memory-bound, 0.2 compute-bound
+    files = {"q4": [bench_row("loogle:8", 0.125, 0.1, 420), bench_row("batch:64", 0.3, 0.2, 420)],
+             "verify": [bench_row("verify:8", 0.05, 0.04, 168)],
+             "verify_q4": [bench_row("verify:8", 0.061, 0.05, 168)],
+             "plain": [bench_row("long", 0.07, 0.05, 210), bench_row("flat:64", 0.25, 0.25, 1074)],
+             "capped": [bench_row("long", 0.105, 0.05, 210), bench_row("flat:64", 0.25, 0.25, 1074)],
+             "window": [bench_row("window:4096", 0.0293, 0.02, 33), bench_row("window:131072", 0.0298, 0.02, 33)],
+             "bf16": [bench_row("flat:64", 0.25, 0.25, 1074), bench_row("long", 0.07, 0.05, 210)],
+             "fp8": [bench_row("flat:64", 0.14, 0.125, 537), bench_row("long", 0.09, 0.05, 105)]}
+    for kind, rows in files.items():
+        (tmp_path / f"breadth_{kind}.json").write_text(json.dumps(rows))
+    block = pr.blocks(pr.load(str(tmp_path)))["breadth"]
+    targets = {line.split(" | ")[0][2:]: line for line in block if line.startswith("| 5")}
+    assert targets["51: memory-bound and balanced points ≤ 1.3× the floor"].endswith("1.25× | met |")
+    assert "1 point, slowest batch:64 (4 query tokens) 527" in targets["51: compute-bound points ≥ 550 TFLOP/s"]
+    assert targets["51: compute-bound points ≥ 550 TFLOP/s"].endswith("**missed** |")
+    assert "1.22×" in targets["51: verify:8, 4 draft tokens ≤ 1.2× one token"]
+    assert targets["53: soft-cap and sinks ≤ 1.05× plain"] == (
+        "| 53: soft-cap and sinks ≤ 1.05× plain | long 1.50×, flat:64 1.00× | **missed** |")
+    assert targets["53: window:131072 ≤ 1.1× the document cut to its window (window:4096)"].endswith("1.02× | met |")
+    assert "flat:64 0.56×" in targets["52: fp8 ≤ 0.6× bf16 where it stays memory-bound"]
+    assert targets["52: fp8 ≤ 1.3× its floor where it turns compute-bound"].endswith("long 1.80× | **missed** |")
+    table = block[block.index("") + 1:]
+    assert table[2] == "| 4 query tokens | batch:64 | 0.3000 | 0.2000 | 1.50 | 527 |"
+    assert table[3] == "| 4 query tokens | loogle:8 | 0.1250 | 0.1000 | 1.25 | – |"
