@@ -233,6 +233,7 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const bool has_rows = wg || rtile < rtiles;
   const int steps = Tr::kTileTokens / Tr::kTokenStep / splits;  // 16-token steps of a warp per tile
   const int token0 = (warp % splits) * steps * Tr::kTokenStep;
+  [[maybe_unused]] const bool own_tokens = !wg && rtiles == 1;  // V::fp8: a warp converts its own tokens
 
   // prologue. The first tiles' page ids and the rows' request ids are issued
   // before anything waits; the Q copies, which need the request ids, and the
@@ -280,13 +281,22 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     kv.refill(t, pro.ahead);
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
     if constexpr (V::fp8) {
-      __syncthreads();  // ... and every thread's: the stage converts, every warp being done with the last tile
-      convert_fp8_rows<D, T>(kv.stage(t), converted, 0, Tr::kTileTokens, tid, Tr::kThreads, p.fp8_e5m2);
+      __syncthreads();  // ... and every thread's: the stage converts
+      // A task of one row tile off wgmma splits the tile's tokens over the
+      // warps, one 16-token step each (steps = 1): each converts its own, which
+      // no other warp reads, and needs no barrier after. Otherwise every warp
+      // reads every token, and the block converts them all.
+      if (own_tokens) {
+        if (has_rows) convert_fp8_rows<D, T, Tr::kTokenStep, 32>(kv.stage(t), converted, token0, tid % 32, p.fp8_e5m2);
+        __syncwarp();
+      } else {
+        convert_fp8_rows<D, T, Tr::kTileTokens, Tr::kThreads>(kv.stage(t), converted, 0, tid, p.fp8_e5m2);
+      }
     }
 #if CODEC_WGMMA
     if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
 #endif
-    __syncthreads();                   // ... and every thread's: tile t is visible to every warp
+    if (!V::fp8 || !own_tokens) __syncthreads();  // ... and every thread's: tile t is visible to every warp
     const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
     const T* sk;
     if constexpr (V::fp8) sk = converted;
@@ -434,7 +444,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
       const T* sk;
       if constexpr (V::fp8) {
-        convert_fp8_rows<D, T>(kv.stage(t), converted, row0, Tr::kTokenStep, lane, 32, p.fp8_e5m2);
+        convert_fp8_rows<D, T, Tr::kTokenStep, 32>(kv.stage(t), converted, row0, lane, p.fp8_e5m2);
         __syncwarp();  // the warp's rows are converted
         sk = converted;
       } else {
