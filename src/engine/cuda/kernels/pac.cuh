@@ -32,9 +32,10 @@
 // pac_wide.cuh, launched before this one, which is its programmatic
 // dependent.
 //
-// Under an fp8 cache (Variant<>::fp8) the stages hold the cache's bytes, which the
-// block converts into one tile of T after each lands (tile/fp8.cuh,
-// PacSmem): every path above then reads that tile as it reads a stage.
+// Under an fp8 cache (Variant::fp8) the stages hold the cache's bytes, which
+// the block (or each warp, the tokens only it reads) converts into one tile
+// of T after each lands (tile/fp8.cuh, PacSmem): every path above then reads
+// that tile as it reads a stage.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
