@@ -350,7 +350,12 @@ def test_gpt_oss_runs_codec_and_the_floor_a_plan_a_layer_group(monkeypatch, tmp_
         assert row["attention_variant_effect_min"] > 0.1, row  # sinks and windows that change the attention
     assert codec["attention_rel_l2_max"] < 1e-2 and noop["attention_rel_l2_max"] == 1.0
     assert codec["attention_rows_checked"] >= 2 * (2 + 2 * 2), codec  # both layers, steps of each kind
-    assert codec["tpot_minus_floor_over_codec"] == 1.0
+    # a backend's TPOT less the floor over CoDec's: 1 for CoDec itself, given only where that is above 0, which
+    # the timing of two tiny layers on a busy CPU does not always give
+    if codec["tpot_minus_floor_ms"] > 0:
+        assert codec["tpot_minus_floor_over_codec"] == 1.0
+    else:
+        assert "tpot_minus_floor_over_codec" not in codec and "tpot_minus_floor_over_codec" not in noop
     check, control = codec["vs_eager"], noop["vs_eager"]
     assert check["sequences_checked"] == 1 and check["steps_compared"] == 4, check
     assert check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"], (check, control)
