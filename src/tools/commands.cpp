@@ -523,8 +523,8 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
   for (const std::string& spec : specs) workloads.push_back(load_workload(spec, args, 1.0, /*with_batch=*/false));
   nlohmann::json rows = nlohmann::json::array();
   if (!args.json)
-    std::printf("%-14s %5s %6s %6s %7s %6s %6s %6s %6s %11s %11s %8s %8s %9s %8s\n", "workload", "reqs", "nodes",
-                "units", "tasks", "wide", "tails", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio",
+    std::printf("%-14s %5s %6s %6s %7s %6s %6s %6s %6s %11s %11s %8s %6s %8s %9s %8s\n", "workload", "reqs", "nodes",
+                "units", "tasks", "wide", "tails", "blocks", "max_bk", "makespan_us", "lowbound_us", "ratio", "reads",
                 "merge_us", "derive_ms", "plan_ms");
   for (const Workload& w : workloads) {
     const WorkloadTables tables = workload_page_tables(w);
@@ -564,12 +564,13 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                     {"unique_kv_tokens", s.unique_kv_tokens},
                     {"cost_model", cost->describe()}});
     if (!args.json)
-      std::printf("%-14s %5d %6d %6d %7d %6d %6d %6d %6d %11s %11s %8s %8s %9s %8s\n", label(w).c_str(),
+      std::printf("%-14s %5d %6d %6d %7d %6d %6d %6d %6d %11s %11s %8s %6s %8s %9s %8s\n", label(w).c_str(),
                   s.batch_requests, s.num_nodes, s.num_units, s.num_tasks, s.num_wide_tasks, s.num_tails, s.num_blocks,
                   s.max_splits,
                   fixed(s.makespan_us, 2).c_str(),
-                  fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(), fixed(s.merge_us, 2).c_str(),
-                  fixed(derive_ms, 3).c_str(), fixed(s.plan_ms, 3).c_str());
+                  fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(),
+                  fixed(double(s.kv_tokens_read) / double(std::max<std::int64_t>(s.unique_kv_tokens, 1)), 2).c_str(),
+                  fixed(s.merge_us, 2).c_str(), fixed(derive_ms, 3).c_str(), fixed(s.plan_ms, 3).c_str());
   }
   if (args.json) std::cout << rows.dump(2) << "\n";
   return 0;

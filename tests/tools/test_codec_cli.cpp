@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,26 @@ TEST(CodecCli, PlanTakesACommaSeparatedListOfWorkloads) {
   EXPECT_EQ(rows[0]["workload"], "depth:2");
   EXPECT_EQ(rows[1]["workload"], "seq:128");
   for (const auto& row : rows) EXPECT_GT(row["tasks"].get<int>(), 0);
+}
+
+// plan's table gives `reads`, the KV tokens the tasks read over the unique
+// ones: 1 where no node has more rows than a task holds (flat:8 at four
+// query tokens, 16 rows a request), above where each row tile of a node
+// reads it again (loogle:8's documents at four tokens: 16 rows a question).
+TEST(CodecCli, PlanTableGivesTheKvReadOverTheUnique) {
+  const Result r = run_codec("plan --workload flat:8,loogle:8 --q-len 4 --target h200");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream text(r.output);
+  std::vector<std::vector<std::string>> lines;
+  for (std::string line; std::getline(text, line);) {
+    std::istringstream words(line);
+    lines.emplace_back(std::istream_iterator<std::string>(words), std::istream_iterator<std::string>());
+  }
+  ASSERT_EQ(lines.size(), 3u) << r.output;
+  const auto reads = [](const std::vector<std::string>& words) { return words[words.size() - 4]; };  // then merge, derive, plan
+  EXPECT_EQ(reads(lines[0]), "reads") << r.output;
+  EXPECT_EQ(reads(lines[1]), "1.00") << r.output;
+  EXPECT_GT(std::stod(reads(lines[2])), 1.5) << r.output;
 }
 
 // The H200's floor is no yardstick for the CPU engine: a CPU run's table and
