@@ -22,7 +22,12 @@
 #   breadth  build, CoDec against its floor on what issues 51-53 add: q_len 2, 4 and 8 and a 4x4 draft
 #            tree on the sharing workloads, verify:8 at one and four tokens, soft-cap 50 with sinks against
 #            plain attention, the window workloads, an fp8 cache against bf16 -> breadth_<kind>.json
-#            (FlashInfer on the same batches: the peers step with CODEC_PEER_ARGS, e.g. --q-len 4, --dtype fp8)
+#            (FlashInfer on the same batches: peers_sweep)
+#   peers_sweep  build, FlashInfer's decode, prefill, attention-sink and cascade wrappers beside CoDec on what
+#            issues 51-53 add, one call a CODEC_PEER_KIND and CODEC_PEER_HALF (1: the peer set's first 9
+#            workloads, 2: its other 12; tree takes loogle:8 and batch:64 in one call): q2, q4, q8 (--q-len),
+#            tree (--tree 4,4), fp8 (--dtype fp8), capped (--soft-cap 50 --sinks), window (--window 4096)
+#            -> sweep_peers_<kind>_<half>.json
 #   pyapi    build, pip install, bench/python_api.py -> python_api.json
 # The GPU steps go through scripts/gpu_run.sh and also write machine_<table>.txt (GPU, driver,
 # nvcc, the tree's commit: pass CODEC_TREE_COMMIT=$(git rev-parse HEAD), evaluated here, since the
@@ -37,9 +42,21 @@ cd "$(dirname "$0")/.." || exit 2
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 [ $# -eq 2 ] || usage
 step=$1
-case $step in planner|kernels|peers1|peers2|e2e|e2e_gptoss|breadth|pyapi) ;; *) usage ;; esac
+case $step in planner|kernels|peers1|peers2|peers_sweep|e2e|e2e_gptoss|breadth|pyapi) ;; *) usage ;; esac
+if [ "$step" = peers_sweep ]; then
+  kind=${CODEC_PEER_KIND:-} half=${CODEC_PEER_HALF:-1}
+  case $kind in
+    q2|q4|q8) sweep_args="--q-len ${kind#q}" ;;
+    tree) sweep_args="--tree 4,4" half=1 ;;
+    fp8) sweep_args="--dtype fp8" ;;
+    capped) sweep_args="--soft-cap 50 --sinks" ;;
+    window) sweep_args="--window 4096" ;;
+    *) echo "peers_sweep: CODEC_PEER_KIND '$kind' is not one of q2 q4 q8 tree fp8 capped window"; exit 2 ;;
+  esac
+  case $half in 1|2) ;; *) echo "peers_sweep: CODEC_PEER_HALF '$half' is not 1 or 2"; exit 2 ;; esac
+fi
 out=$(mkdir -p "$2" && cd "$2" && pwd) || exit 2
-cur=$out/current logs=$out/logs/$step
+cur=$out/current logs=$out/logs/$step${kind:+_${kind}_$half}
 mkdir -p "$cur" "$logs"
 status=0
 peers="fi_decode,fi_cascade,sdpa,hydragen,pat"
@@ -81,6 +98,11 @@ case $step in
     keep "$logs/bench_all.json" bench_all.json && keep "$logs/machine.txt" machine_kernels.txt ;;
   peers1) peer_step 1 "$first" ;;
   peers2) peer_step 2 "$rest" ;;
+  peers_sweep)
+    workloads=$first; [ "$half" = 2 ] && workloads=$rest; [ "$kind" = tree ] && workloads=loogle:8,batch:64
+    gpu_run "build peers" CODEC_PEERS=fi_decode,fi_prefill,fi_sink,fi_cascade CODEC_PEER_WORKLOADS="$workloads" \
+      CODEC_PEER_ARGS="$sweep_args"
+    keep "$logs/peers/peers.json" "sweep_peers_${kind}_$half.json" && keep "$logs/machine.txt" machine_sweep_peers.txt ;;
   e2e)
     gpu_run "build install e2e" CODEC_E2E_MODES=graphs CODEC_E2E_GRAPH_BACKENDS=codec,noop,fi_decode,fi_prefill \
       CODEC_E2E_WORKLOADS=loogle:8 CODEC_E2E_ARGS=--step-profile

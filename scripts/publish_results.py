@@ -9,6 +9,8 @@
   python_api.json       bench/python_api.py (host time of plan and run beside FlashInfer's)
   breadth_<kind>.json   codec bench --save on what issues 51-53 add (publish.sh breadth: q_len, draft trees,
                         verify:8, soft-cap with sinks, windows, fp8 against bf16)
+  sweep_peers_<kind>_<half>.json  bench/peers.py's rows with FlashInfer's wrappers on the same (publish.sh
+                        peers_sweep), merged per kind
 
 Each table of the page sits between `<!-- publish:NAME -->` and
 `<!-- /publish:NAME -->`; --page rewrites those blocks in place, --check only
@@ -72,7 +74,14 @@ def load(folder):
     planner = os.path.join(folder, "planner_speed.txt")
     breadth = {os.path.basename(p)[len("breadth_"):-len(".json")]: json.load(open(p))
                for p in sorted(glob.glob(os.path.join(folder, "breadth_*.json")))}
+    sweeps = {}
+    for path in sorted(glob.glob(os.path.join(folder, "sweep_peers_*_*.json"))):
+        kind = os.path.basename(path)[len("sweep_peers_"):].rsplit("_", 1)[0]
+        for row in json.load(open(path)):  # a workload measured twice: the later file's row stands
+            sweeps.setdefault(kind, {})[row["workload"]] = row
     return {"breadth": breadth or None,
+            "sweeps": {k: sorted(v.values(), key=lambda r: workload_key(r["workload"])) for k, v in sweeps.items()}
+            or None,
             "bench": read_json("bench_all.json"),
             "peers": sorted(seen.values(), key=lambda r: workload_key(r["workload"])) or None,
             "e2e": [json.load(open(p)) for p in e2e] or None,
@@ -304,6 +313,72 @@ def breadth_targets(breadth):
     return out
 
 
+# FlashInfer's wrappers beside CoDec on what issues 51-53 add (bench/peers.py with --q-len, --tree, --dtype fp8,
+# --soft-cap and --sinks, --window), in the page's column order; the workloads that share nothing.
+SWEEP_FI = [("fi_decode", "decode"), ("fi_prefill", "prefill"), ("fi_sink", "attention-sink"),
+            ("fi_cascade", "cascade")]
+SWEEP_ORDER = ["q2", "q4", "q8", "tree", "fp8", "capped", "window"]
+SWEEP_RUNS = {"q2": "2 query tokens", "q4": "4 query tokens", "q8": "8 query tokens", "tree": "4×4 draft tree",
+              "fp8": "fp8 e4m3 cache", "capped": "soft-cap 50, sinks", "window": "window 4,096"}
+SHARE_NOTHING = ("flat:64", "shape:DT")
+
+
+def sweep_kinds(sweeps):
+    return sorted(sweeps, key=lambda k: SWEEP_ORDER.index(k) if k in SWEEP_ORDER else len(SWEEP_ORDER))
+
+
+def sweep_table(sweeps):
+    out = ["| run | workload | CoDec µs | " + " | ".join(f"FlashInfer {n}" for _, n in SWEEP_FI)
+           + " | best FlashInfer / CoDec |", "|---" * (len(SWEEP_FI) + 4) + "|"]
+    for kind in sweep_kinds(sweeps):
+        for r in sweeps[kind]:
+            if "error" in r:
+                continue
+            best = best_of(r, [k for k, _ in SWEEP_FI])
+            ratio = f"{best[0] / r['codec_ms']:.2f}×" if best else "–"
+            out.append(f"| {SWEEP_RUNS.get(kind, kind)} | {r['workload']} | {r['codec_ms'] * 1e3:.1f} | "
+                       + " | ".join(family_cell(r, k) for k, _ in SWEEP_FI) + f" | {ratio} |")
+    return out
+
+
+def sweep_targets(sweeps):
+    """Issues 51 and 52's targets against FlashInfer that the sweep files give, each met or missed."""
+    out = ["| target | measured | |", "|---|---|---|"]
+
+    def ratios(kinds, keys):
+        """(kind, workload, FlashInfer's best of keys / CoDec) where one ran within the tolerance."""
+        got = []
+        for kind in kinds:
+            for r in sweeps.get(kind, []):
+                best = None if "error" in r else best_of(r, keys)
+                if best:
+                    got.append((kind, r["workload"], best[0] / r["codec_ms"]))
+        return got
+
+    def behind(got):  # the points where CoDec is behind more than allowed (3% where nothing is shared)
+        return [(k, w, x) for k, w, x in got if x < (0.97 if w in SHARE_NOTHING else 1.0)]
+
+    def worst(got):
+        k, w, x = min(got, key=lambda g: g[2])
+        return f"worst {w} ({SWEEP_RUNS.get(k, k)}) {x:.2f}×"
+
+    several = ratios(("q2", "q4", "q8", "tree"), [k for k, _ in SWEEP_FI])
+    if several:
+        late = behind(several)
+        out.append(f"| 51: never behind FlashInfer's fastest multi-token variant (≤ 3% on {', '.join(SHARE_NOTHING)}) "
+                   f"| {len(several)} points, {worst(several)}; {len(late)} behind | "
+                   f"{'met' if not late else '**missed**'} |")
+        mean = geomean([x for _, _, x in several])
+        out.append(f"| 51: ≥ 1.5× ahead of it in geometric mean | {mean:.2f}× | {'met' if mean >= 1.5 else '**missed**'} |")
+    fp8 = ratios(("fp8",), ["fi_decode"])
+    if fp8:
+        late = behind(fp8)
+        out.append(f"| 52: faster than FlashInfer's fp8 decode on every prefix-sharing workload (≤ 3% behind on "
+                   f"{', '.join(SHARE_NOTHING)}) | {len(fp8)} points, {worst(fp8)}; {len(late)} behind | "
+                   f"{'met' if not late else '**missed**'} |")
+    return out
+
+
 # ---- the engine, the host -------------------------------------------------------------------------------------
 
 
@@ -396,6 +471,8 @@ def blocks(data):
         out["python-api"] = python_api_table(data["python_api"])
     if data["breadth"]:
         out["breadth"] = breadth_targets(data["breadth"]) + [""] + breadth_table(data["breadth"])
+    if data["sweeps"]:
+        out["peers-sweep"] = sweep_targets(data["sweeps"]) + [""] + sweep_table(data["sweeps"])
     return out
 
 
@@ -484,7 +561,7 @@ def main(argv=None):
     rendered = blocks(data)
     if not rendered:
         sys.exit(f"{a.folder}: none of bench_all.json, peers*.json, e2e_*.json, planner_speed.txt, python_api.json, "
-                 "breadth_*.json")
+                 "breadth_*.json, sweep_peers_*.json")
     if a.page:
         page = open(a.page).read()
         new, missing = fill(page, rendered)

@@ -148,3 +148,36 @@ def test_breadth_targets_say_met_or_missed_from_the_breadth_files(tmp_path):
     table = block[block.index("") + 1:]
     assert table[2] == "| 4 query tokens | batch:64 | 0.3000 | 0.2000 | 1.50 | 527 |"
     assert table[3] == "| 4 query tokens | loogle:8 | 0.1250 | 0.1000 | 1.25 | – |"
+
+
+def test_the_peer_sweep_against_flashinfer_says_met_or_missed(tmp_path):
+    q4 = [row("loogle:8", 0.100, fi_prefill=("fa3", 0.200, 0.003), fi_cascade=("fa2", 0.180, 0.003)),
+          row("flat:64", 0.100, fi_decode=("tc", 0.098, 0.003), fi_prefill=("fa3", 0.120, 0.003))]
+    q4[1]["fi_cascade_note"] = "requests at different depths; not run"
+    fp8_half1 = [row("batch:64", 0.300, fi_decode=("tc", 0.600, 0.003)), row("long", 0.070, fi_decode=("tc", 0.060, 0.003))]
+    fp8_half2 = [row("long", 0.050, fi_decode=("tc", 0.060, 0.003))]  # measured again: the later file's row stands
+    for name, rows in {"q4_1": q4, "fp8_1": fp8_half1, "fp8_2": fp8_half2}.items():
+        (tmp_path / f"sweep_peers_{name}.json").write_text(json.dumps(rows))
+    (tmp_path / "peers_1.json").write_text(json.dumps([row("seq:128", 0.01, fi_decode=("tc", 0.02, 0.003))]))
+    data = pr.load(str(tmp_path))
+    assert [r["workload"] for r in data["peers"]] == ["seq:128"]  # the sweep's files stay out of the peer set
+    block = pr.blocks(data)["peers-sweep"]
+    targets = {line.split(" | ")[0][2:]: line for line in block if line.startswith("| 5")}
+    assert targets["51: ≥ 1.5× ahead of it in geometric mean"] == (
+        f"| 51: ≥ 1.5× ahead of it in geometric mean | {(1.8 * 0.98) ** 0.5:.2f}× | **missed** |")
+    never = next(v for k, v in targets.items() if k.startswith("51: never behind"))
+    assert "2 points, worst flat:64 (4 query tokens) 0.98×; 0 behind | met |" in never  # 2% behind where nothing is shared
+    fp8 = next(v for k, v in targets.items() if k.startswith("52: "))
+    assert "2 points, worst long (fp8 e4m3 cache) 1.20×; 0 behind | met |" in fp8
+    table = block[block.index("") + 1:]
+    assert table[0].startswith("| run | workload | CoDec µs | FlashInfer decode | FlashInfer prefill |")
+    assert table[2] == "| 4 query tokens | loogle:8 | 100.0 | – | 200.0 fa3 | – | 180.0 fa2 | 1.80× |"
+    assert table[3] == "| 4 query tokens | flat:64 | 100.0 | 98.0 tc | 120.0 fa3 | – | n/a | 0.98× |"
+    assert table[-1] == "| fp8 e4m3 cache | long | 50.0 | 60.0 tc | – | – | – | 1.20× |"
+
+
+def test_publish_sh_refuses_an_unknown_sweep_kind_before_making_anything(tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "publish.sh"), "peers_sweep", str(out)],
+                            capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "CODEC_PEER_KIND": "q5"})
+    assert result.returncode == 2 and "q2 q4 q8 tree fp8 capped window" in result.stdout and not out.exists()
