@@ -64,29 +64,35 @@ def load(folder):
         path = os.path.join(folder, name)
         return json.load(open(path)) if os.path.exists(path) else None
 
-    peers = []
-    for path in sorted(glob.glob(os.path.join(folder, "peers*.json"))):
-        peers += json.load(open(path))
-    seen = {}
-    for row in peers:  # a workload measured twice: the later file's row stands
-        seen[row["workload"]] = row
     e2e = sorted(glob.glob(os.path.join(folder, "e2e_*.json")))
     planner = os.path.join(folder, "planner_speed.txt")
     breadth = {os.path.basename(p)[len("breadth_"):-len(".json")]: json.load(open(p))
                for p in sorted(glob.glob(os.path.join(folder, "breadth_*.json")))}
     sweeps = {}
     for path in sorted(glob.glob(os.path.join(folder, "sweep_peers_*_*.json"))):
-        kind = os.path.basename(path)[len("sweep_peers_"):].rsplit("_", 1)[0]
-        for row in json.load(open(path)):  # a workload measured twice: the later file's row stands
-            sweeps.setdefault(kind, {})[row["workload"]] = row
+        sweeps.setdefault(os.path.basename(path)[len("sweep_peers_"):].rsplit("_", 1)[0], []).append(path)
     return {"breadth": breadth or None,
-            "sweeps": {k: sorted(v.values(), key=lambda r: workload_key(r["workload"])) for k, v in sweeps.items()}
-            or None,
+            "sweeps": {kind: merged_rows(paths) for kind, paths in sweeps.items()} or None,
             "bench": read_json("bench_all.json"),
-            "peers": sorted(seen.values(), key=lambda r: workload_key(r["workload"])) or None,
+            "peers": merged_rows(sorted(glob.glob(os.path.join(folder, "peers*.json")))) or None,
             "e2e": [json.load(open(p)) for p in e2e] or None,
             "planner": parse_planner(open(planner).read()) if os.path.exists(planner) else None,
             "python_api": read_json("python_api.json")}
+
+
+def merged_rows(paths):
+    """The rows of bench/peers.py's files, one device call each, in the page's order; a workload measured twice:
+    the later file's row stands."""
+    seen = {}
+    for path in paths:
+        for row in json.load(open(path)):
+            seen[row["workload"]] = row
+    return sorted(seen.values(), key=lambda r: workload_key(r["workload"]))
+
+
+def in_order(kinds, order):
+    """Run kinds in the page's order, unknown ones last."""
+    return sorted(kinds, key=lambda k: order.index(k) if k in order else len(order))
 
 
 PLANNER_ROW = re.compile(r"^BM_DeriveAndPlan/(\w+)/(\d+)_median\s+([\d.]+) us", re.M)
@@ -257,8 +263,7 @@ BREADTH_RUNS = {"q2": "2 query tokens", "q4": "4 query tokens", "q8": "8 query t
 
 def breadth_table(breadth):
     out = ["| run | workload | CoDec ms | floor ms | × floor | TFLOP/s |", "|---|---|---|---|---|---|"]
-    kinds = sorted(breadth, key=lambda k: BREADTH_ORDER.index(k) if k in BREADTH_ORDER else len(BREADTH_ORDER))
-    for kind in kinds:
+    for kind in in_order(breadth, BREADTH_ORDER):
         for r in sorted(breadth[kind], key=lambda r: workload_key(r["workload"])):
             t = tflops(r)
             out.append(f"| {BREADTH_RUNS.get(kind, kind)} | {r['workload']} | {r['codec_ms']:.4f} | "
@@ -323,14 +328,10 @@ SWEEP_RUNS = {"q2": "2 query tokens", "q4": "4 query tokens", "q8": "8 query tok
 SHARE_NOTHING = ("flat:64", "shape:DT")
 
 
-def sweep_kinds(sweeps):
-    return sorted(sweeps, key=lambda k: SWEEP_ORDER.index(k) if k in SWEEP_ORDER else len(SWEEP_ORDER))
-
-
 def sweep_table(sweeps):
     out = ["| run | workload | CoDec µs | " + " | ".join(f"FlashInfer {n}" for _, n in SWEEP_FI)
            + " | best FlashInfer / CoDec |", "|---" * (len(SWEEP_FI) + 4) + "|"]
-    for kind in sweep_kinds(sweeps):
+    for kind in in_order(sweeps, SWEEP_ORDER):
         for r in sweeps[kind]:
             if "error" in r:
                 continue

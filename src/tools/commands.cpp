@@ -569,7 +569,7 @@ int run_plan(const WorkloadArgs& args, const std::string& target) {
                   s.max_splits,
                   fixed(s.makespan_us, 2).c_str(),
                   fixed(s.lower_bound_us, 2).c_str(), fixed(s.quality(), 4).c_str(),
-                  fixed(double(s.kv_tokens_read) / double(std::max<std::int64_t>(s.unique_kv_tokens, 1)), 2).c_str(),
+                  fixed(s.read_factor(), 2).c_str(),
                   fixed(s.merge_us, 2).c_str(), fixed(derive_ms, 3).c_str(), fixed(s.plan_ms, 3).c_str());
   }
   if (args.json) std::cout << rows.dump(2) << "\n";

@@ -211,6 +211,8 @@ struct PlanStats {
   // makespan over the bound: below 1 only for a plan of one wave under a model that prices contention, or
   // with tasks beside wide ones priced below the table (PlannerOptions::beside_wide_price)
   double quality() const { return lower_bound_us > 0 ? makespan_us / lower_bound_us : 1.0; }
+  // KV tokens read over the unique ones: above 1 where row tiles of a node each read it
+  double read_factor() const { return unique_kv_tokens > 0 ? double(kv_tokens_read) / double(unique_kv_tokens) : 1.0; }
 };
 
 // Host arrays a planner fills; Plan packs them into one buffer.
