@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <iostream>
@@ -656,7 +657,11 @@ TEST(CudaEngine, SoftCapSinksAndWindowsMatchTheReference) {
 // and one a kv head (device memory), one token a request and several under
 // each mask, soft-cap and sinks on some; on the device's plan (no wide
 // tasks: the planner leaves fp8 to PAC) and flat with 3 splits, so that the
-// mma.sync path, the wgmma path and packs all convert their stages.
+// mma.sync path, the wgmma path and packs all convert their stages. The
+// tensor cores see fp16, bf16 queries scaled into its range (tile/fp8.cuh,
+// half_queries): some cases multiply the queries by 2^q_exp2, far past
+// fp16's largest value or below its smallest normal, and sm_scale by
+// 2^-q_exp2, so that the logits stay as they were.
 TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -666,6 +671,7 @@ TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
     QueryMask mask;
     int max_q;  // 0: one token a request
     bool sinks;
+    int q_exp2 = 0;
   };
   const Case cases[] = {
       {{8, 2, 64}, DType::e4m3, DType::bf16, 7, 2, QueryMask::causal, 0, false},
@@ -675,6 +681,9 @@ TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
       {{16, 4, 256}, DType::e5m2, DType::bf16, 3, 4, QueryMask::causal, 0, false},
       {{16, 16, 64}, DType::e4m3, DType::bf16, 16, 0, QueryMask::custom, 24, false},
       {{32, 8, 128}, DType::e4m3, DType::bf16, 16, 8, QueryMask::causal, 64, false},
+      {{32, 8, 128}, DType::e4m3, DType::bf16, 16, 8, QueryMask::causal, 0, false, 24},
+      {{32, 4, 128, 0.f, 20.f}, DType::e5m2, DType::bf16, 7, 4, QueryMask::draft, 8, true, 30},
+      {{16, 2, 64}, DType::e4m3, DType::bf16, 16, 2, QueryMask::causal, 4, false, -40},
   };
   MaskedPaths paths;
   for (const Case& c : cases)
@@ -686,22 +695,30 @@ TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
       const test::Fp8Pool pool = test::quantise(b, c.kv, scales);
       test::RandomQueries q = test::make_random_queries(b, c.mask, std::max(c.max_q, 1), seed);
       if (c.max_q == 0) q.qo_indptr.clear(), q.mask = QueryMask::causal;
+      HeadConfig heads = c.heads;
+      if (c.q_exp2 != 0) {  // exact: a power of two moves bf16 exponents only, within its range
+        auto* bits = reinterpret_cast<std::uint16_t*>(q.q.data());
+        for (std::size_t i = 0; i < q.q.size() / 2; ++i)
+          bits[i] = float_to_bf16(std::ldexp(bf16_to_float(bits[i]), c.q_exp2));
+        heads.sm_scale = std::ldexp(c.heads.scale(), -c.q_exp2);
+      }
       std::vector<float> sinks;
       for (int h = 0; h < c.heads.num_qo_heads && c.sinks; ++h) sinks.push_back(-2.f + float(h % 7));
       const std::string what = spec.describe() + " kv " + std::string(to_string(c.kv)) + " scales " + std::to_string(scales) +
-                               " mask " + std::to_string(int(c.mask)) + " max_q " + std::to_string(c.max_q);
+                               " mask " + std::to_string(int(c.mask)) + " max_q " + std::to_string(c.max_q) +
+                               " q_exp2 " + std::to_string(c.q_exp2);
       const ReferenceResult ref =
-          reference_attention(b.table(), pool.kv(b, c.kv), c.heads, q.q.data(), q.view(), c.q, sinks);
+          reference_attention(b.table(), pool.kv(b, c.kv), heads, q.q.data(), q.view(), c.q, sinks);
       DeviceBatch d = upload_fp8(b, pool, c.kv);
       d.q = std::make_unique<DeviceBuffer>(q.q.data(), q.q.size());
       const std::unique_ptr<DeviceBuffer> device_sinks =
           sinks.empty() ? nullptr : std::make_unique<DeviceBuffer>(sinks.data(), sinks.size() * sizeof(float));
       const Forest forest = derive_forest(b.table());
-      const RooflineCostModel roofline = h200_cost(c.heads, c.kv);
-      const PlannerOptions opt = cuda_planner_options(c.heads, c.kv);
+      const RooflineCostModel roofline = h200_cost(heads, c.kv);
+      const PlannerOptions opt = cuda_planner_options(heads, c.kv);
       EXPECT_EQ(opt.wide_tile_rows, 0) << what;
       auto check = [&](const Forest& f, const CostModel& cost, const PlannerOptions& o, const std::string& how) {
-        const Plan plan = make_plan(f, c.heads, c.kv, cost, o, q.view());
+        const Plan plan = make_plan(f, heads, c.kv, cost, o, q.view());
         paths.tally(plan, /*every_task=*/true);
         expect_matches(run_gpu(plan, d, device_sinks.get()), ref, c.q, what + " " + how);
       };

@@ -2,6 +2,10 @@
 // Compile-time configuration of the CUDA kernels, one traits struct per
 // (head_dim, dtype): tile sizes, pipeline depth, shared-memory layout, with
 // static_asserts that name the limit a configuration would break.
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
 #include "codec/engine/cuda_engine.hpp"  // cuda_pac_min_blocks_per_sm, cuda_pac_pack_limits, cuda_pac_tile_tokens, kCudaMaxWideRows
 
 namespace codec::cuda {
@@ -17,6 +21,14 @@ struct Variant {
   static constexpr bool soft_cap = kSoftCap;   // HeadConfig::logits_soft_cap > 0 (tile/softmax.cuh, ScoreMod)
 };
 using PlainVariant = Variant<false, false, false>;
+
+// The element the tensor cores see: q's type T, or fp16 under an fp8 cache.
+// Every e4m3 and e5m2 value is an fp16 one, reached in one instruction a
+// pair (F2FP.F16.E4M3.UNPACK_B and E5M2), where bf16 goes through fp32 in
+// four; a bf16 query takes an fp16 copy scaled to fit it (tile/fp8.cuh,
+// half_queries).
+template <typename T, typename V>
+using MmaElem = std::conditional_t<V::fp8, __half, T>;
 
 // Partial attention (kernels/pac.cuh). A block of 4 warps runs one task at a time: up
 // to 64 query rows (one m16 row tile per warp) against the chunk's KV tokens,
@@ -102,10 +114,12 @@ struct PacTraits {
 // A PAC block's shared memory: Q, then the KV stages. Under an fp8 cache
 // (kFp8) the stages hold the cache's bytes as they lie, [kTileTokens][D] for
 // K then V, unswizzled (a byte an element: half a 16-bit tile), and one tile
-// of K and V in T sits between Q and the stages: the block converts each
-// stage into it (tile/fp8.cuh) before attending, so every tensor-core path
-// reads the layout it always reads. D = 128: 16 + 32 + 3 × 16 = 96 KiB, two
-// blocks an SM as at 16 bits, with the same tokens in flight.
+// of K and V in fp16 (MmaElem) sits between Q and the stages: the block
+// converts each stage into it (tile/fp8.cuh) before attending, so every
+// tensor-core path reads the layout it always reads; after the stages, one
+// word a warp for the reduction that scales a task's bf16 queries. D = 128:
+// 16 + 32 + 3 × 16 = 96 KiB, two blocks an SM as at 16 bits, with the same
+// tokens in flight.
 template <int D, typename T, bool kFp8>
 struct PacSmem {
   using Tr = PacTraits<D, T>;
@@ -113,8 +127,10 @@ struct PacSmem {
   static constexpr int kConvertedOffset = Tr::kQBytes;       // kFp8: the converted K, then V
   static constexpr int kStagesOffset = Tr::kQBytes + (kFp8 ? 2 * Tr::kTileBytes : 0);
   static constexpr int kStageBytes = 2 * (kFp8 ? kRawTileBytes : Tr::kTileBytes);
-  static constexpr int kBytes = kStagesOffset + Tr::kStages * kStageBytes;
-  static_assert(!kFp8 || kBytes == Tr::kSmemBytes - Tr::kKVBytes / 2 + 2 * Tr::kTileBytes, "the layout above");
+  static constexpr int kScratchOffset = kStagesOffset + Tr::kStages * kStageBytes;  // kFp8: [kWarps] words
+  static constexpr int kBytes = kScratchOffset + (kFp8 ? 4 * Tr::kWarps : 0);
+  static_assert(!kFp8 || kBytes == Tr::kSmemBytes - Tr::kKVBytes / 2 + 2 * Tr::kTileBytes + 4 * Tr::kWarps,
+                "the layout above");
   static_assert(Tr::kStagingBytes <= kBytes, "epilogue staging must fit in the shared memory it reuses");
   static_assert(kStagesOffset % 1024 == 0, "the stages start on a 1024-byte boundary");
   static_assert(Tr::kMinBlocksPerSM * (kBytes + 1024) <= 228 * 1024,

@@ -34,12 +34,14 @@
 //
 // Under an fp8 cache (Variant::fp8) the stages hold the cache's bytes, which
 // the block (or each warp, the tokens only it reads) converts into one tile
-// of T after each lands (tile/fp8.cuh, PacSmem): every path above then reads
-// that tile as it reads a stage.
+// of fp16 after each lands (tile/fp8.cuh, PacSmem): every path above then
+// reads that tile as it reads a stage, on fp16 tensor cores (MmaElem), the
+// query rows too (bf16 ones converted once a task, scaled: half_queries).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "codec/core/state.hpp"
 #include "codec/engine/attention_io.hpp"
@@ -87,6 +89,12 @@ struct TaskScale {
   float sm_scale;
   ScoreMod<V::soft_cap, V::fp8> mod;
   float v_scale;
+  // The queries were scaled by 2⁻ᵉ (half_queries): so are the raw scores,
+  // which the soft-cap's input scale or else the exponent's takes back.
+  __device__ __forceinline__ void unscale_queries(int e) {
+    if constexpr (V::soft_cap) mod.in *= exp2i(e);
+    else sm_scale *= exp2i(e);
+  }
 };
 template <typename V>
 __device__ __forceinline__ TaskScale<V> task_scale(const PacParams& p, int kv_head) {
@@ -205,12 +213,18 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
 template <typename T, bool kFp8>
 using StageElem = std::conditional_t<kFp8, std::uint8_t, T>;
 
+// Whether an instance converts its query rows to fp16 (bf16 ones under an
+// fp8 cache: MmaElem).
+template <typename T, typename V>
+inline constexpr bool kHalfQueries = !std::is_same_v<T, MmaElem<T, V>>;
+
 template <int D, typename T, typename V>
 __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
                                          unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   using Smem = PacSmem<D, T, V::fp8>;
   using KV = StageElem<T, V::fp8>;
+  using M = MmaElem<T, V>;
   const PlanView& plan = p.plan;
   const int tid = threadIdx.x, warp = tid / 32, G = plan.group;
   const int rows = task.row_end - task.row_begin;
@@ -218,10 +232,10 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const int num_tiles = (kv_len + Tr::kTileTokens - 1) / Tr::kTileTokens;
   const std::int32_t* reqs = plan.node_reqs + task.req_begin;
   const std::int32_t* pages = plan.node_pages + task.page_begin;
-  T* sq = reinterpret_cast<T*>(smem);
+  T* sq = reinterpret_cast<T*>(smem);  // in M once the task's queries are converted
   KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
-  [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // V::fp8: the tile read
-  const TaskScale<V> scale = task_scale<V>(p, task.kv_head);
+  [[maybe_unused]] M* converted = reinterpret_cast<M*>(smem + Smem::kConvertedOffset);  // V::fp8: the tile read
+  TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
   // warp layout (see the top of this file). On the wgmma path the 4 warps are
   // one warpgroup over all 64 row slots (rows past the task's are zero queries
@@ -245,9 +259,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   kv.look_up_first(pro);
   // the task's query rows into sq; rows up to the last row tile (all 64 on the
   // wgmma path) are zero
+  const int q_rows = wg ? Tr::kMaxRows : rtiles * 16;
   {
     const T* q = static_cast<const T*>(p.q);
-    const int q_rows = wg ? Tr::kMaxRows : rtiles * 16;
     for (int i = tid; i < q_rows * Tr::kChunks; i += Tr::kThreads) {
       const int r = i / Tr::kChunks, cq = i % Tr::kChunks, v = task.row_begin + r;
       const T* src = q;
@@ -283,35 +297,44 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
     if constexpr (V::fp8) {
       __syncthreads();  // ... and every thread's: the stage converts
+      // the task's bf16 queries into fp16 first, the whole block (a barrier)
+      if constexpr (kHalfQueries<T, V>) {
+        if (t == 0)
+          scale.unscale_queries(half_queries<D, Tr::kThreads>(
+              sq, 0, q_rows, tid, reinterpret_cast<std::uint32_t*>(smem + Smem::kScratchOffset)));
+      }
       // A task of one row tile off wgmma splits the tile's tokens over the
       // warps, one 16-token step each (steps = 1): each converts its own, which
       // no other warp reads, and needs no barrier after. Otherwise every warp
       // reads every token, and the block converts them all.
       if (own_tokens) {
-        if (has_rows) convert_fp8_rows<D, T, Tr::kTokenStep, 32>(kv.stage(t), converted, token0, tid % 32, p.fp8_e5m2);
+        if (has_rows) convert_fp8_rows<D, Tr::kTokenStep, 32>(kv.stage(t), converted, token0, tid % 32, p.fp8_e5m2);
         __syncwarp();
       } else {
-        convert_fp8_rows<D, T, Tr::kTileTokens, Tr::kThreads>(kv.stage(t), converted, 0, tid, p.fp8_e5m2);
+        convert_fp8_rows<D, Tr::kTileTokens, Tr::kThreads>(kv.stage(t), converted, 0, tid, p.fp8_e5m2);
       }
     }
 #if CODEC_WGMMA
     if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
 #endif
-    if (!V::fp8 || !own_tokens) __syncthreads();  // ... and every thread's: tile t is visible to every warp
+    // ... and every thread's: tile t (and at t = 0 the converted queries,
+    // which every warp reads) is visible to every warp
+    if (!V::fp8 || !own_tokens || (kHalfQueries<T, V> && t == 0)) __syncthreads();
     const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
-    const T* sk;
+    const M* sk;
     if constexpr (V::fp8) sk = converted;
     else sk = kv.stage(t);
-    const T* sv = sk + Tr::kTileTokens * D;
+    const M* sv = sk + Tr::kTileTokens * D;
+    const M* sq_m = reinterpret_cast<const M*>(sq);
 #if CODEC_WGMMA
     if (wg) {
-      attend_tile_wgmma<D, T>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, scale.sm_scale, scale.mod,
+      attend_tile_wgmma<D, M>(smem_u32(sq_m), smem_u32(sk), smem_u32(sv), tile_tokens, scale.sm_scale, scale.mod,
                               mask, t * Tr::kTileTokens, state, o);
       continue;
     }
 #endif
     if (has_rows && token0 < tile_tokens)
-      attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, scale.sm_scale, scale.mod, mask,
+      attend_tile_mma_steps<D, M>(steps, sq_m, sk, sv, rtile, token0, tile_tokens, scale.sm_scale, scale.mod, mask,
                                   t * Tr::kTileTokens, state, o);
   }
   cp_async_wait<0>();
@@ -401,6 +424,7 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
   using Tr = PacTraits<D, T>;
   using Smem = PacSmem<D, T, V::fp8>;
   using KV = StageElem<T, V::fp8>;
+  using M = MmaElem<T, V>;
   const PlanView& plan = p.plan;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, G = plan.group;
   if (warp < count) {
@@ -409,11 +433,11 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
     const int kv_len = task.kv_end - task.kv_begin;
     const int num_steps = (kv_len + Tr::kTokenStep - 1) / Tr::kTokenStep;
     const std::int32_t* reqs = plan.node_reqs + task.req_begin;
-    T* sq = reinterpret_cast<T*>(smem);
+    T* sq = reinterpret_cast<T*>(smem);  // in M once the task's queries are converted
     KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
-    [[maybe_unused]] T* converted = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // V::fp8: the warp's rows
+    [[maybe_unused]] M* converted = reinterpret_cast<M*>(smem + Smem::kConvertedOffset);  // V::fp8: the warp's rows
     const int row0 = warp * Tr::kRowsPerWarp;  // of Q, and of every stage
-    const TaskScale<V> scale = task_scale<V>(p, task.kv_head);
+    TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
     using Loader = KvLoader<D, T, 32, Tr::kTokenStep, Tr::kTileTokens, KV>;
     Loader kv(p.kv, task, plan.node_pages + task.page_begin, geo, num_steps, stages, lane, row0);
@@ -443,15 +467,18 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       kv.refill(t, pro.ahead);
       cp_async_wait<Tr::kStages - 1>();
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
-      const T* sk;
+      const M* sk;
       if constexpr (V::fp8) {
-        convert_fp8_rows<D, T, Tr::kTokenStep, 32>(kv.stage(t), converted, row0, lane, p.fp8_e5m2);
-        __syncwarp();  // the warp's rows are converted
+        if constexpr (kHalfQueries<T, V>) {
+          if (t == 0) scale.unscale_queries(half_queries<D, 32>(sq, row0, Tr::kRowsPerWarp, lane, nullptr));
+        }
+        convert_fp8_rows<D, Tr::kTokenStep, 32>(kv.stage(t), converted, row0, lane, p.fp8_e5m2);
+        __syncwarp();  // the warp's rows (and queries) are converted
         sk = converted;
       } else {
         sk = kv.stage(t);
       }
-      attend_tile_mma<D, T, 1>(sq, sk, sk + Tr::kTileTokens * D, warp, row0,
+      attend_tile_mma<D, M, 1>(reinterpret_cast<const M*>(sq), sk, sk + Tr::kTileTokens * D, warp, row0,
                                row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), scale.sm_scale, scale.mod,
                                mask, t * Tr::kTokenStep - row0, state, o);
     }

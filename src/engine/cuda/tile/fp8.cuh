@@ -1,42 +1,41 @@
 #pragma once
 // An fp8 cache's stage as the tensor cores' operands: each stage of fp8 K and
-// V bytes (PacSmem) becomes one tile of T in the swizzled layout the 16-bit
-// stages have (kernel_traits.cuh, tile_offset), so that the mma.sync and
-// wgmma paths read it unchanged. Every e4m3 and e5m2 value is exact in fp16
-// and in bf16 (3 and 2 mantissa bits; exponents within both ranges), so the
+// V bytes (PacSmem) becomes one tile of fp16 (MmaElem) in the swizzled layout
+// the 16-bit stages have (kernel_traits.cuh, tile_offset), so that the
+// mma.sync and wgmma paths read it unchanged. Every e4m3 and e5m2 value is
+// exact in fp16 (3 and 2 mantissa bits, exponents within its range), so the
 // conversion loses nothing: the scales apply to the scores and the output
-// (kernels/pac.cuh, TaskScale), as the fp64 reference dequantises.
+// (kernels/pac.cuh, TaskScale), as the fp64 reference dequantises. The
+// queries meet them in fp16 too: a bf16 task's query rows are scaled into
+// fp16's range first (half_queries).
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
-#include <type_traits>
+#include <cstring>
 
 #include "engine/cuda/kernel_traits.cuh"
 #include "engine/cuda/primitives/warp.cuh"
 
 namespace codec::cuda {
 
-// Two fp8 values (the low byte first) as a pair of T, the first in the low half.
-template <typename T, __nv_fp8_interpretation_t kFormat>
-__device__ __forceinline__ std::uint32_t fp8x2_to(std::uint16_t pair) {
+// Two fp8 values (the low byte first) as an fp16 pair, the first in the low
+// half: one F2FP.UNPACK_B.
+template <__nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ std::uint32_t fp8x2_to_half2(std::uint16_t pair) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, kFormat);
-  if constexpr (std::is_same_v<T, __half>) {
-    return std::uint32_t(h.x) | std::uint32_t(h.y) << 16;
-  } else {
-    const float2 f = __half22float2(__half2(h));
-    return pack2<T>(f.x, f.y);
-  }
+  return std::uint32_t(h.x) | std::uint32_t(h.y) << 16;
 }
 
 // Rows [row0, row0 + kRows) of a stage's fp8 K and V (raw: [kTileTokens][D]
-// bytes each, V after K) into the same rows of the converted tiles (K, then
-// V), by kLanes threads from `lane`: 16 bytes in, 32 out, a thread at a time.
-// Every size is a constant, so that a thread's chunk column and its rows'
-// offsets are too: with the rows a run-time count, the index arithmetic
+// bytes each, V after K) into the same rows of the converted fp16 tiles (K,
+// then V), by kLanes threads from `lane`: 16 bytes in, 32 out, a thread at a
+// time. Every size is a constant, so that a thread's chunk column and its
+// rows' offsets are too: with the rows a run-time count, the index arithmetic
 // (two divisions by it) took about as many instructions as the conversion.
-template <int D, typename T, int kRows, int kLanes, __nv_fp8_interpretation_t kFormat>
-__device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, T* tile, int row0, int lane) {
-  using Tr = PacTraits<D, T>;
+template <int D, int kRows, int kLanes, __nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, __half* tile, int row0, int lane) {
+  using Tr = PacTraits<D, __half>;
   constexpr int kRawChunks = D / 16;                  // 16-byte chunks of a raw row
   constexpr int kRowStep = kLanes / kRawChunks;       // rows the lanes take at once
   static_assert(kLanes % kRawChunks == 0 && kRows % kRowStep == 0, "every lane converts whole chunks of rows");
@@ -51,10 +50,10 @@ __device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, T* til
       std::uint32_t out[8];
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
-        out[2 * w] = fp8x2_to<T, kFormat>(std::uint16_t(words[w] & 0xffffu));
-        out[2 * w + 1] = fp8x2_to<T, kFormat>(std::uint16_t(words[w] >> 16));
+        out[2 * w] = fp8x2_to_half2<kFormat>(std::uint16_t(words[w] & 0xffffu));
+        out[2 * w + 1] = fp8x2_to_half2<kFormat>(std::uint16_t(words[w] >> 16));
       }
-      T* dst = tile + side * Tr::kTileTokens * D;
+      __half* dst = tile + side * Tr::kTileTokens * D;
       *reinterpret_cast<uint4*>(dst + tile_offset<Tr::kTileTokens>(r, 2 * c)) =
           make_uint4(out[0], out[1], out[2], out[3]);
       *reinterpret_cast<uint4*>(dst + tile_offset<Tr::kTileTokens>(r, 2 * c + 1)) =
@@ -64,10 +63,75 @@ __device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, T* til
 }
 
 // The same, the format told at run time (one uniform branch a stage).
-template <int D, typename T, int kRows, int kLanes>
-__device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, T* tile, int row0, int lane, bool e5m2) {
-  if (e5m2) convert_fp8_rows<D, T, kRows, kLanes, __NV_E5M2>(raw, tile, row0, lane);
-  else convert_fp8_rows<D, T, kRows, kLanes, __NV_E4M3>(raw, tile, row0, lane);
+template <int D, int kRows, int kLanes>
+__device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, __half* tile, int row0, int lane,
+                                                 bool e5m2) {
+  if (e5m2) convert_fp8_rows<D, kRows, kLanes, __NV_E5M2>(raw, tile, row0, lane);
+  else convert_fp8_rows<D, kRows, kLanes, __NV_E4M3>(raw, tile, row0, lane);
+}
+
+// The exponent e by which half_queries scales a task's bf16 queries (q ·
+// 2⁻ᵉ), from the bf16 bits of their largest |q|: that one then lies in [2¹⁴,
+// 2¹⁵), below fp16's largest (65504), and every bf16 value (8 significant
+// bits) down to 2⁻²⁸ of it is an fp16 normal (11 bits): exact. Smaller ones
+// round, moving a score by under 2⁻²⁸ of its largest term. e ∈ [−100, 114],
+// so 2^±e are fp32 normals (a subnormal or zero maximum takes −100: such
+// queries' scores are 0 to within fp32's range); inf and NaN stay so.
+__host__ __device__ constexpr int query_exponent(std::uint32_t max_abs_bits) {
+  const int e = int(max_abs_bits >> 7) - 127 - 14;  // the bf16 exponent field, unbiased, less 14
+  return e < -100 ? -100 : e;
+}
+
+static_assert(query_exponent(0x3f80u) == -14 && query_exponent(0x7f7fu) == 113 && query_exponent(0u) == -100,
+              "1 and bf16's largest finite value land in [2^14, 2^15); zero takes the floor");
+
+// 2ⁿ as an fp32 normal, n ∈ [−126, 127].
+__device__ __forceinline__ float exp2i(int n) { return __int_as_float((127 + n) << 23); }
+
+// Rows [row0, row0 + rows) of a task's query tile sq (kernel_traits.cuh's
+// layout, [kMaxRows][D]) from bf16 into fp16 in place, scaled by 2⁻ᵉ for e =
+// query_exponent of their largest |q|, by kLanes threads from `lane`: a warp
+// (a pack's task, its own rows) or the block, whose warps meet through
+// `scratch` (a word each) and a barrier. Returns e: raw scores are then
+// 2⁻ᵉ of the true ones (TaskScale::unscale_queries). Rows the task does not
+// have are zero (the copy's zero fill) and stay so.
+template <int D, int kLanes>
+__device__ __forceinline__ int half_queries(__nv_bfloat16* sq, int row0, int rows, int lane,
+                                            std::uint32_t* scratch) {
+  using Tr = PacTraits<D, __half>;
+  static_assert(kLanes == 32 || kLanes == Tr::kThreads, "a warp or the block");
+  const int chunks = rows * Tr::kChunks;
+  auto chunk = [&](int i) { return tile_offset<Tr::kMaxRows>(row0 + i / Tr::kChunks, i % Tr::kChunks); };
+  std::uint32_t max2 = 0;  // per 16-bit half: the largest |q| bits, ordered as the values are
+  for (int i = lane; i < chunks; i += kLanes) {
+    const uint4 in = *reinterpret_cast<const uint4*>(sq + chunk(i));
+    max2 = __vmaxu2(max2, __vmaxu2(in.x & 0x7fff7fffu, in.y & 0x7fff7fffu));
+    max2 = __vmaxu2(max2, __vmaxu2(in.z & 0x7fff7fffu, in.w & 0x7fff7fffu));
+  }
+  std::uint32_t max_abs = __reduce_max_sync(0xffffffffu, max(max2 & 0xffffu, max2 >> 16));
+  if constexpr (kLanes > 32) {
+    if (lane % 32 == 0) scratch[lane / 32] = max_abs;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kLanes / 32; ++w) max_abs = max(max_abs, scratch[w]);
+  } else {
+    (void)scratch;
+  }
+  const int e = query_exponent(max_abs);
+  const float down = exp2i(-e);
+  for (int i = lane; i < chunks; i += kLanes) {
+    uint4* at = reinterpret_cast<uint4*>(sq + chunk(i));
+    std::uint32_t w[4] = {at->x, at->y, at->z, at->w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      __nv_bfloat162 b;
+      std::memcpy(&b, &w[k], sizeof b);
+      const float2 f = __bfloat1622float2(b);
+      w[k] = pack2<__half>(f.x * down, f.y * down);
+    }
+    *at = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  return e;
 }
 
 }  // namespace codec::cuda
