@@ -112,19 +112,21 @@ struct PacTraits {
 };
 
 // A PAC block's shared memory: Q, then the KV stages. Under an fp8 cache
-// (kFp8) the stages hold the cache's bytes as they lie, [kTileTokens][D] for
-// K then V, unswizzled (a byte an element: half a 16-bit tile), and one tile
-// of K and V in fp16 (MmaElem) sits between Q and the stages: the block
-// converts each stage into it (tile/fp8.cuh) before attending, so every
-// tensor-core path reads the layout it always reads; after the stages, one
-// word a warp for the reduction that scales a task's bf16 queries. D = 128:
-// 16 + 32 + 3 × 16 = 96 KiB, two blocks an SM as at 16 bits, with the same
-// tokens in flight.
+// (kFp8) the stages hold the cache's bytes, [kTileTokens][D] for K then V
+// (a byte an element: half a 16-bit tile; raw_offset), and one tile of K and
+// V in fp16 (MmaElem) sits between Q and the stages: a wgmma task's block
+// converts each stage into it (tile/fp8.cuh), which wgmma reads as it reads
+// a 16-bit stage, while the mma.sync path reads the stage's bytes itself
+// (tile/attend_mma_fp8.cuh); the same tile first holds the task's query rows
+// as copied, [rows][D] in q's type, before they go to Q in fp16. After the
+// stages, one word a warp for the reduction that scales bf16 queries. D =
+// 128: 16 + 32 + 3 × 16 = 96 KiB, two blocks an SM as at 16 bits, with the
+// same tokens in flight.
 template <int D, typename T, bool kFp8>
 struct PacSmem {
   using Tr = PacTraits<D, T>;
   static constexpr int kRawTileBytes = Tr::kTileTokens * D;  // fp8 K (or V) of one stage
-  static constexpr int kConvertedOffset = Tr::kQBytes;       // kFp8: the converted K, then V
+  static constexpr int kConvertedOffset = Tr::kQBytes;       // kFp8: the converted K, then V; or the copied Q
   static constexpr int kStagesOffset = Tr::kQBytes + (kFp8 ? 2 * Tr::kTileBytes : 0);
   static constexpr int kStageBytes = 2 * (kFp8 ? kRawTileBytes : Tr::kTileBytes);
   static constexpr int kScratchOffset = kStagesOffset + Tr::kStages * kStageBytes;  // kFp8: [kWarps] words
@@ -132,6 +134,7 @@ struct PacSmem {
   static_assert(!kFp8 || kBytes == Tr::kSmemBytes - Tr::kKVBytes / 2 + 2 * Tr::kTileBytes + 4 * Tr::kWarps,
                 "the layout above");
   static_assert(Tr::kStagingBytes <= kBytes, "epilogue staging must fit in the shared memory it reuses");
+  static_assert(!kFp8 || Tr::kQBytes <= 2 * Tr::kTileBytes, "the copied query rows fit in the converted tile");
   static_assert(kStagesOffset % 1024 == 0, "the stages start on a 1024-byte boundary");
   static_assert(Tr::kMinBlocksPerSM * (kBytes + 1024) <= 228 * 1024,
                 "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
@@ -217,6 +220,19 @@ struct WideTraits {
 template <int Rows>
 __device__ __forceinline__ int tile_offset(int row, int chunk) {
   return (chunk >> 3) * (Rows * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in an fp8 stage, [Rows]
+// [D] bytes with each row's chunks XOR-swizzled so that both of PAC's reads
+// (tile/attend_mma_fp8.cuh) are free of bank conflicts: a quarter-warp's
+// 16-byte loads of chunks 4j..4j+3 of two neighbouring rows, and ldmatrix's
+// 8 rows of one chunk. D ≥ 128: the low three bits of the chunk by (row % 2)
+// · 4 + row / 2 % 4, a bijection on eight rows; D = 64 (two rows a 128-byte
+// line): by row / 2 % 4.
+template <int D>
+__device__ __forceinline__ int raw_offset(int row, int chunk) {
+  const int swizzle = D == 64 ? (row >> 1) & 3 : ((row & 1) << 2) | ((row >> 1) & 3);
+  return row * D + 16 * (chunk ^ swizzle);
 }
 
 // Merge (kernels/merge.cuh): 4 warps per block, 1, 2 or 4 of them per (request, qo

@@ -32,11 +32,11 @@
 // pac_wide.cuh, launched before this one, which is its programmatic
 // dependent.
 //
-// Under an fp8 cache (Variant::fp8) the stages hold the cache's bytes, which
-// the block (or each warp, the tokens only it reads) converts into one tile
-// of fp16 after each lands (tile/fp8.cuh, PacSmem): every path above then
-// reads that tile as it reads a stage, on fp16 tensor cores (MmaElem), the
-// query rows too (bf16 ones converted once a task, scaled: half_queries).
+// Under an fp8 cache (Variant::fp8) the stages hold the cache's bytes and
+// the tensor cores see fp16 (MmaElem): the mma.sync path converts its K and
+// V fragments as it loads them (tile/attend_mma_fp8.cuh), a wgmma task's
+// block converts each stage into one fp16 tile (tile/fp8.cuh, PacSmem), and
+// the query rows go to fp16 once a task, bf16 ones scaled (convert_queries).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -52,6 +52,7 @@
 #include "engine/cuda/primitives/warp.cuh"
 #include "engine/cuda/primitives/wgmma.cuh"
 #include "engine/cuda/tile/attend_mma.cuh"
+#include "engine/cuda/tile/attend_mma_fp8.cuh"
 #include "engine/cuda/tile/attend_wgmma.cuh"
 #include "engine/cuda/tile/fp8.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
@@ -89,7 +90,7 @@ struct TaskScale {
   float sm_scale;
   ScoreMod<V::soft_cap, V::fp8> mod;
   float v_scale;
-  // The queries were scaled by 2⁻ᵉ (half_queries): so are the raw scores,
+  // The queries were scaled by 2⁻ᵉ (convert_queries): so are the raw scores,
   // which the soft-cap's input scale or else the exponent's takes back.
   __device__ __forceinline__ void unscale_queries(int e) {
     if constexpr (V::soft_cap) mod.in *= exp2i(e);
@@ -135,9 +136,12 @@ __device__ __forceinline__ float sink_weight(const PacParams& p, int head, float
 // `splits` warp states are merged (identity when 1) and written, 4 floats per
 // thread, coalesced: rows whose request has a single partial straight to the
 // output, the others to their workspace slot.
+//
+// fp8_o: o is in attend_tile_mma_fp8's column order (lane c holds columns 16m
+// + 4c .. + 3 of each 16-column chunk m), else in the mma accumulators'.
 template <int D, typename T>
 __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task, int splits, bool has_rows,
-                                           bool single_row, float v_scale, SoftmaxState (&state)[2],
+                                           bool single_row, bool fp8_o, float v_scale, SoftmaxState (&state)[2],
                                            const float (&o)[D / 2], unsigned char* smem) {
   using Tr = PacTraits<D, T>;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, G = p.plan.group;
@@ -154,10 +158,18 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
       state[h].l = butterfly<4>(state[h].l, SumOp{});
       const float inv_l = state[h].inv_l();
       const int row = warp * 16 + lane / 4 + 8 * h;
+      if (fp8_o) {
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(so + row * Tr::kStagingStride + 8 * n + 2 * (lane % 4)) =
-            make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+        for (int m = 0; m < D / 16; ++m)
+          *reinterpret_cast<float4*>(so + row * Tr::kStagingStride + 16 * m + 4 * (lane % 4)) =
+              make_float4(o[8 * m + 2 * h] * inv_l, o[8 * m + 4 + 2 * h] * inv_l, o[8 * m + 2 * h + 1] * inv_l,
+                          o[8 * m + 4 + 2 * h + 1] * inv_l);
+      } else {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<float2*>(so + row * Tr::kStagingStride + 8 * n + 2 * (lane % 4)) =
+              make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+      }
       if (lane % 4 == 0) slse[row] = state[h].lse();
     }
   }
@@ -213,11 +225,6 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
 template <typename T, bool kFp8>
 using StageElem = std::conditional_t<kFp8, std::uint8_t, T>;
 
-// Whether an instance converts its query rows to fp16 (bf16 ones under an
-// fp8 cache: MmaElem).
-template <typename T, typename V>
-inline constexpr bool kHalfQueries = !std::is_same_v<T, MmaElem<T, V>>;
-
 template <int D, typename T, typename V>
 __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, const PageGeometry geo,
                                          unsigned char* smem) {
@@ -232,9 +239,9 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const int num_tiles = (kv_len + Tr::kTileTokens - 1) / Tr::kTileTokens;
   const std::int32_t* reqs = plan.node_reqs + task.req_begin;
   const std::int32_t* pages = plan.node_pages + task.page_begin;
-  T* sq = reinterpret_cast<T*>(smem);  // in M once the task's queries are converted
+  M* sq = reinterpret_cast<M*>(smem);
   KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
-  [[maybe_unused]] M* converted = reinterpret_cast<M*>(smem + Smem::kConvertedOffset);  // V::fp8: the tile read
+  [[maybe_unused]] M* converted = reinterpret_cast<M*>(smem + Smem::kConvertedOffset);  // V::fp8 (PacSmem)
   TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
   // warp layout (see the top of this file). On the wgmma path the 4 warps are
@@ -248,7 +255,6 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   const bool has_rows = wg || rtile < rtiles;
   const int steps = Tr::kTileTokens / Tr::kTokenStep / splits;  // 16-token steps of a warp per tile
   const int token0 = (warp % splits) * steps * Tr::kTokenStep;
-  [[maybe_unused]] const bool own_tokens = !wg && rtiles == 1;  // V::fp8: a warp converts its own tokens
 
   // prologue. The first tiles' page ids and the rows' request ids are issued
   // before anything waits; the Q copies, which need the request ids, and the
@@ -257,16 +263,19 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
   Loader kv(p.kv, task, pages, geo, num_tiles, stages, tid, 0);
   typename Loader::Prologue pro;
   kv.look_up_first(pro);
-  // the task's query rows into sq; rows up to the last row tile (all 64 on the
-  // wgmma path) are zero
+  // the task's query rows into sq (under an fp8 cache, as they are into the
+  // converted tile, for convert_queries); rows up to the last row tile (all
+  // 64 on the wgmma path) are zero
   const int q_rows = wg ? Tr::kMaxRows : rtiles * 16;
+  [[maybe_unused]] T* copied = reinterpret_cast<T*>(converted);
   {
     const T* q = static_cast<const T*>(p.q);
     for (int i = tid; i < q_rows * Tr::kChunks; i += Tr::kThreads) {
       const int r = i / Tr::kChunks, cq = i % Tr::kChunks, v = task.row_begin + r;
       const T* src = q;
       if (r < rows) src += p.q_rows.at(reqs[v / G], task.kv_head * G + v % G) + 8 * cq;
-      cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, cq), src, r < rows);
+      if constexpr (V::fp8) cp_async_16(copied + r * D + 8 * cq, src, r < rows);
+      else cp_async_16(sq + tile_offset<Tr::kMaxRows>(r, cq), src, r < rows);
     }
   }
   kv.start(pro);  // the first kStages − 1 tiles in flight (Q rides in the first group)
@@ -296,51 +305,49 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     kv.refill(t, pro.ahead);
     cp_async_wait<Tr::kStages - 1>();  // this thread's copies of Q and tiles ≤ t have landed
     if constexpr (V::fp8) {
-      __syncthreads();  // ... and every thread's: the stage converts
-      // the task's bf16 queries into fp16 first, the whole block (a barrier)
-      if constexpr (kHalfQueries<T, V>) {
-        if (t == 0)
-          scale.unscale_queries(half_queries<D, Tr::kThreads>(
-              sq, 0, q_rows, tid, reinterpret_cast<std::uint32_t*>(smem + Smem::kScratchOffset)));
+      // ... and every thread's: the queries (tile 0) and a wgmma task's stage convert
+      if (t == 0 || wg) __syncthreads();
+      if (t == 0) {
+        // in the order of the K columns the path reads: as they are (wgmma), or
+        // attend_tile_mma_fp8's
+        auto* scratch = reinterpret_cast<std::uint32_t*>(smem + Smem::kScratchOffset);
+        scale.unscale_queries(wg ? convert_queries<D, T, Tr::kThreads, false>(copied, sq, 0, q_rows, tid, scratch)
+                                 : convert_queries<D, T, Tr::kThreads, true>(copied, sq, 0, q_rows, tid, scratch));
+        if (wg) __syncthreads();  // every warp has read the copied queries: the stage's conversion overwrites them
       }
-      // A task of one row tile off wgmma splits the tile's tokens over the
-      // warps, one 16-token step each (steps = 1): each converts its own, which
-      // no other warp reads, and needs no barrier after. Otherwise every warp
-      // reads every token, and the block converts them all.
-      if (own_tokens) {
-        if (has_rows) convert_fp8_rows<D, Tr::kTokenStep, 32>(kv.stage(t), converted, token0, tid % 32, p.fp8_e5m2);
-        __syncwarp();
-      } else {
-        convert_fp8_rows<D, Tr::kTileTokens, Tr::kThreads>(kv.stage(t), converted, 0, tid, p.fp8_e5m2);
-      }
+      if (wg) convert_fp8_rows<D, Tr::kTileTokens, Tr::kThreads>(kv.stage(t), converted, 0, tid, p.fp8_e5m2);
     }
 #if CODEC_WGMMA
     if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
 #endif
-    // ... and every thread's: tile t (and at t = 0 the converted queries,
-    // which every warp reads) is visible to every warp
-    if (!V::fp8 || !own_tokens || (kHalfQueries<T, V> && t == 0)) __syncthreads();
+    __syncthreads();  // ... and every thread's: tile t (and at t = 0 the converted queries) is visible to every warp
     const int tile_tokens = min(Tr::kTileTokens, kv_len - t * Tr::kTileTokens);
-    const M* sk;
-    if constexpr (V::fp8) sk = converted;
-    else sk = kv.stage(t);
-    const M* sv = sk + Tr::kTileTokens * D;
-    const M* sq_m = reinterpret_cast<const M*>(sq);
+    const KV* sk = kv.stage(t);
+    const KV* sv = sk + Tr::kTileTokens * D;
 #if CODEC_WGMMA
     if (wg) {
-      attend_tile_wgmma<D, M>(smem_u32(sq_m), smem_u32(sk), smem_u32(sv), tile_tokens, scale.sm_scale, scale.mod,
-                              mask, t * Tr::kTileTokens, state, o);
+      if constexpr (V::fp8)
+        attend_tile_wgmma<D, M>(smem_u32(sq), smem_u32(converted), smem_u32(converted + Tr::kTileTokens * D),
+                                tile_tokens, scale.sm_scale, scale.mod, mask, t * Tr::kTileTokens, state, o);
+      else
+        attend_tile_wgmma<D, M>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, scale.sm_scale, scale.mod,
+                                mask, t * Tr::kTileTokens, state, o);
       continue;
     }
 #endif
-    if (has_rows && token0 < tile_tokens)
-      attend_tile_mma_steps<D, M>(steps, sq_m, sk, sv, rtile, token0, tile_tokens, scale.sm_scale, scale.mod, mask,
-                                  t * Tr::kTileTokens, state, o);
+    if (has_rows && token0 < tile_tokens) {
+      if constexpr (V::fp8)
+        attend_tile_mma_fp8_steps<D>(steps, p.fp8_e5m2, sq, sk, sv, rtile, token0, tile_tokens, scale.sm_scale,
+                                     scale.mod, mask, t * Tr::kTileTokens, state, o);
+      else
+        attend_tile_mma_steps<D, T>(steps, sq, sk, sv, rtile, token0, tile_tokens, scale.sm_scale, scale.mod, mask,
+                                    t * Tr::kTileTokens, state, o);
+    }
   }
   cp_async_wait<0>();
   __syncthreads();  // Q and KV buffers are free: the epilogue reuses them
 
-  store_rows<D, T>(p, task, splits, has_rows, single_row, scale.v_scale, state, o, smem);
+  store_rows<D, T>(p, task, splits, has_rows, single_row, V::fp8 && !wg, scale.v_scale, state, o, smem);
   __syncthreads();  // the next task's prologue overwrites the staging
 }
 
@@ -363,10 +370,11 @@ struct FragmentRows {
 };
 
 // Writes a fragment's rows from registers (columns 8n + 2 (lane % 4) + {0,
-// 1}), normalised: to the output where the request has a single partial, else
-// to the row's workspace slot. state[h].l holds this lane's share of row h's
+// 1}, or under kFp8O attend_tile_mma_fp8's 16m + 4 (lane % 4) + {0 .. 3}),
+// normalised: to the output where the request has a single partial, else to
+// the row's workspace slot. state[h].l holds this lane's share of row h's
 // sum; the quad's are added here.
-template <int D, typename T>
+template <int D, typename T, bool kFp8O = false>
 __device__ __forceinline__ void store_fragment_rows(const PacParams& p, const Task& task, const FragmentRows& fr,
                                                     float v_scale, SoftmaxState (&state)[2], const float (&o)[D / 2]) {
   const int lane = threadIdx.x % 32, G = p.plan.group, rows = task.row_end - task.row_begin;
@@ -375,21 +383,39 @@ __device__ __forceinline__ void store_fragment_rows(const PacParams& p, const Ta
     state[h].l = butterfly<4>(state[h].l, SumOp{});
     float inv_l = v_scale * state[h].inv_l(), lse = state[h].lse();
     if (fr.row[h] >= rows) continue;
-    const int v = task.row_begin + fr.row[h], col = 2 * (lane % 4);
+    const int v = task.row_begin + fr.row[h];
     if (fr.single[h]) {
       const int head = task.kv_head * G + v % G;
       inv_l *= sink_weight(p, head, lse);
-      T* out = static_cast<T*>(p.out) + p.out_rows.at(fr.req[h], head) + col;
+      T* out = static_cast<T*>(p.out) + p.out_rows.at(fr.req[h], head);
+      if constexpr (kFp8O) {
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<std::uint32_t*>(out + 8 * n) = pack2<T>(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+        for (int m = 0; m < D / 16; ++m)
+          *reinterpret_cast<uint2*>(out + 16 * m + 4 * (lane % 4)) =
+              make_uint2(pack2<T>(o[8 * m + 2 * h] * inv_l, o[8 * m + 4 + 2 * h] * inv_l),
+                         pack2<T>(o[8 * m + 2 * h + 1] * inv_l, o[8 * m + 4 + 2 * h + 1] * inv_l));
+      } else {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<std::uint32_t*>(out + 8 * n + 2 * (lane % 4)) =
+              pack2<T>(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+      }
       if (lane % 4 == 0 && p.lse != nullptr) p.lse[p.lse_rows.at(fr.req[h], head)] = lse * p.lse_scale;
     } else {
       const std::int64_t slot = task.slot0 + v;
-      float* out = p.part_o + slot * D + col;
+      float* out = p.part_o + slot * D;
+      if constexpr (kFp8O) {
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(out + 8 * n) = make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+        for (int m = 0; m < D / 16; ++m)
+          *reinterpret_cast<float4*>(out + 16 * m + 4 * (lane % 4)) =
+              make_float4(o[8 * m + 2 * h] * inv_l, o[8 * m + 4 + 2 * h] * inv_l, o[8 * m + 2 * h + 1] * inv_l,
+                          o[8 * m + 4 + 2 * h + 1] * inv_l);
+      } else {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<float2*>(out + 8 * n + 2 * (lane % 4)) =
+              make_float2(o[4 * n + 2 * h] * inv_l, o[4 * n + 2 * h + 1] * inv_l);
+      }
       if (lane % 4 == 0) p.part_lse[slot] = lse;
     }
   }
@@ -433,9 +459,9 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
     const int kv_len = task.kv_end - task.kv_begin;
     const int num_steps = (kv_len + Tr::kTokenStep - 1) / Tr::kTokenStep;
     const std::int32_t* reqs = plan.node_reqs + task.req_begin;
-    T* sq = reinterpret_cast<T*>(smem);  // in M once the task's queries are converted
+    M* sq = reinterpret_cast<M*>(smem);
     KV* stages = reinterpret_cast<KV*>(smem + Smem::kStagesOffset);
-    [[maybe_unused]] M* converted = reinterpret_cast<M*>(smem + Smem::kConvertedOffset);  // V::fp8: the warp's rows
+    [[maybe_unused]] T* copied = reinterpret_cast<T*>(smem + Smem::kConvertedOffset);  // V::fp8: the copied Q (PacSmem)
     const int row0 = warp * Tr::kRowsPerWarp;  // of Q, and of every stage
     TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
@@ -449,7 +475,8 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
         const int r = c / Tr::kChunks, cq = c % Tr::kChunks, v = task.row_begin + r;
         const T* src = q;
         if (r < rows) src += p.q_rows.at(reqs[v / G], task.kv_head * G + v % G) + 8 * cq;
-        cp_async_16(sq + tile_offset<Tr::kMaxRows>(row0 + r, cq), src, r < rows);
+        if constexpr (V::fp8) cp_async_16(copied + (row0 + r) * D + 8 * cq, src, r < rows);
+        else cp_async_16(sq + tile_offset<Tr::kMaxRows>(row0 + r, cq), src, r < rows);
       }
     }
     kv.start(pro);
@@ -467,23 +494,23 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       kv.refill(t, pro.ahead);
       cp_async_wait<Tr::kStages - 1>();
       __syncwarp();  // every lane's copies of Q and steps ≤ t are visible to the warp
-      const M* sk;
+      const KV* sk = kv.stage(t);
+      const int tile_tokens = row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep);
       if constexpr (V::fp8) {
-        if constexpr (kHalfQueries<T, V>) {
-          if (t == 0) scale.unscale_queries(half_queries<D, 32>(sq, row0, Tr::kRowsPerWarp, lane, nullptr));
+        if (t == 0) {
+          scale.unscale_queries(
+              convert_queries<D, T, 32, /*kPermute=*/true>(copied, sq, row0, Tr::kRowsPerWarp, lane, nullptr));
+          __syncwarp();  // the warp's queries are converted
         }
-        convert_fp8_rows<D, Tr::kTokenStep, 32>(kv.stage(t), converted, row0, lane, p.fp8_e5m2);
-        __syncwarp();  // the warp's rows (and queries) are converted
-        sk = converted;
+        attend_tile_mma_fp8_steps<D>(1, p.fp8_e5m2, sq, sk, sk + Tr::kTileTokens * D, warp, row0, tile_tokens,
+                                     scale.sm_scale, scale.mod, mask, t * Tr::kTokenStep - row0, state, o);
       } else {
-        sk = kv.stage(t);
+        attend_tile_mma<D, T, 1>(sq, sk, sk + Tr::kTileTokens * D, warp, row0, tile_tokens, scale.sm_scale,
+                                 scale.mod, mask, t * Tr::kTokenStep - row0, state, o);
       }
-      attend_tile_mma<D, M, 1>(reinterpret_cast<const M*>(sq), sk, sk + Tr::kTileTokens * D, warp, row0,
-                               row0 + min(Tr::kTokenStep, kv_len - t * Tr::kTokenStep), scale.sm_scale, scale.mod,
-                               mask, t * Tr::kTokenStep - row0, state, o);
     }
     cp_async_wait<0>();
-    store_fragment_rows<D, T>(p, task, fr, scale.v_scale, state, o);
+    store_fragment_rows<D, T, V::fp8>(p, task, fr, scale.v_scale, state, o);
   }
   __syncthreads();  // the next task's prologue overwrites Q and the stages
 }

@@ -12,6 +12,22 @@
 
 namespace codec::cuda {
 
+// Between the two products of a tile step: kSteps 16-token steps of raw
+// scores from tile token token0 go through the task's ScoreMod and masks,
+// raise the running max (rescaling o), and become P in place.
+template <int D, int kSteps, typename Mod, typename Mask>
+__device__ __forceinline__ void tile_softmax(float (&s)[8 * kSteps], int token0, int tile_tokens, float sm_scale,
+                                             const Mod& mod, const Mask& mask, int tile_first,
+                                             SoftmaxState (&state)[2], float (&o)[D / 2]) {
+  mod(s);
+  mask_tail<kSteps>(s, token0, tile_tokens);
+  mask(s, tile_first + token0);
+  float tile_max[2];
+  row_max<kSteps>(s, tile_max);
+  const ExpScale e = raise_max<D>(tile_max, sm_scale, state, o);
+  softmax_exp<kSteps>(s, e, state);
+}
+
 // mma.sync path: one warp's share of one KV tile, its 16 query rows (row tile
 // `rtile`) against kSteps 16-token steps from tile token token0. Each warp
 // loads its K and V fragments with ldmatrix.
@@ -56,13 +72,7 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
 #pragma unroll
     for (int i = 0; i < 8 * kSteps; ++i) s[0][i] += s[c][i];
 
-  mod(s[0]);
-  mask_tail<kSteps>(s[0], token0, tile_tokens);
-  mask(s[0], tile_first + token0);
-  float tile_max[2];
-  row_max<kSteps>(s[0], tile_max);
-  const ExpScale e = raise_max<D>(tile_max, sm_scale, state, o);
-  softmax_exp<kSteps>(s[0], e, state);
+  tile_softmax<D, kSteps>(s[0], token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
 
   // O += P V
 #pragma unroll

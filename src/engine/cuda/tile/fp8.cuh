@@ -1,38 +1,48 @@
 #pragma once
-// An fp8 cache's stage as the tensor cores' operands: each stage of fp8 K and
-// V bytes (PacSmem) becomes one tile of fp16 (MmaElem) in the swizzled layout
-// the 16-bit stages have (kernel_traits.cuh, tile_offset), so that the
-// mma.sync and wgmma paths read it unchanged. Every e4m3 and e5m2 value is
-// exact in fp16 (3 and 2 mantissa bits, exponents within its range), so the
-// conversion loses nothing: the scales apply to the scores and the output
-// (kernels/pac.cuh, TaskScale), as the fp64 reference dequantises. The
-// queries meet them in fp16 too: a bf16 task's query rows are scaled into
-// fp16's range first (half_queries).
+// An fp8 cache's values and the queries that meet them as the tensor cores'
+// fp16 operands (MmaElem). Every e4m3 and e5m2 value is exact in fp16 (3 and
+// 2 mantissa bits, exponents within its range), so conversion loses nothing:
+// the scales apply to the scores and the output (kernels/pac.cuh, TaskScale),
+// as the fp64 reference dequantises. The mma.sync path converts each
+// fragment as it loads it (tile/attend_mma_fp8.cuh, fp8_half2); a wgmma task's
+// block converts each stage into one fp16 tile in the swizzled layout of the
+// 16-bit stages (convert_fp8_rows), which wgmma reads unchanged. The query
+// rows go to fp16 once a task (convert_queries): bf16 ones scaled into its
+// range, in the column order the path's K fragments take.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/cuda/kernel_traits.cuh"
 #include "engine/cuda/primitives/warp.cuh"
 
 namespace codec::cuda {
 
-// Two fp8 values (the low byte first) as an fp16 pair, the first in the low
-// half: one F2FP.UNPACK_B.
-template <__nv_fp8_interpretation_t kFormat>
-__device__ __forceinline__ std::uint32_t fp8x2_to_half2(std::uint16_t pair) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, kFormat);
-  return std::uint32_t(h.x) | std::uint32_t(h.y) << 16;
+// Bytes 0, 1 (kHigh false) or 2, 3 (kHigh true) of a word, two fp8 values,
+// as an fp16 pair, the lower byte in the low half: e5m2 is the top byte of
+// an fp16 (one byte permute), e4m3 one F2FP.UNPACK_B.
+template <__nv_fp8_interpretation_t kFormat, bool kHigh>
+__device__ __forceinline__ std::uint32_t fp8_half2(std::uint32_t word) {
+  if constexpr (kFormat == __NV_E5M2) {
+    return __byte_perm(word, 0u, kHigh ? 0x3424u : 0x1404u);
+  } else {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+        __nv_fp8x2_storage_t(kHigh ? word >> 16 : word & 0xffffu), kFormat);
+    return std::uint32_t(h.x) | std::uint32_t(h.y) << 16;
+  }
 }
 
 // Rows [row0, row0 + kRows) of a stage's fp8 K and V (raw: [kTileTokens][D]
-// bytes each, V after K) into the same rows of the converted fp16 tiles (K,
-// then V), by kLanes threads from `lane`: 16 bytes in, 32 out, a thread at a
-// time. Every size is a constant, so that a thread's chunk column and its
-// rows' offsets are too: with the rows a run-time count, the index arithmetic
-// (two divisions by it) took about as many instructions as the conversion.
+// bytes each in raw_offset's layout, V after K) into the same rows of the
+// converted fp16 tiles (K, then V), by kLanes threads from `lane`: 16 bytes
+// in, 32 out, a thread at a time. Every size is a constant, so that a
+// thread's chunk column and its rows' offsets are too: with the rows a
+// run-time count, the index arithmetic (two divisions by it) took about as
+// many instructions as the conversion.
 template <int D, int kRows, int kLanes, __nv_fp8_interpretation_t kFormat>
 __device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, __half* tile, int row0, int lane) {
   using Tr = PacTraits<D, __half>;
@@ -45,13 +55,13 @@ __device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, __half
 #pragma unroll
     for (int k = 0; k < kRows / kRowStep; ++k) {
       const int r = row0 + lane / kRawChunks + k * kRowStep;
-      const uint4 in = *reinterpret_cast<const uint4*>(raw + side * Tr::kTileTokens * D + r * D + 16 * c);
+      const uint4 in = *reinterpret_cast<const uint4*>(raw + side * Tr::kTileTokens * D + raw_offset<D>(r, c));
       const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
       std::uint32_t out[8];
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
-        out[2 * w] = fp8x2_to_half2<kFormat>(std::uint16_t(words[w] & 0xffffu));
-        out[2 * w + 1] = fp8x2_to_half2<kFormat>(std::uint16_t(words[w] >> 16));
+        out[2 * w] = fp8_half2<kFormat, false>(words[w]);
+        out[2 * w + 1] = fp8_half2<kFormat, true>(words[w]);
       }
       __half* dst = tile + side * Tr::kTileTokens * D;
       *reinterpret_cast<uint4*>(dst + tile_offset<Tr::kTileTokens>(r, 2 * c)) =
@@ -70,7 +80,7 @@ __device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, __half
   else convert_fp8_rows<D, kRows, kLanes, __NV_E4M3>(raw, tile, row0, lane);
 }
 
-// The exponent e by which half_queries scales a task's bf16 queries (q ·
+// The exponent e by which convert_queries scales a task's bf16 queries (q ·
 // 2⁻ᵉ), from the bf16 bits of their largest |q|: that one then lies in [2¹⁴,
 // 2¹⁵), below fp16's largest (65504), and every bf16 value (8 significant
 // bits) down to 2⁻²⁸ of it is an fp16 normal (11 bits): exact. Smaller ones
@@ -81,55 +91,80 @@ __host__ __device__ constexpr int query_exponent(std::uint32_t max_abs_bits) {
   const int e = int(max_abs_bits >> 7) - 127 - 14;  // the bf16 exponent field, unbiased, less 14
   return e < -100 ? -100 : e;
 }
-
 static_assert(query_exponent(0x3f80u) == -14 && query_exponent(0x7f7fu) == 113 && query_exponent(0u) == -100,
               "1 and bf16's largest finite value land in [2^14, 2^15); zero takes the floor");
 
 // 2ⁿ as an fp32 normal, n ∈ [−126, 127].
 __device__ __forceinline__ float exp2i(int n) { return __int_as_float((127 + n) << 23); }
 
-// Rows [row0, row0 + rows) of a task's query tile sq (kernel_traits.cuh's
-// layout, [kMaxRows][D]) from bf16 into fp16 in place, scaled by 2⁻ᵉ for e =
-// query_exponent of their largest |q|, by kLanes threads from `lane`: a warp
-// (a pack's task, its own rows) or the block, whose warps meet through
-// `scratch` (a word each) and a barrier. Returns e: raw scores are then
-// 2⁻ᵉ of the true ones (TaskScale::unscale_queries). Rows the task does not
-// have are zero (the copy's zero fill) and stay so.
-template <int D, int kLanes>
-__device__ __forceinline__ int half_queries(__nv_bfloat16* sq, int row0, int rows, int lane,
-                                            std::uint32_t* scratch) {
+// The element of a query row, as copied, that word c (elements 2c, 2c + 1)
+// of Q's 16-byte chunk `chunk` holds: the same columns (kPermute false: the
+// wgmma path, whose K tile is converted in order), or those of the K bytes
+// a lane of the mma.sync path loads (tile/attend_mma_fp8.cuh): for k-step kk
+// (chunks 2kk, 2kk + 1: h = chunk % 2), lane c's 16-byte load of a token's
+// K at byte 64 (kk / 4) + 16c holds d = 64 (kk / 4) + 16c + 4 (kk % 4) +
+// {0, 1} (its B fragment's k = 2c, 2c + 1) and + {2, 3} (k = 2c + 8, 2c + 9),
+// so Q's columns 2c, 2c + 1 (h = 0) and 2c + 8, 2c + 9 (h = 1) of that k-step
+// must hold those.
+template <bool kPermute>
+__device__ __forceinline__ int query_source(int chunk, int c) {
+  if constexpr (kPermute) {
+    const int kk = chunk / 2;
+    return 64 * (kk / 4) + 16 * c + 4 * (kk % 4) + 2 * (chunk % 2);
+  } else {
+    return 8 * chunk + 2 * c;
+  }
+}
+
+// Rows [row0, row0 + rows) of a task's queries, copied as they are into
+// `copied` ([kMaxRows][D] in T, row-major), into Q (sq: [kMaxRows][D] fp16 in
+// tile_offset's layout), by kLanes threads from `lane` (a warp: a pack's
+// task, its own rows; or the block, whose warps meet through `scratch`, a
+// word each, and a barrier), in query_source<kPermute>'s column order. fp16
+// queries go as they are; bf16 ones are scaled by 2⁻ᵉ for e =
+// query_exponent of their largest |q|, which is returned (0 for fp16): raw
+// scores are then 2⁻ᵉ of the true ones (TaskScale::unscale_queries). Rows
+// past the task's are zero (the copy's zero fill) and stay so.
+template <int D, typename T, int kLanes, bool kPermute>
+__device__ __forceinline__ int convert_queries(const T* copied, __half* sq, int row0, int rows, int lane,
+                                               std::uint32_t* scratch) {
   using Tr = PacTraits<D, __half>;
   static_assert(kLanes == 32 || kLanes == Tr::kThreads, "a warp or the block");
+  constexpr bool kBf16 = !std::is_same_v<T, __half>;
   const int chunks = rows * Tr::kChunks;
-  auto chunk = [&](int i) { return tile_offset<Tr::kMaxRows>(row0 + i / Tr::kChunks, i % Tr::kChunks); };
-  std::uint32_t max2 = 0;  // per 16-bit half: the largest |q| bits, ordered as the values are
-  for (int i = lane; i < chunks; i += kLanes) {
-    const uint4 in = *reinterpret_cast<const uint4*>(sq + chunk(i));
-    max2 = __vmaxu2(max2, __vmaxu2(in.x & 0x7fff7fffu, in.y & 0x7fff7fffu));
-    max2 = __vmaxu2(max2, __vmaxu2(in.z & 0x7fff7fffu, in.w & 0x7fff7fffu));
-  }
-  std::uint32_t max_abs = __reduce_max_sync(0xffffffffu, max(max2 & 0xffffu, max2 >> 16));
-  if constexpr (kLanes > 32) {
-    if (lane % 32 == 0) scratch[lane / 32] = max_abs;
-    __syncthreads();
+  int e = 0;
+  if constexpr (kBf16) {
+    std::uint32_t max2 = 0;  // per 16-bit half: the largest |q| bits, ordered as the values are
+    for (int i = lane; i < chunks; i += kLanes) {
+      const uint4 in = *reinterpret_cast<const uint4*>(copied + (row0 + i / Tr::kChunks) * D + 8 * (i % Tr::kChunks));
+      max2 = __vmaxu2(max2, __vmaxu2(in.x & 0x7fff7fffu, in.y & 0x7fff7fffu));
+      max2 = __vmaxu2(max2, __vmaxu2(in.z & 0x7fff7fffu, in.w & 0x7fff7fffu));
+    }
+    std::uint32_t max_abs = __reduce_max_sync(0xffffffffu, max(max2 & 0xffffu, max2 >> 16));
+    if constexpr (kLanes > 32) {
+      if (lane % 32 == 0) scratch[lane / 32] = max_abs;
+      __syncthreads();
 #pragma unroll
-    for (int w = 0; w < kLanes / 32; ++w) max_abs = max(max_abs, scratch[w]);
-  } else {
-    (void)scratch;
+      for (int w = 0; w < kLanes / 32; ++w) max_abs = max(max_abs, scratch[w]);
+    }
+    e = query_exponent(max_abs);
   }
-  const int e = query_exponent(max_abs);
+  (void)scratch;
   const float down = exp2i(-e);
   for (int i = lane; i < chunks; i += kLanes) {
-    uint4* at = reinterpret_cast<uint4*>(sq + chunk(i));
-    std::uint32_t w[4] = {at->x, at->y, at->z, at->w};
+    const int r = row0 + i / Tr::kChunks, chunk = i % Tr::kChunks;
+    std::uint32_t w[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      __nv_bfloat162 b;
-      std::memcpy(&b, &w[k], sizeof b);
-      const float2 f = __bfloat1622float2(b);
-      w[k] = pack2<__half>(f.x * down, f.y * down);
+    for (int c = 0; c < 4; ++c) {
+      w[c] = *reinterpret_cast<const std::uint32_t*>(copied + r * D + query_source<kPermute>(chunk, c));
+      if constexpr (kBf16) {
+        __nv_bfloat162 b;
+        std::memcpy(&b, &w[c], sizeof b);
+        const float2 f = __bfloat1622float2(b);
+        w[c] = pack2<__half>(f.x * down, f.y * down);
+      }
     }
-    *at = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(sq + tile_offset<Tr::kMaxRows>(r, chunk)) = make_uint4(w[0], w[1], w[2], w[3]);
   }
   return e;
 }

@@ -67,8 +67,8 @@ struct PageGeometry {
 // copy_rows: K and V land in buffers of their own, each released separately.
 //
 // KV: the cache's element, T (stages of T in the swizzled tile layout) or
-// std::uint8_t for an fp8 cache (stages of its bytes as they lie, [kTileRows]
-// [D], which the block converts: tile/fp8.cuh).
+// std::uint8_t for an fp8 cache (stages of its bytes, [kTileRows][D] in
+// raw_offset's layout, which PAC reads as they are or converts: tile/fp8.cuh).
 template <int D, typename T, int kLanes = PacTraits<D, T>::kThreads, int kStepTokens = PacTraits<D, T>::kTileTokens,
           int kTileRows = PacTraits<D, T>::kTileTokens, typename KV = T>
 class KvLoader {
@@ -189,7 +189,7 @@ class KvLoader {
           return shared;
       }();
       const bool valid = (valid_lanes >> src_lane) & 1u;
-      const int at = kRaw ? j * D + 16 * c : tile_offset<kTileRows>(j, c);
+      const int at = kRaw ? raw_offset<D>(j, c) : tile_offset<kTileRows>(j, c);
       if constexpr (kK) cp_async_16(sk + at, k_base_ + offset, valid);
       if constexpr (kV) cp_async_16(sv + at, v_base_ + offset, valid);
     }
