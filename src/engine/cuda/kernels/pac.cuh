@@ -131,6 +131,14 @@ __device__ __forceinline__ float sink_weight(const PacParams& p, int head, float
 
 // ---------------------------------------------------------------- kernel
 
+// Row h's four columns 16m + 4 (lane % 4) .. + 3 of o in attend_tile_mma_fp8's
+// order, times f.
+template <int D>
+__device__ __forceinline__ float4 fp8_o_quad(const float (&o)[D / 2], int m, int h, float f) {
+  return make_float4(o[8 * m + 2 * h] * f, o[8 * m + 4 + 2 * h] * f, o[8 * m + 2 * h + 1] * f,
+                     o[8 * m + 4 + 2 * h + 1] * f);
+}
+
 // The task's epilogue, once its KV tiles are done and shared memory is free:
 // each warp normalises its states and stages them as fp32, then every row's
 // `splits` warp states are merged (identity when 1) and written, 4 floats per
@@ -162,8 +170,7 @@ __device__ __forceinline__ void store_rows(const PacParams& p, const Task& task,
 #pragma unroll
         for (int m = 0; m < D / 16; ++m)
           *reinterpret_cast<float4*>(so + row * Tr::kStagingStride + 16 * m + 4 * (lane % 4)) =
-              make_float4(o[8 * m + 2 * h] * inv_l, o[8 * m + 4 + 2 * h] * inv_l, o[8 * m + 2 * h + 1] * inv_l,
-                          o[8 * m + 4 + 2 * h + 1] * inv_l);
+              fp8_o_quad<D>(o, m, h, inv_l);
       } else {
 #pragma unroll
         for (int n = 0; n < D / 8; ++n)
@@ -390,10 +397,10 @@ __device__ __forceinline__ void store_fragment_rows(const PacParams& p, const Ta
       T* out = static_cast<T*>(p.out) + p.out_rows.at(fr.req[h], head);
       if constexpr (kFp8O) {
 #pragma unroll
-        for (int m = 0; m < D / 16; ++m)
-          *reinterpret_cast<uint2*>(out + 16 * m + 4 * (lane % 4)) =
-              make_uint2(pack2<T>(o[8 * m + 2 * h] * inv_l, o[8 * m + 4 + 2 * h] * inv_l),
-                         pack2<T>(o[8 * m + 2 * h + 1] * inv_l, o[8 * m + 4 + 2 * h + 1] * inv_l));
+        for (int m = 0; m < D / 16; ++m) {
+          const float4 x = fp8_o_quad<D>(o, m, h, inv_l);
+          *reinterpret_cast<uint2*>(out + 16 * m + 4 * (lane % 4)) = make_uint2(pack2<T>(x.x, x.y), pack2<T>(x.z, x.w));
+        }
       } else {
 #pragma unroll
         for (int n = 0; n < D / 8; ++n)
@@ -407,9 +414,7 @@ __device__ __forceinline__ void store_fragment_rows(const PacParams& p, const Ta
       if constexpr (kFp8O) {
 #pragma unroll
         for (int m = 0; m < D / 16; ++m)
-          *reinterpret_cast<float4*>(out + 16 * m + 4 * (lane % 4)) =
-              make_float4(o[8 * m + 2 * h] * inv_l, o[8 * m + 4 + 2 * h] * inv_l, o[8 * m + 2 * h + 1] * inv_l,
-                          o[8 * m + 4 + 2 * h + 1] * inv_l);
+          *reinterpret_cast<float4*>(out + 16 * m + 4 * (lane % 4)) = fp8_o_quad<D>(o, m, h, inv_l);
       } else {
 #pragma unroll
         for (int n = 0; n < D / 8; ++n)

@@ -12,20 +12,29 @@
 
 namespace codec::cuda {
 
-// Between the two products of a tile step: kSteps 16-token steps of raw
-// scores from tile token token0 go through the task's ScoreMod and masks,
-// raise the running max (rescaling o), and become P in place.
+// Q·Kᵀ accumulators a score of kSteps steps (attend_tile_mma says why).
+template <int kSteps>
+inline constexpr int kQkChains = kSteps <= 2 ? 2 : 1;
+
+// Between the two products of a tile step: the chains of kSteps 16-token
+// steps of raw scores from tile token token0 are summed into s[0], which goes
+// through the task's ScoreMod and masks, raises the running max (rescaling
+// o), and becomes P in place.
 template <int D, int kSteps, typename Mod, typename Mask>
-__device__ __forceinline__ void tile_softmax(float (&s)[8 * kSteps], int token0, int tile_tokens, float sm_scale,
-                                             const Mod& mod, const Mask& mask, int tile_first,
+__device__ __forceinline__ void tile_softmax(float (&s)[kQkChains<kSteps>][8 * kSteps], int token0, int tile_tokens,
+                                             float sm_scale, const Mod& mod, const Mask& mask, int tile_first,
                                              SoftmaxState (&state)[2], float (&o)[D / 2]) {
-  mod(s);
-  mask_tail<kSteps>(s, token0, tile_tokens);
-  mask(s, tile_first + token0);
+#pragma unroll
+  for (int c = 1; c < kQkChains<kSteps>; ++c)
+#pragma unroll
+    for (int i = 0; i < 8 * kSteps; ++i) s[0][i] += s[c][i];
+  mod(s[0]);
+  mask_tail<kSteps>(s[0], token0, tile_tokens);
+  mask(s[0], tile_first + token0);
   float tile_max[2];
-  row_max<kSteps>(s, tile_max);
+  row_max<kSteps>(s[0], tile_max);
   const ExpScale e = raise_max<D>(tile_max, sm_scale, state, o);
-  softmax_exp<kSteps>(s, e, state);
+  softmax_exp<kSteps>(s[0], e, state);
 }
 
 // mma.sync path: one warp's share of one KV tile, its 16 query rows (row tile
@@ -48,7 +57,7 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
                                                 int tile_tokens, float sm_scale, const Mod& mod, const Mask& mask,
                                                 int tile_first, SoftmaxState (&state)[2], float (&o)[D / 2]) {
   using Tr = PacTraits<D, T>;
-  constexpr int kChains = kSteps <= 2 ? 2 : 1;  // Q·Kᵀ accumulators a score
+  constexpr int kChains = kQkChains<kSteps>;
   const int lane = threadIdx.x % 32;
 
   // S = Q Kᵀ: per 16-token step two n8 accumulators, per chain
@@ -67,12 +76,7 @@ __device__ __forceinline__ void attend_tile_mma(const T* sq, const T* sk, const 
       mma_16816<T>(acc + 4, a, b[2], b[3]);
     }
   }
-#pragma unroll
-  for (int c = 1; c < kChains; ++c)
-#pragma unroll
-    for (int i = 0; i < 8 * kSteps; ++i) s[0][i] += s[c][i];
-
-  tile_softmax<D, kSteps>(s[0], token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
+  tile_softmax<D, kSteps>(s, token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
 
   // O += P V
 #pragma unroll

@@ -46,7 +46,7 @@ __device__ __forceinline__ void attend_tile_mma_fp8(const __half* sq, const std:
                                                     const Mod& mod, const Mask& mask, int tile_first,
                                                     SoftmaxState (&state)[2], float (&o)[D / 2]) {
   using Tr = PacTraits<D, __half>;
-  constexpr int kChains = kSteps <= 2 ? 2 : 1;  // Q·Kᵀ accumulators a score (attend_tile_mma)
+  constexpr int kChains = kQkChains<kSteps>;
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 
   // S = Q Kᵀ, four k-steps (64 columns) a load. Steps one after another:
@@ -74,12 +74,7 @@ __device__ __forceinline__ void attend_tile_mma_fp8(const __half* sq, const std:
         }
       }
     }
-#pragma unroll
-  for (int ch = 1; ch < kChains; ++ch)
-#pragma unroll
-    for (int i = 0; i < 8 * kSteps; ++i) s[0][i] += s[ch][i];
-
-  tile_softmax<D, kSteps>(s[0], token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
+  tile_softmax<D, kSteps>(s, token0, tile_tokens, sm_scale, mod, mask, tile_first, state, o);
 
   // O += P V, two 16-byte chunks of V's columns a load
 #pragma unroll
