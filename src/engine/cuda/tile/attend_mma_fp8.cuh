@@ -49,9 +49,9 @@ __device__ __forceinline__ void attend_tile_mma_fp8(const __half* sq, const std:
   constexpr int kChains = kQkChains<kSteps>;
   const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
 
-  // S = Q Kᵀ, four k-steps (64 columns) a load. Steps one after another:
-  // kSteps > 1 only without wgmma (sm_80), where the Q fragments they reload
-  // cost less than holding every step's K words (spills at D = 64).
+  // S = Q Kᵀ, four k-steps (64 columns) a load, one step after another:
+  // kSteps > 1 only without wgmma (sm_80), where each step reloads Q's
+  // fragments rather than all steps holding their K words at once.
   float s[kChains][8 * kSteps] = {};
 #pragma unroll
   for (int j = 0; j < kSteps; ++j)
