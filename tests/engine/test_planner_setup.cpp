@@ -107,11 +107,12 @@ TEST(PlannerSetup, ShapesItCannotServeAreRefusedByName) {
   mixed.q_dtype = DType::f16;
   EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::cpu, mixed)); },
                           "q dtype fp16 and KV dtype bf16 differ"));
-  // an fp8 cache under 16-bit queries (on the CPU engine fp32 queries too); on CUDA without wide tasks
+  // an fp8 cache under 16-bit queries (on the CPU engine fp32 queries too); on CUDA with wide tasks as at 16 bits
   AttentionShape fp8 = qwen3_4b();
   fp8.kv_dtype = DType::e4m3;
   EXPECT_NO_THROW(make_planner_setup(args_for(PlanTarget::cpu, fp8)));
-  EXPECT_EQ(make_planner_setup(args_for(PlanTarget::h200, fp8)).options.wide_tile_rows, 0);
+  EXPECT_EQ(make_planner_setup(args_for(PlanTarget::h200, fp8)).options.wide_tile_rows,
+            make_planner_setup(args_for(PlanTarget::h200, qwen3_4b())).options.wide_tile_rows);
   EXPECT_GT(make_planner_setup(args_for(PlanTarget::h200, qwen3_4b())).options.wide_tile_rows, 0);
   fp8.q_dtype = DType::f32;
   EXPECT_TRUE(throws_with([&] { make_planner_setup(args_for(PlanTarget::h200, fp8)); },

@@ -165,7 +165,7 @@ TEST(CodecCli, VariantsRunAndDumpOnTheCpu) {
 // An fp8 cache (codec bench --dtype fp8 / fp8_e5m2) on the CPU engine: half the
 // KV bytes of bf16, checked against the fp64 reference of the dequantised
 // values; the dump keeps the stored bits and the scales. The H200 target
-// plans it without wide tasks (the wide kernel reads 16-bit caches only).
+// plans it with wide tasks, as a 16-bit cache.
 TEST(CodecCli, Fp8CachesRunAndDumpOnTheCpu) {
   const auto dir = scratch("fp8");
   double bf16_mb = 0;
@@ -185,11 +185,11 @@ TEST(CodecCli, Fp8CachesRunAndDumpOnTheCpu) {
   EXPECT_EQ(meta["dtype"], "fp8_e4m3");
   EXPECT_EQ(meta["q_dtype"], "bf16");
   std::filesystem::remove_all(dir);
-  for (const std::string dtype : {"bf16", "fp8"}) {  // dense:2 plans wide tasks at 16 bits
+  for (const std::string dtype : {"bf16", "fp8"}) {  // dense:2's rows go wide
     const Result h200 = run_codec("plan --workload dense:2 --target h200 --json --dtype " + dtype);
     ASSERT_EQ(h200.code, 0) << h200.output;
     const nlohmann::json p = nlohmann::json::parse(h200.output)[0];
-    EXPECT_EQ(p["wide_tasks"].get<int>() > 0, dtype == "bf16") << dtype << " " << p;
+    EXPECT_GT(p["wide_tasks"].get<int>(), 0) << dtype << " " << p;
   }
 }
 

@@ -173,7 +173,16 @@ struct PacSmem {
 // than 56 / 224 (d6de97a) with the same instructions a tile
 // within 1%; the one visible difference is that at 224 ptxas re-reads
 // threadIdx.x (S2R) in every consumer step.
-template <int D, typename T>
+//
+// Under an fp8 cache (kFp8) the ring holds fp16 (MmaElem) and two raw stages
+// of the cache's bytes sit beside it: the producer copies each tile's bytes
+// into a raw stage and, once they land, converts the previous tile into the
+// ring (tile/fp8.cuh), one tile behind its copies. Two ring stages then fit:
+// 32 KiB of Q + 2 × 64 KiB of ring + 2 × 32 KiB raw = 224 KiB, the copies
+// running up to two tiles ahead of the ring as three ring stages let them at
+// 16 bits. After the barriers, one word a consumer warp for the reduction
+// that scales bf16 queries (convert_queries).
+template <int D, typename T, bool kFp8 = false>
 struct WideTraits {
   static constexpr int kHeadDim = D;
   static constexpr int kWarpgroups = 3;
@@ -181,32 +190,37 @@ struct WideTraits {
   static constexpr int kConsumerRows = 64;                 // M of wgmma
   static constexpr int kMaxRows = 2 * kConsumerRows;       // rows one wide task may hold
   static constexpr int kTileTokens = 128;
-  static constexpr int kStages = 3;
+  static constexpr int kStages = kFp8 ? 2 : 3;
+  static constexpr int kRawStages = kFp8 ? 2 : 0;
   static constexpr int kQBuffers = 1;
   static constexpr int kProducerRegs = 72;
   static constexpr int kConsumerRegs = 216;
   static constexpr int kChunks = D * int(sizeof(T)) / 16;  // 16-byte cp.async chunks per row
   static constexpr int kQBytes = kMaxRows * D * int(sizeof(T));
   static constexpr int kTileBytes = kTileTokens * D * int(sizeof(T));  // K (or V) of one stage
+  static constexpr int kRawTileBytes = kTileTokens * D;                 // kFp8: K (or V) of one raw stage
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBuffers * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
-  static constexpr int kBarrierOffset = kVOffset + kStages * kTileBytes;
-  // q_full, q_empty per Q buffer; k_full, k_empty, v_full, v_empty per stage
-  static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages;
-  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8;
+  static constexpr int kRawOffset = kVOffset + kStages * kTileBytes;  // kFp8: K then V of each raw stage
+  static constexpr int kBarrierOffset = kRawOffset + kRawStages * 2 * kRawTileBytes;
+  // q_full, q_empty per Q buffer; k_full, k_empty, v_full, v_empty per stage; raw_full per raw stage
+  static constexpr int kBarriers = 2 * kQBuffers + 4 * kStages + kRawStages;
+  static constexpr int kScratchOffset = kBarrierOffset + kBarriers * 8;  // kFp8: [2 × 4] words
+  static constexpr int kSmemBytes = kScratchOffset + (kFp8 ? 4 * 8 : 0);
   // Arrivals that complete a phase: every producer thread's copies (full
   // barriers), or one lane of each consumer warp (empty barriers).
   static constexpr int kFullArrivals = 128;
   static constexpr int kEmptyArrivals = 2 * 4;
 
   static_assert(D == 128, "the wide kernel is built for head_dim 128 (kernel_traits.cuh sizes it)");
-  static_assert(sizeof(T) == 2, "tensor-core path is fp16 / bf16 only");
+  static_assert(sizeof(T) == 2, "q is fp16 or bf16, and so is the ring at 16 bits");
   static_assert(kMaxRows == kCudaMaxWideRows, "cuda_engine.hpp states the wide task's rows");
   static_assert(kProducerRegs + 2 * kConsumerRegs <= kWarpgroups * (65536 / kThreads / 8 * 8),
                 "setmaxnreg may only move registers within the block's launch allocation");
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kTileTokens * 128 % 1024 == 0,
                 "every operand and column block must start on a 1024-byte boundary (wgmma's 128-byte swizzle)");
+  static_assert(kRawTileBytes % 16 == 0 && kBarrierOffset % 8 == 0, "raw stages of 16-byte chunks, 8-byte barriers");
   static_assert(kSmemBytes <= 227 * 1024, "a block may have at most 227 KiB of shared memory on sm_90");
   static_assert(kStages >= 2, "a one-pass copy of tile t waits for V of tile t - kStages, released in the step "
                               "of tile t - kStages + 1, which with one stage is tile t's own");

@@ -318,11 +318,22 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
         // in the order of the K columns the path reads: as they are (wgmma), or
         // attend_tile_mma_fp8's
         auto* scratch = reinterpret_cast<std::uint32_t*>(smem + Smem::kScratchOffset);
-        scale.unscale_queries(wg ? convert_queries<D, T, Tr::kThreads, false>(copied, sq, 0, q_rows, tid, scratch)
-                                 : convert_queries<D, T, Tr::kThreads, true>(copied, sq, 0, q_rows, tid, scratch));
+        const auto row_major = [&](int r, int e) { return copied + r * D + e; };
+        const auto block_sync = [] { __syncthreads(); };
+        scale.unscale_queries(
+            wg ? convert_queries<D, T, Tr::kMaxRows, Tr::kThreads, false>(row_major, sq, 0, q_rows, tid, scratch,
+                                                                          block_sync)
+               : convert_queries<D, T, Tr::kMaxRows, Tr::kThreads, true>(row_major, sq, 0, q_rows, tid, scratch,
+                                                                         block_sync));
         if (wg) __syncthreads();  // every warp has read the copied queries: the stage's conversion overwrites them
       }
-      if (wg) convert_fp8_rows<D, Tr::kTileTokens, Tr::kThreads>(kv.stage(t), converted, 0, tid, p.fp8_e5m2);
+      if (wg) {
+        const KV* stage = kv.stage(t);
+        convert_fp8_rows<D, Tr::kTileTokens, Tr::kTileTokens, Tr::kThreads>(stage, converted, 0, tid, p.fp8_e5m2);
+        convert_fp8_rows<D, Tr::kTileTokens, Tr::kTileTokens, Tr::kThreads>(stage + Tr::kTileTokens * D,
+                                                                            converted + Tr::kTileTokens * D, 0, tid,
+                                                                            p.fp8_e5m2);
+      }
     }
 #if CODEC_WGMMA
     if (wg) wgmma::proxy_fence();  // ... and are visible to the tensor cores' reads
@@ -504,7 +515,8 @@ __device__ __forceinline__ void pac_pack(const PacParams& p, int i, int count, c
       if constexpr (V::fp8) {
         if (t == 0) {
           scale.unscale_queries(
-              convert_queries<D, T, 32, /*kPermute=*/true>(copied, sq, row0, Tr::kRowsPerWarp, lane, nullptr));
+              convert_queries<D, T, Tr::kMaxRows, 32, /*kPermute=*/true>(
+                  [&](int r, int e) { return copied + r * D + e; }, sq, row0, Tr::kRowsPerWarp, lane, nullptr, [] {}));
           __syncwarp();  // the warp's queries are converted
         }
         attend_tile_mma_fp8_steps<D>(1, p.fp8_e5m2, sq, sk, sk + Tr::kTileTokens * D, warp, row0, tile_tokens,

@@ -19,6 +19,12 @@
 // buffer is released after its Q·Kᵀ, each V buffer after its P·V, the Q
 // buffer after the task's last Q·Kᵀ.
 //
+// Under an fp8 cache the producer copies each tile's bytes into a raw stage
+// and converts the tile before it into the ring (fp16, tile/fp8.cuh), one
+// tile behind its copies and none behind at a task's end (the next task's Q
+// waits for this one's last Q·Kᵀ, which waits for its last tile); each
+// consumer converts its own 64 query rows into fp16 in place.
+//
 // A task also takes in its share of its rows' tails (PlanView::task_tails):
 // after the node's tiles, the tails of its requests, concatenated, stream
 // through the same ring, and each row masks every token but its own
@@ -32,6 +38,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "codec/core/state.hpp"
 #include "codec/engine/cuda_check.hpp"
@@ -42,6 +49,7 @@
 #include "engine/cuda/primitives/ptx.cuh"
 #include "engine/cuda/primitives/warp.cuh"
 #include "engine/cuda/primitives/wgmma.cuh"
+#include "engine/cuda/tile/fp8.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
 #include "engine/cuda/tile/row_masks.cuh"
 #include "engine/cuda/tile/softmax.cuh"
@@ -51,21 +59,29 @@ namespace codec::cuda {
 #if CODEC_WGMMA
 
 // The buffers of WideTraits' layout in the block's shared memory.
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 class WideSmem {
-  using Tr = WideTraits<D, T>;
+  using Tr = WideTraits<D, T, kFp8>;
 
  public:
+  using Ring = std::conditional_t<kFp8, __half, T>;  // the ring's element (MmaElem)
   __device__ explicit WideSmem(unsigned char* smem) : smem_(smem) {}
   __device__ T* q(int b) const { return reinterpret_cast<T*>(smem_ + Tr::kQOffset + b * Tr::kQBytes); }
-  __device__ T* k(int s) const { return reinterpret_cast<T*>(smem_ + Tr::kKOffset + s * Tr::kTileBytes); }
-  __device__ T* v(int s) const { return reinterpret_cast<T*>(smem_ + Tr::kVOffset + s * Tr::kTileBytes); }
+  __device__ Ring* k(int s) const { return reinterpret_cast<Ring*>(smem_ + Tr::kKOffset + s * Tr::kTileBytes); }
+  __device__ Ring* v(int s) const { return reinterpret_cast<Ring*>(smem_ + Tr::kVOffset + s * Tr::kTileBytes); }
+  // kFp8: raw stage s's K bytes, then its V bytes; the reduction's words of consumer wg
+  __device__ std::uint8_t* raw_k(int s) const { return smem_ + Tr::kRawOffset + s * 2 * Tr::kRawTileBytes; }
+  __device__ std::uint8_t* raw_v(int s) const { return raw_k(s) + Tr::kRawTileBytes; }
+  __device__ std::uint32_t* scratch(int wg) const {
+    return reinterpret_cast<std::uint32_t*>(smem_ + Tr::kScratchOffset) + 4 * wg;
+  }
   __device__ std::uint64_t* q_full(int b) const { return bar(b); }
   __device__ std::uint64_t* q_empty(int b) const { return bar(Tr::kQBuffers + b); }
   __device__ std::uint64_t* k_full(int s) const { return bar(2 * Tr::kQBuffers + s); }
   __device__ std::uint64_t* k_empty(int s) const { return bar(2 * Tr::kQBuffers + Tr::kStages + s); }
   __device__ std::uint64_t* v_full(int s) const { return bar(2 * Tr::kQBuffers + 2 * Tr::kStages + s); }
   __device__ std::uint64_t* v_empty(int s) const { return bar(2 * Tr::kQBuffers + 3 * Tr::kStages + s); }
+  __device__ std::uint64_t* raw_full(int s) const { return bar(2 * Tr::kQBuffers + 4 * Tr::kStages + s); }
 
   // Thread 0 initialises every barrier; the block synchronises after.
   __device__ void init() const {
@@ -79,6 +95,7 @@ class WideSmem {
       mbarrier_init(v_full(s), Tr::kFullArrivals);
       mbarrier_init(v_empty(s), Tr::kEmptyArrivals);
     }
+    for (int s = 0; s < Tr::kRawStages; ++s) mbarrier_init(raw_full(s), Tr::kFullArrivals);
     mbarrier_init_fence();
   }
 
@@ -103,18 +120,44 @@ __device__ __forceinline__ int tail_tiles(const PlanView::TailRange& tails) {
   return (tails.end - tails.begin + kTileTokens - 1) / kTileTokens;
 }
 
+// Named barriers beside __syncthreads' 0: the consumers' turns (WideTurns),
+// each consumer's own, and the producer's.
+inline constexpr int kTurnBarrier = 1, kConsumerBarrier = 3, kProducerBarrier = 5;
+
 // Producer (warpgroup 0): the query rows, then every KV tile of each task.
-template <int D, typename T>
+template <int D, typename T, bool kFp8>
 __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int end, const PageGeometry geo,
-                                             const WideSmem<D, T>& sm) {
-  using Tr = WideTraits<D, T>;
-  using Loader = KvLoader<D, T, 128, Tr::kTileTokens, Tr::kTileTokens>;
+                                             const WideSmem<D, T, kFp8>& sm) {
+  using Tr = WideTraits<D, T, kFp8>;
+  using Loader = KvLoader<D, T, 128, Tr::kTileTokens, Tr::kTileTokens, StageElem<T, kFp8>>;
   const PlanView& plan = p.plan;
   // threadIdx.x < 128 here; saying so lets the compiler see that a thread's
   // rows of a tile (tid / 16 + 8k) share their swizzle (row % 8), and keep
   // one address for them instead of spilling sixteen
   const int tid = threadIdx.x % 128, G = plan.group;
   int tile_use = 0;  // KV tiles copied so far, over all tasks: the ring's position
+  [[maybe_unused]] int pending = -1;  // kFp8: the tile (its use) copied but not yet converted
+  // kFp8: tile u's bytes, landed, into ring stage u, once the consumers are
+  // done with what it held; then every producer thread is done reading the
+  // raw stage, which tile u + kRawStages may refill
+  [[maybe_unused]] auto convert = [&](int u) {
+    if constexpr (kFp8) {
+      const RingUse rs(u, Tr::kRawStages), st(u, Tr::kStages);
+      constexpr int N = Tr::kTileTokens;
+      mbarrier_wait(sm.raw_full(rs.slot), rs.parity);
+      mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
+      convert_fp8_rows<D, N, N, 128>(sm.raw_k(rs.slot), sm.k(st.slot), 0, tid, p.fp8_e5m2);
+      wgmma::proxy_fence();  // the generic writes, before the tensor cores' reads
+      mbarrier_arrive(sm.k_full(st.slot));
+      mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
+      convert_fp8_rows<D, N, N, 128>(sm.raw_v(rs.slot), sm.v(st.slot), 0, tid, p.fp8_e5m2);
+      wgmma::proxy_fence();
+      mbarrier_arrive(sm.v_full(st.slot));
+      named_barrier_sync(kProducerBarrier, 128);
+    } else {
+      (void)u;
+    }
+  };
   for (int i = begin; i < end; ++i) {
     const Task task = plan.tasks[i];
     // How copy moves a tile. A node of more rows than a task holds has other
@@ -123,8 +166,9 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
     // one shuffle of each token's offset serving both (9 instructions a row
     // against 12). Otherwise the KV comes from HBM, and K goes as soon as its
     // buffer frees, a tile ahead of V, to keep more of it in flight
-    // (8a64ae9: where each way wins; docs/DESIGN_NOTES.md, Wide kernel).
-    const bool one_pass = plan.node_rows(task.node) > Tr::kMaxRows;
+    // (8a64ae9: where each way wins; docs/DESIGN_NOTES.md, Wide kernel). An
+    // fp8 cache's tiles go in one pass into a raw stage.
+    [[maybe_unused]] const bool one_pass = plan.node_rows(task.node) > Tr::kMaxRows;
     const int rows = task.row_end - task.row_begin;
     const int node_tiles = (task.kv_end - task.kv_begin + Tr::kTileTokens - 1) / Tr::kTileTokens;
     const std::int32_t* reqs = plan.node_reqs + task.req_begin;
@@ -145,20 +189,28 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
     mbarrier_arrive_on_copies(sm.q_full(qb.slot));
 
     auto copy = [&](const typename Loader::LaneToken& token) {  // a tile into the ring's next stage
-      const RingUse st(tile_use++, Tr::kStages);
-      mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
-      if (!one_pass) {
-        kv.template copy_rows<true, false, false>(token, sm.k(st.slot), nullptr);
-        mbarrier_arrive_on_copies(sm.k_full(st.slot));
-      }
-      mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
-      if (one_pass) {
-        kv.template copy_rows<true, true, false>(token, sm.k(st.slot), sm.v(st.slot));
-        mbarrier_arrive_on_copies(sm.k_full(st.slot));
+      if constexpr (kFp8) {  // into the next raw stage, then the one before converted
+        const RingUse rs(tile_use, Tr::kRawStages);
+        kv.template copy_rows<true, true, false>(token, sm.raw_k(rs.slot), sm.raw_v(rs.slot));
+        mbarrier_arrive_on_copies(sm.raw_full(rs.slot));
+        if (pending >= 0) convert(pending);
+        pending = tile_use++;
       } else {
-        kv.template copy_rows<false, true, false>(token, nullptr, sm.v(st.slot));
+        const RingUse st(tile_use++, Tr::kStages);
+        mbarrier_wait(sm.k_empty(st.slot), st.parity ^ 1u);
+        if (!one_pass) {
+          kv.template copy_rows<true, false, false>(token, sm.k(st.slot), nullptr);
+          mbarrier_arrive_on_copies(sm.k_full(st.slot));
+        }
+        mbarrier_wait(sm.v_empty(st.slot), st.parity ^ 1u);
+        if (one_pass) {
+          kv.template copy_rows<true, true, false>(token, sm.k(st.slot), sm.v(st.slot));
+          mbarrier_arrive_on_copies(sm.k_full(st.slot));
+        } else {
+          kv.template copy_rows<false, true, false>(token, nullptr, sm.v(st.slot));
+        }
+        mbarrier_arrive_on_copies(sm.v_full(st.slot));
       }
-      mbarrier_arrive_on_copies(sm.v_full(st.slot));
     };
     for (int t = 0; t < node_tiles; ++t) {
       const typename Loader::LaneToken token = next;
@@ -174,6 +226,10 @@ __device__ __forceinline__ void wide_produce(const PacParams& p, int begin, int 
       if (t + 1 < num_tails) next = kv.lookup_listed(plan.tail_tokens, tails.begin, tails.end, t + 1);
       copy(token);
     }
+    if constexpr (kFp8) {  // the task's last tile, before the next task's Q waits for its last Q·Kᵀ
+      if (pending >= 0) convert(pending);
+      pending = -1;
+    }
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // no copy outlives the thread that issued it
 }
@@ -187,14 +243,14 @@ class WideTurns {
   __device__ WideTurns(int wg, bool tasks) : wg_(wg) {
     if (wg_ == 1 && tasks) arrive(0);  // consumer 0's first turn
   }
-  __device__ void wait() const { asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg_) : "memory"); }
+  __device__ void wait() const { named_barrier_sync(kTurnBarrier + wg_, 256); }
   // `last`: consumer 1's last turn of the block lets no one go (no one waits for it)
   __device__ void pass(bool last) const {
     if (!(last && wg_ == 1)) arrive(wg_ ^ 1);
   }
 
  private:
-  __device__ static void arrive(int wg) { asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + wg) : "memory"); }
+  __device__ static void arrive(int wg) { asm volatile("bar.arrive %0, 256;\n" ::"r"(kTurnBarrier + wg) : "memory"); }
   int wg_;
 };
 
@@ -275,8 +331,10 @@ __device__ __forceinline__ void pack_p(std::uint32_t (&a)[kSteps][4], const floa
 
 // Consumer warpgroup `wg` (0 or 1: rows 64 · wg ..) over the block's tasks.
 template <int D, typename T, typename V>
-__device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int end, const WideSmem<D, T>& sm) {
-  using Tr = WideTraits<D, T>;
+__device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int end,
+                                             const WideSmem<D, T, V::fp8>& sm) {
+  using Tr = WideTraits<D, T, V::fp8>;
+  using M = MmaElem<T, V>;
   constexpr int N = Tr::kTileTokens, kSteps = N / 16;
   const PlanView& plan = p.plan;
   const int wg = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -294,10 +352,20 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     for (int h = 0; h < 2; ++h) fr.row[h] = Tr::kConsumerRows * wg + 16 * warp + lane / 4 + 8 * h;
     fr.look_up(plan, task);
     const auto mask = task_mask<V::masked>(plan, task, fr.row);
-    const TaskScale<V> scale = task_scale<V>(p, task.kv_head);
+    TaskScale<V> scale = task_scale<V>(p, task.kv_head);
 
     const RingUse qb(i - begin, Tr::kQBuffers);
     wide_acquire(sm.q_full(qb.slot), qb.parity);
+    if constexpr (V::fp8) {  // this warpgroup's 64 rows into fp16, in place
+      T* q = sm.q(qb.slot);
+      const auto in_place = [&](int r, int e) { return q + tile_offset<Tr::kMaxRows>(r, e / 8) + e % 8; };
+      const auto wg_sync = [&] { named_barrier_sync(kConsumerBarrier + wg, 128); };
+      scale.unscale_queries(convert_queries<D, T, Tr::kMaxRows, 128, false>(
+          in_place, reinterpret_cast<__half*>(q), Tr::kConsumerRows * wg, Tr::kConsumerRows, threadIdx.x % 128,
+          sm.scratch(wg), wg_sync));
+      wgmma::proxy_fence();
+      wg_sync();  // every row of the warpgroup is fp16 before its warps' Q·Kᵀ reads them
+    }
     const std::uint64_t dq = wgmma::desc(smem_u32(sm.q(qb.slot)) + Tr::kConsumerRows * wg * 128, 16, 1024);
 
     SoftmaxState state[2];
@@ -317,7 +385,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     fence_fragments(o);
     turns.wait();
     wgmma::fence();
-    wide_issue_qk<D, T>(s, dq, smem_u32(sm.k(k0.slot)));
+    wide_issue_qk<D, M>(s, dq, smem_u32(sm.k(k0.slot)));
     turns.pass(false);
     wgmma::wait<0>();
     fence_fragments(s);
@@ -326,7 +394,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     scale.mod(s);
     node_mask(0);
     wide_softmax<kSteps>(s, scale.sm_scale, state, factor);  // o is 0: no rescale
-    pack_p<kSteps, T>(a, s);
+    pack_p<kSteps, M>(a, s);
 
     // tiles 1 ..: Q·Kᵀ of t beside P·V of t − 1, masked by mask(t)
     auto step = [&](int t, auto&& mask) {
@@ -337,8 +405,8 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
       fence_fragments(a);
       turns.wait();
       wgmma::fence();
-      wide_issue_qk<D, T>(s, dq, smem_u32(sm.k(kt.slot)));
-      wide_issue_pv<D, T>(o, a, smem_u32(sm.v(vp.slot)));
+      wide_issue_qk<D, M>(s, dq, smem_u32(sm.k(kt.slot)));
+      wide_issue_pv<D, M>(o, a, smem_u32(sm.v(vp.slot)));
       turns.pass(false);
       wgmma::wait<1>();  // Q·Kᵀ of t is done, P·V of t − 1 may still run
       fence_fragments(s);
@@ -359,7 +427,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 #pragma unroll
         for (int k = 0; k < D / 2; ++k) o[k] *= factor[(k / 2) % 2];
       }
-      pack_p<kSteps, T>(a, s);
+      pack_p<kSteps, M>(a, s);
     };
     int t = 1;
     for (; t < node_tiles; ++t) step(t, node_mask);
@@ -391,7 +459,7 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
     fence_fragments(a);
     turns.wait();
     wgmma::fence();
-    wide_issue_pv<D, T>(o, a, smem_u32(sm.v(vl.slot)));
+    wide_issue_pv<D, M>(o, a, smem_u32(sm.v(vl.slot)));
     turns.pass(i + 1 == end);
     wgmma::wait<0>();
     fence_fragments(o);
@@ -404,12 +472,11 @@ __device__ __forceinline__ void wide_consume(const PacParams& p, int begin, int 
 
 #endif  // CODEC_WGMMA
 
-// V: the instance's variant (kernel_traits.cuh), of a 16-bit cache.
+// V: the instance's variant (kernel_traits.cuh).
 template <int D, typename T, typename V>
 __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel(const __grid_constant__ PacParams p) {
-  static_assert(!V::fp8, "the wide kernel reads 16-bit caches only");
 #if CODEC_WGMMA
-  using Tr = WideTraits<D, T>;
+  using Tr = WideTraits<D, T, V::fp8>;
   extern __shared__ __align__(1024) unsigned char smem[];
   std::uint32_t base;  // as in pac_kernel: the check must survive the compiler's trust in __align__
   asm volatile("mov.u32 %0, %1;\n" : "=r"(base) : "r"(smem_u32(smem)));
@@ -417,14 +484,14 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
   // The next kernel (PAC, or the merge where there is none) may be launched
   // now: its blocks take the SMs this grid leaves, or wait there in pdl_wait.
   pdl_launch_dependents();
-  const WideSmem<D, T> sm(smem);
+  const WideSmem<D, T, V::fp8> sm(smem);
   if (threadIdx.x == 0) sm.init();
   __syncthreads();
   const PlanView& plan = p.plan;
   const int begin = plan.wide_indptr[blockIdx.x], end = plan.wide_indptr[blockIdx.x + 1];
   if (threadIdx.x < 128) {
     setmaxnreg_dec<Tr::kProducerRegs>();
-    wide_produce<D, T>(p, begin, end, PageGeometry(plan.page_size), sm);
+    wide_produce<D, T, V::fp8>(p, begin, end, PageGeometry(plan.page_size), sm);
   } else {
     setmaxnreg_inc<Tr::kConsumerRegs>();
     wide_consume<D, T, V>(p, begin, end, sm);
@@ -440,7 +507,7 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
 // One block per wide block of the plan (one per SM).
 template <int D, typename T, typename V>
 void launch_pac_wide(const PacParams& params, cudaStream_t stream) {
-  using Tr = WideTraits<D, T>;
+  using Tr = WideTraits<D, T, V::fp8>;
   set_smem_limit<pac_wide_kernel<D, T, V>>(Tr::kSmemBytes);
   pac_wide_kernel<D, T, V><<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
   CODEC_CUDA_CHECK_LAUNCH("pac_wide_kernel", stream);

@@ -49,6 +49,12 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* bar, std::uint32_t 
       : "memory");
 }
 
+// A barrier of `count` threads (whole warps) on named barrier `id` (1-15; 0
+// is __syncthreads'): a warpgroup's own, beside the block's others.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 #endif
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -36,48 +36,41 @@ __device__ __forceinline__ std::uint32_t fp8_half2(std::uint32_t word) {
   }
 }
 
-// Rows [row0, row0 + kRows) of a stage's fp8 K and V (raw: [kTileTokens][D]
-// bytes each in raw_offset's layout, V after K) into the same rows of the
-// converted fp16 tiles (K, then V), by kLanes threads from `lane`: 16 bytes
-// in, 32 out, a thread at a time. Every size is a constant, so that a
-// thread's chunk column and its rows' offsets are too: with the rows a
-// run-time count, the index arithmetic (two divisions by it) took about as
-// many instructions as the conversion.
-template <int D, int kRows, int kLanes, __nv_fp8_interpretation_t kFormat>
+// Rows [row0, row0 + kRows) of one side (K or V) of an fp8 stage (raw:
+// [kTileRows][D] bytes in raw_offset's layout) into the same rows of an fp16
+// tile ([kTileRows][D] in tile_offset's layout), by kLanes threads from
+// `lane`: 16 bytes in, 32 out, a thread at a time. Every size is a constant,
+// so that a thread's chunk column and its rows' offsets are too: with the
+// rows a run-time count, the index arithmetic (two divisions by it) took
+// about as many instructions as the conversion.
+template <int D, int kTileRows, int kRows, int kLanes, __nv_fp8_interpretation_t kFormat>
 __device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, __half* tile, int row0, int lane) {
-  using Tr = PacTraits<D, __half>;
   constexpr int kRawChunks = D / 16;                  // 16-byte chunks of a raw row
   constexpr int kRowStep = kLanes / kRawChunks;       // rows the lanes take at once
   static_assert(kLanes % kRawChunks == 0 && kRows % kRowStep == 0, "every lane converts whole chunks of rows");
   const int c = lane % kRawChunks;
 #pragma unroll
-  for (int side = 0; side < 2; ++side) {
+  for (int k = 0; k < kRows / kRowStep; ++k) {
+    const int r = row0 + lane / kRawChunks + k * kRowStep;
+    const uint4 in = *reinterpret_cast<const uint4*>(raw + raw_offset<D>(r, c));
+    const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
+    std::uint32_t out[8];
 #pragma unroll
-    for (int k = 0; k < kRows / kRowStep; ++k) {
-      const int r = row0 + lane / kRawChunks + k * kRowStep;
-      const uint4 in = *reinterpret_cast<const uint4*>(raw + side * Tr::kTileTokens * D + raw_offset<D>(r, c));
-      const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
-      std::uint32_t out[8];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        out[2 * w] = fp8_half2<kFormat, false>(words[w]);
-        out[2 * w + 1] = fp8_half2<kFormat, true>(words[w]);
-      }
-      __half* dst = tile + side * Tr::kTileTokens * D;
-      *reinterpret_cast<uint4*>(dst + tile_offset<Tr::kTileTokens>(r, 2 * c)) =
-          make_uint4(out[0], out[1], out[2], out[3]);
-      *reinterpret_cast<uint4*>(dst + tile_offset<Tr::kTileTokens>(r, 2 * c + 1)) =
-          make_uint4(out[4], out[5], out[6], out[7]);
+    for (int w = 0; w < 4; ++w) {
+      out[2 * w] = fp8_half2<kFormat, false>(words[w]);
+      out[2 * w + 1] = fp8_half2<kFormat, true>(words[w]);
     }
+    *reinterpret_cast<uint4*>(tile + tile_offset<kTileRows>(r, 2 * c)) = make_uint4(out[0], out[1], out[2], out[3]);
+    *reinterpret_cast<uint4*>(tile + tile_offset<kTileRows>(r, 2 * c + 1)) = make_uint4(out[4], out[5], out[6], out[7]);
   }
 }
 
-// The same, the format told at run time (one uniform branch a stage).
-template <int D, int kRows, int kLanes>
+// The same, the format told at run time (one uniform branch a call).
+template <int D, int kTileRows, int kRows, int kLanes>
 __device__ __forceinline__ void convert_fp8_rows(const std::uint8_t* raw, __half* tile, int row0, int lane,
                                                  bool e5m2) {
-  if (e5m2) convert_fp8_rows<D, kRows, kLanes, __NV_E5M2>(raw, tile, row0, lane);
-  else convert_fp8_rows<D, kRows, kLanes, __NV_E4M3>(raw, tile, row0, lane);
+  if (e5m2) convert_fp8_rows<D, kTileRows, kRows, kLanes, __NV_E5M2>(raw, tile, row0, lane);
+  else convert_fp8_rows<D, kTileRows, kRows, kLanes, __NV_E4M3>(raw, tile, row0, lane);
 }
 
 // The exponent e by which convert_queries scales a task's bf16 queries (q ·
@@ -116,47 +109,51 @@ __device__ __forceinline__ int query_source(int chunk, int c) {
   }
 }
 
-// Rows [row0, row0 + rows) of a task's queries, copied as they are into
-// `copied` ([kMaxRows][D] in T, row-major), into Q (sq: [kMaxRows][D] fp16 in
-// tile_offset's layout), by kLanes threads from `lane` (a warp: a pack's
-// task, its own rows; or the block, whose warps meet through `scratch`, a
-// word each, and a barrier), in query_source<kPermute>'s column order. fp16
-// queries go as they are; bf16 ones are scaled by 2⁻ᵉ for e =
+// Rows [row0, row0 + rows) of a task's queries, as copied in q's type T
+// (`copied(r, e)`: element e of row r, 8 at a time contiguous from e % 8 =
+// 0), into Q (sq: [kQRows][D] fp16 in tile_offset's layout), by kLanes
+// threads from `lane`, in query_source<kPermute>'s column order. The source
+// may be sq itself (kPermute false: each thread rewrites the chunks it
+// read). fp16 queries go as they are; bf16 ones are scaled by 2⁻ᵉ for e =
 // query_exponent of their largest |q|, which is returned (0 for fp16): raw
-// scores are then 2⁻ᵉ of the true ones (TaskScale::unscale_queries). Rows
-// past the task's are zero (the copy's zero fill) and stay so.
-template <int D, typename T, int kLanes, bool kPermute>
-__device__ __forceinline__ int convert_queries(const T* copied, __half* sq, int row0, int rows, int lane,
-                                               std::uint32_t* scratch) {
-  using Tr = PacTraits<D, __half>;
-  static_assert(kLanes == 32 || kLanes == Tr::kThreads, "a warp or the block");
+// scores are then 2⁻ᵉ of the true ones (TaskScale::unscale_queries). Over
+// more than a warp the lanes' maxima meet through `scratch` (a word a warp)
+// and `sync`, a barrier of the kLanes threads; the caller's later barriers
+// keep the next call's scratch writes after these reads. Rows past the
+// task's are zero (the copy's zero fill) and stay so.
+template <int D, typename T, int kQRows, int kLanes, bool kPermute, typename Copied, typename Sync>
+__device__ __forceinline__ int convert_queries(const Copied& copied, __half* sq, int row0, int rows, int lane,
+                                               std::uint32_t* scratch, const Sync& sync) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
   constexpr bool kBf16 = !std::is_same_v<T, __half>;
-  const int chunks = rows * Tr::kChunks;
+  static_assert(kLanes % 32 == 0, "whole warps");
+  const int chunks = rows * kChunks;
   int e = 0;
   if constexpr (kBf16) {
     std::uint32_t max2 = 0;  // per 16-bit half: the largest |q| bits, ordered as the values are
     for (int i = lane; i < chunks; i += kLanes) {
-      const uint4 in = *reinterpret_cast<const uint4*>(copied + (row0 + i / Tr::kChunks) * D + 8 * (i % Tr::kChunks));
+      const uint4 in = *reinterpret_cast<const uint4*>(copied(row0 + i / kChunks, 8 * (i % kChunks)));
       max2 = __vmaxu2(max2, __vmaxu2(in.x & 0x7fff7fffu, in.y & 0x7fff7fffu));
       max2 = __vmaxu2(max2, __vmaxu2(in.z & 0x7fff7fffu, in.w & 0x7fff7fffu));
     }
     std::uint32_t max_abs = __reduce_max_sync(0xffffffffu, max(max2 & 0xffffu, max2 >> 16));
     if constexpr (kLanes > 32) {
       if (lane % 32 == 0) scratch[lane / 32] = max_abs;
-      __syncthreads();
+      sync();
 #pragma unroll
       for (int w = 0; w < kLanes / 32; ++w) max_abs = max(max_abs, scratch[w]);
     }
     e = query_exponent(max_abs);
   }
   (void)scratch;
+  (void)sync;
   const float down = exp2i(-e);
   for (int i = lane; i < chunks; i += kLanes) {
-    const int r = row0 + i / Tr::kChunks, chunk = i % Tr::kChunks;
+    const int r = row0 + i / kChunks, chunk = i % kChunks;
     std::uint32_t w[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      w[c] = *reinterpret_cast<const std::uint32_t*>(copied + r * D + query_source<kPermute>(chunk, c));
+      w[c] = *reinterpret_cast<const std::uint32_t*>(copied(r, query_source<kPermute>(chunk, c)));
       if constexpr (kBf16) {
         __nv_bfloat162 b;
         std::memcpy(&b, &w[c], sizeof b);
@@ -164,7 +161,7 @@ __device__ __forceinline__ int convert_queries(const T* copied, __half* sq, int 
         w[c] = pack2<__half>(f.x * down, f.y * down);
       }
     }
-    *reinterpret_cast<uint4*>(sq + tile_offset<Tr::kMaxRows>(r, chunk)) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(sq + tile_offset<kQRows>(r, chunk)) = make_uint4(w[0], w[1], w[2], w[3]);
   }
   return e;
 }
