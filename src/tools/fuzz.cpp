@@ -199,11 +199,8 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   }
   // a capacity's sizes bound derived forests (a flat one lists a request's path nodes apart)
   if (!c.flat && d.chance(0.25)) c.capacity_slack = d.chance(0.5) ? 0 : d.in(1, 40);
-  // an fp8 cache with a scale a kv head, under bf16 queries (on CUDA without wide tasks: its kernel reads 16 bits)
-  if (d.chance(0.15)) {
-    c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
-    if (cuda) c.options.wide_tile_rows = 0, c.options.wide_tail_tokens = 0;
-  }
+  // an fp8 cache with a scale a kv head, under bf16 queries
+  if (d.chance(0.15)) c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
   if (d.chance(0.15)) c.window_left = d.chance(0.3) ? d.in(0, 4) : d.in(5, 400);
   // a soft-cap, from one that flattens most logits to one that touches few, and sinks from far below the
   // logits to far above (each row's lse then mostly the sink's)
