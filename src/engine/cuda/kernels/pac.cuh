@@ -343,13 +343,11 @@ __device__ __forceinline__ void pac_task(const PacParams& p, const Task task, co
     const KV* sk = kv.stage(t);
     const KV* sv = sk + Tr::kTileTokens * D;
 #if CODEC_WGMMA
-    if (wg) {
-      if constexpr (V::fp8)
-        attend_tile_wgmma<D, M>(smem_u32(sq), smem_u32(converted), smem_u32(converted + Tr::kTileTokens * D),
-                                tile_tokens, scale.sm_scale, scale.mod, mask, t * Tr::kTileTokens, state, o);
-      else
-        attend_tile_wgmma<D, M>(smem_u32(sq), smem_u32(sk), smem_u32(sv), tile_tokens, scale.sm_scale, scale.mod,
-                                mask, t * Tr::kTileTokens, state, o);
+    if (wg) {  // under an fp8 cache wgmma reads the converted tile, else the stage
+      const std::uint32_t k_tile = V::fp8 ? smem_u32(converted) : smem_u32(sk);
+      const std::uint32_t v_tile = V::fp8 ? smem_u32(converted + Tr::kTileTokens * D) : smem_u32(sv);
+      attend_tile_wgmma<D, M>(smem_u32(sq), k_tile, v_tile, tile_tokens, scale.sm_scale, scale.mod, mask,
+                              t * Tr::kTileTokens, state, o);
       continue;
     }
 #endif

@@ -250,7 +250,7 @@ class WideTurns {
   }
 
  private:
-  __device__ static void arrive(int wg) { asm volatile("bar.arrive %0, 256;\n" ::"r"(kTurnBarrier + wg) : "memory"); }
+  __device__ static void arrive(int wg) { named_barrier_arrive(kTurnBarrier + wg, 256); }
   int wg_;
 };
 
