@@ -218,14 +218,23 @@ PlannerOptions case_options(const Case& c, const Forest& forest, const HeadConfi
   PlannerOptions options = c.options;
   if (c.capacity_slack < 0) return options;
   const int slack = c.capacity_slack, requests = table.num_requests();
-  const std::int64_t slots = make_plan(forest, heads, c.w.dtype, cost, options, queries).stats().num_slots;
   const bool tokens = !queries.one_token_each() || !queries.mask_bits.empty() || queries.window_left >= 0;  // masks
   const QueryCapacity q = tokens ? QueryCapacity{queries.num_queries(requests) + 2 * slack,
                                                  std::int64_t(queries.mask_bits.size()) + slack}
                                  : QueryCapacity{};
-  options.capacity = PlanCapacity::for_batches(requests + slack, std::int64_t(table.indices.size()) + slack, heads,
-                                               options.max_tile_rows, options.num_blocks, slots + slack,
-                                               options.wide_blocks(), options.max_tail_tokens(), q);
+  const auto capacity = [&](std::int64_t slots) {
+    return PlanCapacity::for_batches(requests + slack, std::int64_t(table.indices.size()) + slack, heads,
+                                     options.max_tile_rows, options.num_blocks, slots, options.wide_blocks(),
+                                     options.max_tail_tokens(), q);
+  };
+  // The slots are those of the plan as the capacity shapes it: a capacity of
+  // query tokens always plans masks, and a plan with masks takes in no tails,
+  // whose requests then take slots of their own (also where a window hides
+  // nothing and the plan without a capacity took them in).
+  PlannerOptions probe = options;
+  if (capacity(1).tail_tokens == 0) probe.wide_tail_tokens = 0;
+  const std::int64_t slots = make_plan(forest, heads, c.w.dtype, cost, probe, queries).stats().num_slots;
+  options.capacity = capacity(slots + slack);
   return options;
 }
 
