@@ -17,6 +17,9 @@
 # modes) and the extra arguments CODEC_E2E_ARGS if set, one process (one model) a mode; after the python or
 # install step, which installs the package; keep one device call under 10 minutes). scripts/publish.sh runs the
 # steps that make results/README.md's tables.
+# With CODEC_PREBUILT=DIR (scripts/prebuild_codec.sh's folder, carried to the device) the build step copies its
+# codec and test_engine_cuda instead of building, the test step runs those GPU tests alone, machine.txt names
+# DIR/COMMIT, and the profile step is refused (it writes into the tree the binary was built from).
 #   python: `pip install` of the package as a user does it offline, then every Python test (torch on the
 #           GPU, CUDA graphs, torch.compile, opcheck, FlashInfer equality where the wheels are there), or
 #           those CODEC_PYTESTS names (test files or node ids); without them, --tp's gloo rehearsal too, with
@@ -37,18 +40,38 @@ run() {  # run NAME CMD...: log to $out/NAME.log, remember failures
   tail -n 25 "$out/$name.log"
 }
 # The clocks and power limit too: compute- and L2-bound workloads move with the SM clock, DRAM-bound ones do not.
-# The tree's commit: CODEC_TREE_COMMIT where the caller knows it (a device copy's .git may be stale).
+# The tree's commit: CODEC_TREE_COMMIT where the caller knows it (a device copy's .git may be stale), or
+# the prebuilt binaries' (CODEC_PREBUILT below).
+prebuilt=${CODEC_PREBUILT:-}
+if [ -n "$prebuilt" ] && ! [ -x "$prebuilt/codec" -a -x "$prebuilt/test_engine_cuda" -a -f "$prebuilt/COMMIT" ]; then
+  echo "!! CODEC_PREBUILT=$prebuilt lacks codec, test_engine_cuda or COMMIT (scripts/prebuild_codec.sh makes them)"
+  exit 1
+fi
+if [ -n "$prebuilt" ] && step profile; then  # `codec profile` writes into the data/ of the tree it was built from
+  echo "!! the profile step needs this tree's build: leave CODEC_PREBUILT unset"
+  exit 1
+fi
+[ -z "$prebuilt" ] || export CODEC_COST_TABLES=$PWD/data/cost_tables  # the prebuilt codec finds this tree's tables
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit \
     --format=csv,noheader; nvcc --version | tail -2;
-  echo "${CODEC_TREE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; date -u; } > "$out/machine.txt" 2>&1
+  if [ -n "$prebuilt" ]; then cat "$prebuilt/COMMIT"; else echo "${CODEC_TREE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; fi
+  date -u; } > "$out/machine.txt" 2>&1
 cat "$out/machine.txt"
 
 if step build; then
-  # sm_90a only here (the H200; wgmma needs the arch-specific target), for a faster build; the default build makes sm_80 and sm_90a.
-  run configure cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real
-  run build cmake --build build-gpu -j "$(nproc)"
+  if [ -n "$prebuilt" ]; then
+    # scripts/prebuild_codec.sh's binaries instead of a build
+    { mkdir -p build-gpu/tests && cp "$prebuilt/codec" build-gpu/ && cp "$prebuilt/test_engine_cuda" build-gpu/tests/; } ||
+      { echo "!! copying $prebuilt's binaries failed"; status=1; }
+  else
+    # sm_90a only here (the H200; wgmma needs the arch-specific target), for a faster build; the default build makes sm_80 and sm_90a.
+    run configure cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a-real
+    run build cmake --build build-gpu -j "$(nproc)"
+  fi
 fi
-if step test; then
+if step test && [ -n "$prebuilt" ]; then
+  run test_engine_cuda ./build-gpu/tests/test_engine_cuda  # the GPU tests alone: the others need no GPU (CI's)
+elif step test; then
   run ctest ctest --test-dir build-gpu --output-on-failure -j 4 --timeout 300
   # The GPU tests again on a generic sm_90 build (no wgmma): there every task,
   # 17-64 rows included, runs on the mma.sync path that sm_80 uses, which the

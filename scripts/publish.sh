@@ -31,7 +31,8 @@
 #   pyapi    build, pip install, bench/python_api.py -> python_api.json
 # The GPU steps go through scripts/gpu_run.sh and also write machine_<table>.txt (GPU, driver,
 # nvcc, the tree's commit: pass CODEC_TREE_COMMIT=$(git rev-parse HEAD), evaluated here, since the
-# device's copy of .git may be stale). peers1 and peers2 carry .whl and .pat (scripts/fetch_peer_wheels.sh,
+# device's copy of .git may be stale). With CODEC_PREBUILT=.prebuilt (scripts/prebuild_codec.sh, here;
+# carry .prebuilt) they copy the binaries built here instead of building, and record their commit. peers1 and peers2 carry .whl and .pat (scripts/fetch_peer_wheels.sh,
 # fetch_pat.sh and prebuild_pat.sh, here, first); on a cold machine the build, PAT's link and
 # FlashInfer's first compiles take ~5 of a step's minutes, on a warm one the build and PAT are
 # reused. e2e, e2e_gptoss and pyapi carry .whl. Then, here:
