@@ -37,8 +37,8 @@ RooflineParams RooflineParams::cpu(int threads) {
   return p;
 }
 
-RooflineCostModel::RooflineCostModel(const RooflineParams& params, const HeadConfig& heads,
-                                     DType dtype)
+RooflineCostModel::RooflineCostModel(const RooflineParams& params, const HeadConfig& heads, DType kv_dtype,
+                                     std::optional<DType> q_dtype)
     : params_(params) {
   heads.validate();
   CODEC_CHECK(std::isfinite(params.bandwidth_gbps) && params.bandwidth_gbps > 0,
@@ -50,9 +50,9 @@ RooflineCostModel::RooflineCostModel(const RooflineParams& params, const HeadCon
   CODEC_CHECK(std::isfinite(params.task_overhead_us) && params.task_overhead_us >= 0,
               "roofline task_overhead_us ", params.task_overhead_us, " must be >= 0");
   const double d = heads.head_dim;
-  const double elem = static_cast<double>(dtype_size(dtype));
-  kv_bytes_per_token_ = 2 * d * elem;
-  row_bytes_ = d * elem + (d + 1) * 4;  // q row in; fp32 o and lse out
+  const DType q = q_dtype.value_or(is_fp8(kv_dtype) ? DType::bf16 : kv_dtype);
+  kv_bytes_per_token_ = 2 * d * static_cast<double>(dtype_size(kv_dtype));
+  row_bytes_ = d * static_cast<double>(dtype_size(q)) + (d + 1) * 4;  // q row in; fp32 o and lse out
   flops_per_row_token_ = 4 * d;
 }
 

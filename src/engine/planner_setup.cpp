@@ -120,7 +120,7 @@ PlannerSetup make_planner_setup(const PlannerSetupArgs& args) {
   }
   roofline.concurrent_blocks = s.options.num_blocks;
   if (args.cost_table == "roofline") {
-    s.cost = std::make_shared<RooflineCostModel>(roofline, heads, shape.kv_dtype);
+    s.cost = std::make_shared<RooflineCostModel>(roofline, heads, shape.kv_dtype, shape.q_dtype);
   } else if (!args.cost_table.empty()) {
     s.cost = table_model(args.cost_table, shape);
     s.cost_table = args.cost_table;
@@ -130,7 +130,7 @@ PlannerSetup make_planner_setup(const PlannerSetupArgs& args) {
     if (args.target != PlanTarget::cpu && args.num_blocks == 0)
       s.cost_table = find_cost_table(s.device, shape.head_dim_qk, shape.kv_dtype, args.table_dirs);
     if (!s.cost_table.empty()) s.cost = table_model(s.cost_table, shape);
-    else s.cost = std::make_shared<RooflineCostModel>(roofline, heads, shape.kv_dtype);
+    else s.cost = std::make_shared<RooflineCostModel>(roofline, heads, shape.kv_dtype, shape.q_dtype);
   }
   if (ws.max_batch_size > 0)
     s.options.capacity = cuda_plan_capacity(ws.bytes, ws.max_batch_size, ws.max_num_pages, heads, s.options,

@@ -128,6 +128,23 @@ TEST(Roofline, RejectsBadInput) {
   EXPECT_TRUE(throws_with([&] { model.cost_us(1, -1); }, "kv_len -1 must be >= 0"));
 }
 
+// An fp8 cache halves the KV bytes of a token but not the query rows: they
+// stay 16-bit (or what q_dtype names), and a task moves them and its partials.
+TEST(Roofline, Fp8CachesHalveTheKvBytesAlone) {
+  const RooflineParams h = RooflineParams::h200();
+  const std::string bf16 = RooflineCostModel(h, kQwen, DType::bf16).describe();
+  const std::string fp8 = RooflineCostModel(h, kQwen, DType::e4m3).describe();
+  EXPECT_NE(bf16.find("512 B KV/token, 772 B/row"), std::string::npos) << bf16;
+  EXPECT_NE(fp8.find("256 B KV/token, 772 B/row"), std::string::npos) << fp8;
+  const std::string f32_q = RooflineCostModel(h, kQwen, DType::e5m2, DType::f32).describe();
+  EXPECT_NE(f32_q.find("256 B KV/token, 1028 B/row"), std::string::npos) << f32_q;
+  // memory-bound: a task of many rows and few keys moves mostly rows
+  EXPECT_NEAR(RooflineCostModel(h, kQwen, DType::e4m3).cost_us(64, 16),
+              RooflineCostModel(h, kQwen, DType::bf16).cost_us(64, 16) - 16 * 256 / (h.bandwidth_gbps * 1e3 /
+                                                                                      h.concurrent_blocks),
+              1e-9);
+}
+
 TEST(Roofline, Describe) {
   const std::string d = RooflineCostModel(RooflineParams::h200(), kQwen, DType::bf16).describe();
   EXPECT_NE(d.find("roofline"), std::string::npos) << d;

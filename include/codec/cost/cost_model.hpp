@@ -5,6 +5,7 @@
 // what matters is the shape of C, not its absolute accuracy.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,10 @@ struct RooflineParams {
 
 class RooflineCostModel final : public CostModel {
  public:
-  RooflineCostModel(const RooflineParams& params, const HeadConfig& heads, DType dtype);
+  // kv_dtype prices the KV bytes, q_dtype the query rows (default: the cache's
+  // dtype, or bf16's two bytes under an fp8 cache, whose queries are 16-bit).
+  RooflineCostModel(const RooflineParams& params, const HeadConfig& heads, DType kv_dtype,
+                    std::optional<DType> q_dtype = std::nullopt);
   double cost_us(int rows, long kv_len) const override;
   // A wide task has two blocks' share of the bandwidth and of the tensor cores.
   bool prices_wide() const override { return true; }
