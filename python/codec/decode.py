@@ -11,10 +11,14 @@ from ._tensors import current_stream, host_int32, is_torch
 
 class BatchPrefixDecodeWrapper(PagedWrapper):
     """Decode attention for a batch of requests over a paged KV cache, one
-    query token per request, with every KV page that several requests share
-    read once per batch (CoDec). The interface is FlashInfer's
+    query token a request or a few causal ones (draft tokens to verify), with
+    every KV page that several requests share read once per batch (CoDec). The interface is FlashInfer's
     ``BatchDecodeWithPagedKVCacheWrapper``: ``plan`` once per batch (every
     layer reuses it), then ``run`` per layer.
+
+    The lse that ``run`` returns is in natural log by default; FlashInfer's
+    wrappers and ``merge_state`` use base 2, so code that merges lse the
+    FlashInfer way passes ``run(..., lse_base=2)``.
 
     Args:
         workspace_buffer: a uint8 tensor or array on the device the work runs
@@ -69,6 +73,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         super().__init__(workspace_buffer, kv_layout, use_cuda_graph, backend, max_batch_size, max_num_pages,
                          num_threads, max_query_tokens)
         self._uniform_qo = {}  # (rows, q_len_per_req, device) -> its device qo_indptr, for in-stream plans
+        self._q_len_per_req = None  # the plan's query tokens a request where uniform (None: a qo_indptr's)
 
     def plan(
         self,
@@ -133,6 +138,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,
                  f"q_len_per_req {q_len_per_req!r} must be an int >= 1")
         tokens = 0  # the maximum a CUDA-graph wrapper's first plan fixes: none where one a request
+        uniform = q_len_per_req if qo_indptr is None else None
         if qo_indptr is not None:
             qo_indptr = host_int32(qo_indptr, "qo_indptr")
             tokens = max(int(qo_indptr[-1]) if qo_indptr.size else 0, self._max_batch_size)
@@ -144,6 +150,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
                         logits_soft_cap, q_data_type, kv_data_type, data_type, sm_scale, rope_scale, rope_theta,
                         tokens)
         self._plan_pages(indptr, indices, last_page_len, num_pages, qo_indptr, "causal")
+        self._q_len_per_req = uniform
 
     def plan_block_table(self, block_table: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int,
                          head_dim: int, page_size: int, **kwargs: Any) -> None:
@@ -228,6 +235,19 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         self._slot.plan = self._capacity_plan
         self._planned = True
         self._in_stream = True
+        self._q_len_per_req = q_len_per_req if qo_indptr is None or uniform else None
+
+    def run(self, q: Any, paged_kv_cache: Any, *args: Any, q_len_per_req: Optional[int] = None,
+            **kwargs: Any) -> Any:
+        """Attention of every request's query rows over its KV: the
+        arguments of ``PagedWrapper.run``, and FlashInfer's ``q_len_per_req``,
+        accepted only equal to the planned count (None: as planned)."""
+        _require(q_len_per_req is None or q_len_per_req == self._q_len_per_req,
+                 f"q_len_per_req {q_len_per_req!r} differs from the plan's "
+                 f"{self._q_len_per_req if self._q_len_per_req is not None else 'qo_indptr'}: plan again with it")
+        return super().run(q, paged_kv_cache, *args, **kwargs)
+
+    forward = run  # FlashInfer's older name
 
     def check_stream_plans(self) -> None:
         """Raises ValueError with the first error an in-stream plan met since

@@ -50,6 +50,10 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
     A shared node is read once for every token of every request through it;
     masks cost only in the tasks they cut.
 
+    The lse that ``run`` returns is in natural log by default; FlashInfer's
+    wrappers and ``merge_state`` use base 2, so code that merges lse the
+    FlashInfer way passes ``run(..., lse_base=2)``.
+
     Args:
         float_workspace_buffer: a uint8 tensor or array: on the host the CPU
             engine, on a CUDA device the CUDA engine.

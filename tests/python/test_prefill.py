@@ -40,6 +40,7 @@ def mask_case(mask, rng, q_len, lens):
     if mask in ("custom", "packed"):
         bits = [rng.random((q_len[r], lens[r])) < 0.6 for r in range(len(lens))]
         bits[0][0, :] = False  # a row that sees nothing
+        bits[-1][-1, :] = np.arange(lens[-1]) < lens[-1] - q_len[-1]  # a row that sees only what precedes its tokens
         arg = (np.concatenate([m.reshape(-1) for m in bits]) if mask == "custom"
                else np.concatenate([np.packbits(m.reshape(-1), bitorder="little") for m in bits]))
         return {"custom_mask" if mask == "custom" else "packed_custom_mask": arg}, lambda r, i, j: bits[r][i, j]
@@ -107,8 +108,13 @@ def test_decode_wrapper_takes_several_tokens_a_request_causally():
     uniform = np.arange(0, 3 * len(lens) + 1, 3, dtype=np.int32)
     q3 = np.random.default_rng(3).uniform(-3, 3, (uniform[-1], 8, 64)).astype(np.float32)
     w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type="float32", q_len_per_req=3)
-    out, lse = w.run(q3, cache, return_lse=True)
+    out, lse = w.run(q3, cache, return_lse=True, q_len_per_req=3)  # FlashInfer's run takes it too
     check(out, lse, masked_reference(b, q3, uniform, lambda r, i, j: j <= lens[r] - 3 + i), "float32")
+    with pytest.raises(ValueError, match="q_len_per_req 2 differs from the plan's 3: plan again with it"):
+        w.run(q3, cache, q_len_per_req=2)
+    w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type="float32", qo_indptr=qo_indptr)
+    with pytest.raises(ValueError, match="q_len_per_req 1 differs from the plan's qo_indptr"):
+        w.run(q, cache, q_len_per_req=1)
 
 
 def test_a_long_chunk_reaches_into_the_shared_prefix():
