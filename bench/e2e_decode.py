@@ -11,8 +11,8 @@ backend that fails has its error recorded.
 Backends (NAME, or NAME@ri for the engine's slot-list decode path; without
 @ri the block-table path, codec.integrations.transformers.enable_block_tables):
   codec       paged|codec
-  noop        paged|codec with the decode rows' attention skipped (zeros, no
-              plan; prefill as codec): the engine's floor on that path
+  noop        paged|codec with every attention call skipped, decode rows and
+              prefill chunks (zeros, no plan): the engine's floor on that path
   fi_decode   FlashInfer's BatchDecodeWithPagedKVCacheWrapper on the same page
               tables, tensor-core kernel, planned once per step and layer group
   fi_cascade  FlashInfer's MultiLevelCascadeAttentionWrapper, one level per
@@ -84,7 +84,7 @@ each request's last row in the first three planned steps with prefill
 chunks and the first three decode-only ones (up to 8 requests a step, every
 layer) against attention in float64 over the engine's own cache, under the
 layer group's window and soft-cap and with the layer's sinks
-(`attention_rel_l2_max`; noop's is 1; `attention_variant_effect_min` and
+(`attention_rel_l2_max` and `_min`; noop's are 1, its prefill chunks' rows zeros too; `attention_variant_effect_min` and
 `_max`: the least and most a backend that ignored the window, soft-cap and
 sinks would be off by on a checked row, which the benchmark's weights keep
 large, e2e_models.weigh_variants),

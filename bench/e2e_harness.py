@@ -107,6 +107,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         row["step_host_ms_median"] = profile.medians()
     if attention is not None and attention.errors:  # the first planned steps' rows checked against float64
         row["attention_rel_l2_max"] = max(attention.errors)
+        row["attention_rel_l2_min"] = min(attention.errors)
         row["attention_rows_checked"] = len(attention.errors)
     if attention is not None and attention.variant_effects:  # what ignoring the window, soft-cap, sinks would cost
         row["attention_variant_effect_min"] = min(attention.variant_effects)

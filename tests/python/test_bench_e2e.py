@@ -107,11 +107,13 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     assert check["logprob_rel_l2"] < 2e-3
     # the decode outputs against float64 attention over the engine's cache: bf16 rounding, and zeros' 1
     assert result["rows"]["codec"]["attention_rel_l2_max"] < 1e-2
-    assert result["rows"]["noop"]["attention_rel_l2_max"] == 1.0
+    # every row the floor computed is zeros, the prefill chunks' included (it skips them too)
+    assert result["rows"]["noop"]["attention_rel_l2_max"] == result["rows"]["noop"]["attention_rel_l2_min"] == 1.0
     # the first three planned steps of each kind, two layers each: with prefill chunks the prefix's prefill (its
     # one request's last token) and the three requests' chunks over the cached prefix (on CoDec, each last row);
     # decode-only the warm-up's step, then two of the three requests'
     assert result["rows"]["codec"]["attention_rows_checked"] == 2 * (1 + 3 + 1 + 3 + 3)
+    assert result["rows"]["noop"]["attention_rows_checked"] == result["rows"]["codec"]["attention_rows_checked"]
     assert "attention_variant_effect_min" not in result["rows"]["codec"]  # no window, soft-cap or sinks
     # parallel sampling: one prompt, its sequences forked after the prefill, decoding together; and a second
     # workload on the same model, with its own files
