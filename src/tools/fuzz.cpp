@@ -57,11 +57,12 @@ struct Case {
   int capacity_slack = -1;
   int window_left = -1;       // a sliding window (QueryBatch::window_left)
   std::vector<float> sinks;   // attention sinks, one a qo head (AttentionIO::sinks), or none
+  bool one_scale = false;     // an fp8 cache's scales as one value for every kv head (KvScale count 1)
 
   std::string describe() const {
     std::ostringstream os;
     os << "heads " << w.heads.num_qo_heads << "/" << w.heads.num_kv_heads << "/" << w.heads.head_dim << " "
-       << to_string(w.dtype) << " page " << w.page_size << " nodes " << w.nodes.size() << " requests "
+       << to_string(w.dtype) << (one_scale ? " one scale" : "") << " page " << w.page_size << " nodes " << w.nodes.size() << " requests "
        << w.requests.size() << " " << name_of(layout) << " blocks " << options.num_blocks << " tile "
        << options.max_tile_rows
        << (options.wide_tile_rows ? " wide " + std::to_string(options.wide_tile_rows) + "/" +
@@ -199,8 +200,11 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   }
   // a capacity's sizes bound derived forests (a flat one lists a request's path nodes apart)
   if (!c.flat && d.chance(0.25)) c.capacity_slack = d.chance(0.5) ? 0 : d.in(1, 40);
-  // an fp8 cache with a scale a kv head, under bf16 queries
-  if (d.chance(0.15)) c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
+  // an fp8 cache with a scale a kv head, or one for them all, under bf16 queries
+  if (d.chance(0.15)) {
+    c.w.dtype = d.pick({DType::e4m3, DType::e5m2});
+    c.one_scale = d.chance(0.3);
+  }
   if (d.chance(0.15)) c.window_left = d.chance(0.3) ? d.in(0, 4) : d.in(5, 400);
   // a soft-cap, from one that flattens most logits to one that touches few, and sinks from far below the
   // logits to far above (each row's lse then mostly the sink's)
@@ -370,7 +374,8 @@ WorkloadQueries case_queries(const Case& c, const Batch& b, const PageTable& tab
 
 // Runs one case; returns "" when it matches the reference, else what differed.
 std::string check_case(const Case& c, bool cuda) {
-  const Batch b = materialize(c.w);
+  Batch b = materialize(c.w);
+  if (c.one_scale) b.k_scale.resize(1), b.v_scale.resize(1);  // head 0's for every head: a scalar k_scale
   const PageTable table = b.page_table();
   const WorkloadQueries case_q = case_queries(c, b, table);
   QueryBatch queries = case_q.view();
@@ -505,7 +510,7 @@ int run_fuzz(const FuzzArgs& args) {
   int passed = 0, failed = 0;
   int causal = 0, trees = 0, custom = 0;  // cases of several query tokens a request, by mask
   int at_capacity = 0;                    // cases planned at a capacity (CUDA graphs)
-  int fp8 = 0;                            // cases of an fp8 cache
+  int fp8 = 0, one_scale = 0;             // cases of an fp8 cache, of one with a scale for every kv head
   int windows = 0;                        // cases of a sliding window
   int soft_caps = 0, sinks = 0;           // cases of a logit soft-cap, of attention sinks
   for (int i = first; i < first + count; ++i) {
@@ -523,6 +528,7 @@ int run_fuzz(const FuzzArgs& args) {
         causal += c.w.q_len > 1 && c.w.tree_width == 0 && c.custom_keep <= 0;
         at_capacity += c.capacity_slack >= 0;
         fp8 += is_fp8(c.w.dtype);
+        one_scale += c.one_scale;
         windows += c.window_left >= 0;
         soft_caps += c.w.heads.logits_soft_cap > 0;
         sinks += !c.sinks.empty();
@@ -549,8 +555,8 @@ int run_fuzz(const FuzzArgs& args) {
     std::fflush(stdout);
   }
   std::printf("%d passed, %d failed (several query tokens a request: %d causal, %d draft trees, %d custom masks; "
-              "%d at a capacity; %d fp8 caches; %d sliding windows, %d soft-caps, %d with sinks)\n",
-              passed, failed, causal, trees, custom, at_capacity, fp8, windows, soft_caps, sinks);
+              "%d at a capacity; %d fp8 caches, %d of one scale; %d sliding windows, %d soft-caps, %d with sinks)\n",
+              passed, failed, causal, trees, custom, at_capacity, fp8, one_scale, windows, soft_caps, sinks);
   return failed == 0 ? 0 : 1;
 }
 

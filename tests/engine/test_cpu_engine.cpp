@@ -515,21 +515,33 @@ TEST(CpuEngine, QueryTokensAtOneCapacityShareTheirLayout) {
       "max_mask_bytes 16 must be >= 0, and 0 without a maximum of query tokens"));
 }
 
-// A prefill chunk of hundreds of tokens over a cached prefix: one request's
-// own last node holds them all, and its causal mask cuts every KV tile.
-TEST(CpuEngine, ALongChunkOverACachedPrefix) {
-  test::RandomBatchSpec spec = test::engine_spec(4, {8, 2, 128}, DType::bf16, 16, 3, 3, 0.0, 20);
-  spec.max_tail = 700;
-  const test::RandomBatch b = test::make_random_batch(spec);
-  const test::RandomQueries q = test::chunk_queries(b, 300, 9);
-  const PageTable table = b.table();
-  const ReferenceResult ref = reference_attention(table, b.kv(), spec.heads, q.q.data(), q.view());
-  PlannerOptions opt;
-  opt.num_blocks = 5;
-  const Plan plan = make_plan(derive_forest(table), spec.heads, spec.dtype,
-                              RooflineCostModel(RooflineParams::cpu(2), spec.heads, spec.dtype), opt, q.view());
-  EXPECT_GT(plan.extent().masked_tasks, 0);
-  expect_matches(run(plan, b.kv(), q.q.data()), ref, "300-token chunks");
+// Prefill chunks of hundreds and of 4,096 tokens over a cached prefix: a
+// request's own last node holds most of its chunk, whose causal mask cuts
+// every KV tile there; where its own tokens are fewer than the chunk, the
+// chunk reaches back into the shared nodes.
+TEST(CpuEngine, LongChunksOverACachedPrefix) {
+  struct Case {
+    HeadConfig heads;
+    int chunk, requests, max_node_pages, max_tail;
+  };
+  for (const Case c : {Case{{8, 2, 128}, 300, 3, 20, 700}, Case{{1, 1, 64}, 4096, 2, 60, 4500}}) {
+    test::RandomBatchSpec spec = test::engine_spec(4, c.heads, DType::bf16, 16, 3, c.requests, 0.0, c.max_node_pages);
+    spec.max_tail = c.max_tail;
+    const test::RandomBatch b = test::make_random_batch(spec);
+    const test::RandomQueries q = test::chunk_queries(b, c.chunk, 9);
+    const std::string what = std::to_string(c.chunk) + "-token chunks";
+    int longest = 0;
+    for (std::size_t r = 1; r < q.qo_indptr.size(); ++r) longest = std::max(longest, q.qo_indptr[r] - q.qo_indptr[r - 1]);
+    ASSERT_EQ(longest, c.chunk) << what;
+    const PageTable table = b.table();
+    const ReferenceResult ref = reference_attention(table, b.kv(), spec.heads, q.q.data(), q.view());
+    PlannerOptions opt;
+    opt.num_blocks = 5;
+    const Plan plan = make_plan(derive_forest(table), spec.heads, spec.dtype,
+                                RooflineCostModel(RooflineParams::cpu(2), spec.heads, spec.dtype), opt, q.view());
+    EXPECT_GT(plan.extent().masked_tasks, 0) << what;
+    expect_matches(run(plan, b.kv(), q.q.data()), ref, what);
+  }
 }
 
 TEST(CpuEngine, BadQueryBatchesAreRefusedByName) {

@@ -270,6 +270,53 @@ TEST(Planner, SingleTaskBlocksHoldTheTaskOfTheirIndex) {
 
 // A capacity made for one query token a request refuses masks by name (one
 // causal token each has none); its plans carry no mask arrays.
+// Causal query tokens cut only the tasks whose keys reach past the first of
+// them: with every request's tokens inside its own last node, no task of a
+// node that some request passes through is masked (its rows see all of it),
+// and a last node's tasks are masked only where they hold a query position.
+TEST(Planner, CausalTokensMaskOnlyTheTasksTheyCut) {
+  const HeadConfig heads{8, 2, 64};
+  int masked = 0, unmasked_last = 0, shared = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    const Forest f = random_forest(seed, 16, heads);
+    std::vector<bool> last(f.nodes.size(), false);
+    std::vector<std::int32_t> qo_indptr{0};
+    for (int r = 0; r < f.num_requests(); ++r) {
+      const int node = f.request_node[r];
+      last[node] = true;
+      qo_indptr.push_back(qo_indptr.back() + std::max(1, std::min(1 + r % 9, f.nodes[node].num_tokens)));
+    }
+    QueryBatch q;
+    q.qo_indptr = qo_indptr;
+    q.mask = QueryMask::causal;
+    PlannerOptions opt;
+    opt.num_blocks = 16;
+    const Plan plan = make_plan(f, heads, DType::bf16, roofline(heads), opt, q);
+    const PlanView v = plan.view();
+    ASSERT_TRUE(v.masks) << "seed " << seed;
+    for (int t = 0; t < plan.stats().num_tasks; ++t) {
+      const Task& task = v.tasks[t];
+      if (!last[task.node]) {
+        EXPECT_FALSE(v.masked(task)) << "seed " << seed << ": task " << t << " of node " << task.node;
+        ++shared;
+        continue;
+      }
+      // a last node: masked exactly where some row's causal limit falls inside the task's keys
+      bool cut = false;
+      for (int row = task.row_begin; row < task.row_end; ++row) {
+        const int token = v.node_reqs[task.req_begin + row / v.group];
+        cut |= v.query_hi[token] < v.node_kv_begin[task.node] + task.kv_end;
+      }
+      EXPECT_EQ(v.masked(task), cut) << "seed " << seed << ": task " << t;
+      masked += cut;
+      unmasked_last += !cut;
+    }
+  }
+  EXPECT_GT(shared, 0);
+  EXPECT_GT(masked, 0);
+  EXPECT_GT(unmasked_last, 0);  // chunks of last nodes that end before every query token
+}
+
 TEST(Planner, PlansAtACapacityRefuseMasksByName) {
   const HeadConfig heads{8, 2, 64};
   const Forest f = random_forest(5, 16, heads);

@@ -251,6 +251,39 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.codec.merge_state.default, (v_a, s_a, v_b, s_b, False))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_cuda)])
+def test_scales_and_sinks_through_the_custom_op(device):
+    """k_scale, v_scale and sinks as the registered op's arguments: opcheck,
+    and a fullgraph compile of the prefill wrapper's run (several causal
+    tokens a request) equal to its eager result, which the scales change."""
+    dtype = "bfloat16" if device == "cuda" else "float32"
+    b = random_batch(72, 8, 2, 64, 16, dtype, nodes=4, requests=5)
+    rows = np.arange(b.batch_size + 1, dtype=np.int32) * 2  # two tokens a request: each request's q row twice
+    w = codec.BatchPrefixPrefillWrapper(torch.empty(64 << 20, dtype=torch.uint8, device=device))
+    w.plan(torch.from_numpy(rows), *(torch.from_numpy(x) for x in (b.indptr, b.indices, b.last_page_len)),
+           8, 2, 64, 16, causal=True, q_data_type=TORCH_DTYPE[dtype], num_pages=b.num_pages)
+    q = as_torch(store(np.repeat(b.q, 2, axis=0), dtype), dtype, device)
+    k, v = torch_cache(b, dtype, "NHD", "tuple", device)
+    k_scale = torch.tensor([0.5, 2.0], device=device)
+    v_scale = torch.tensor([1.5, 0.25], device=device)
+    sinks = torch.linspace(-1.0, 1.0, 8, device=device)
+    out = torch.zeros_like(q)
+    lse = torch.zeros(q.shape[:2], device=device)
+    torch.library.opcheck(torch.ops.codec.batch_prefix_decode.default,
+                          (q, k, v, w._workspace, out, lse, w._handle, False, False, k_scale, v_scale, sinks))
+
+    def step(q, k, v, k_scale, v_scale, sinks):
+        return w.run(q, (k, v), return_lse=True, k_scale=k_scale, v_scale=v_scale, sinks=sinks)
+
+    eager = step(q, k, v, k_scale, v_scale, sinks)
+    plain = step(q, k, v, None, None, None)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v, k_scale, v_scale, sinks)
+    for x, y, z in zip(compiled, eager, plain):
+        assert torch.equal(x, y)
+        assert not torch.allclose(y, z)
+
+
 @needs_cuda
 def test_two_streams_and_the_current_stream():
     b = random_batch(81, 32, 8, 128, 16, "float16", nodes=6, requests=9)

@@ -53,6 +53,25 @@ def test_bad_sinks_are_refused_by_name():
         w.run(b.q, cache, sinks=np.array([0, 0, np.nan, 0, 0, 0, 0, 0], np.float32))
 
 
+@pytest.mark.parametrize("window_left", [-2, 1.5])
+def test_bad_windows_are_refused_by_name(window_left):
+    """Before any plan is made, on both wrappers: the planned window stays as it was."""
+    b = random_batch(13, 8, 2, 64, 7, "float32", nodes=3, requests=3)
+    decode = codec.BatchPrefixDecodeWrapper(np.zeros(16 << 20, np.uint8))
+    decode.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", window_left=4)
+    with pytest.raises(ValueError, match=f"window_left {window_left} must be an int >= -1"):
+        decode.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", window_left=window_left)
+    out = decode.run(b.q, np.ascontiguousarray(np.stack([b.k, b.v], axis=1)))
+    assert out.shape == b.q.shape  # the window-4 plan still stands
+    with pytest.raises(ValueError, match="window_left -1 differs from the planned 4"):
+        decode.run(b.q, np.ascontiguousarray(np.stack([b.k, b.v], axis=1)), window_left=-1)
+    prefill = codec.BatchPrefixPrefillWrapper(np.zeros(16 << 20, np.uint8))
+    qo = np.arange(b.batch_size + 1, dtype=np.int32)
+    with pytest.raises(ValueError, match=f"window_left {window_left} must be an int >= -1"):
+        prefill.plan(qo, b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32",
+                     window_left=window_left)
+
+
 @pytest.mark.parametrize("window_left", [0, 9, 1000])
 def test_sliding_windows_match_float64(window_left):
     """window_left (FlashInfer's): one token a request sees window_left + 1 keys up to its own, on the
