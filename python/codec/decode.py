@@ -12,9 +12,9 @@ from ._tensors import current_stream, host_int32, is_torch
 class BatchPrefixDecodeWrapper(PagedWrapper):
     """Decode attention for a batch of requests over a paged KV cache, one
     query token a request or a few causal ones (draft tokens to verify), with
-    every KV page that several requests share read once per batch (CoDec). The interface is FlashInfer's
-    ``BatchDecodeWithPagedKVCacheWrapper``: ``plan`` once per batch (every
-    layer reuses it), then ``run`` per layer.
+    every KV page that several requests share read once per batch (CoDec).
+    The interface is FlashInfer's ``BatchDecodeWithPagedKVCacheWrapper``:
+    ``plan`` once per batch (every layer reuses it), then ``run`` per layer.
 
     The lse that ``run`` returns is in natural log by default; FlashInfer's
     wrappers and ``merge_state`` use base 2, so code that merges lse the
