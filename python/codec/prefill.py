@@ -131,6 +131,17 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         kv_data_type: Any = None,
         o_data_type: Any = None,
         non_blocking: bool = True,
+        prefix_len_ptr: Any = None,
+        token_pos_in_items_ptr: Any = None,
+        token_pos_in_items_len: int = 0,
+        max_item_len_ptr: Any = None,
+        seq_lens: Any = None,
+        seq_lens_q: Any = None,
+        block_tables: Any = None,
+        max_token_per_sequence: Optional[int] = None,
+        max_sequence_kv: Optional[int] = None,
+        fixed_split_size: Optional[int] = None,
+        disable_split_kv: bool = False,
         *,
         draft_mask: Any = None,
         num_pages: Optional[int] = None,
@@ -162,10 +173,29 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
                 window applies with any mask.
             pos_encoding_mode, use_fp16_qk_reduction, rope_scale,
             rope_theta: FlashInfer's; CoDec supports their defaults only.
+            prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
+            max_item_len_ptr: FlashInfer's multi-item scoring, not supported
+                (refused unless at their defaults).
+            seq_lens, seq_lens_q, block_tables, max_token_per_sequence,
+            max_sequence_kv: the same batch in the forms FlashInfer's
+                trtllm-gen and cuDNN backends take; accepted and not read:
+                CoDec plans from the CSR tables, as FlashInfer's fa2 does.
+            fixed_split_size, disable_split_kv: FlashInfer's split-KV
+                controls; CoDec's planner chooses the splits, so only their
+                defaults (None or -1, False) are accepted.
         """
         _require(head_dim_vo in (None, head_dim_qk), f"head_dim_vo {head_dim_vo} differs from head_dim_qk "
                  f"{head_dim_qk}: V and K of different widths are not supported yet")
         _require(not use_fp16_qk_reduction, "use_fp16_qk_reduction: CoDec accumulates in fp32")
+        items = {"prefix_len_ptr": prefix_len_ptr, "token_pos_in_items_ptr": token_pos_in_items_ptr,
+                 "max_item_len_ptr": max_item_len_ptr}
+        _require(all(x is None for x in items.values()) and token_pos_in_items_len == 0,
+                 f"{', '.join(k for k, x in items.items() if x is not None) or 'token_pos_in_items_len'}: "
+                 "FlashInfer's multi-item scoring is not supported")
+        _require(fixed_split_size in (None, -1) and not disable_split_kv,
+                 f"fixed_split_size {fixed_split_size}, disable_split_kv {disable_split_kv}: CoDec's planner "
+                 "chooses the KV splits (only the defaults None and False are accepted)")
+        del seq_lens, seq_lens_q, block_tables, max_token_per_sequence, max_sequence_kv  # CSR tables instead
         qo = host_int32(qo_indptr, "qo_indptr")
         # a CUDA-graph wrapper's first plan fixes its query tokens where no maximum was given
         tokens = max(int(qo[-1]) if qo.size else 0, self._max_batch_size, 1)

@@ -158,6 +158,19 @@ def test_bad_query_batches_are_refused_by_name():
         plan(qo_indptr, packed_custom_mask=np.ones(1, np.uint8))
     with pytest.raises(ValueError, match="give one of custom_mask, packed_custom_mask and draft_mask"):
         plan(qo_indptr, custom_mask=np.ones(3, bool), draft_mask=np.ones(3, bool))
+    # FlashInfer's other plan arguments: multi-item scoring and fixed splits refused, other backends' forms ignored
+    with pytest.raises(ValueError, match="prefix_len_ptr: FlashInfer's multi-item scoring is not supported"):
+        plan(qo_indptr, prefix_len_ptr=np.zeros(len(lens), np.uint32))
+    with pytest.raises(ValueError, match="token_pos_in_items_len: FlashInfer's multi-item scoring"):
+        plan(qo_indptr, token_pos_in_items_len=20)
+    with pytest.raises(ValueError, match="fixed_split_size 64, disable_split_kv False: CoDec's planner chooses"):
+        plan(qo_indptr, fixed_split_size=64)
+    with pytest.raises(ValueError, match="fixed_split_size None, disable_split_kv True"):
+        plan(qo_indptr, disable_split_kv=True)
+    plan(qo_indptr, causal=True, seq_lens=lens.astype(np.uint32), block_tables=np.zeros((len(lens), 4), np.uint32),
+         max_token_per_sequence=int(q_len.max()), max_sequence_kv=int(lens.max()), fixed_split_size=-1)
+    out, lse = w.run(q, cache_of(b, "float32", "NHD", "interleaved"), return_lse=True)
+    check(out, lse, masked_reference(b, q, qo_indptr, lambda r, i, j: j <= lens[r] - q_len[r] + i), "float32")
     w.plan(qo_indptr, b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size, q_data_type="float32")
     with pytest.raises(ValueError, match=f"q.batch {len(lens)} differs|out.batch"):
         w.run(q[:len(lens)], cache_of(b, "float32", "NHD", "interleaved"))
