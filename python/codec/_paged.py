@@ -91,15 +91,20 @@ class PagedWrapper:
 
     def _configure(self, num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode="NONE", window_left=-1,
                    logits_soft_cap=None, q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
-                   rope_scale=None, rope_theta=None, query_tokens=0) -> None:
-        """Checks plan's arguments and makes the planner for them (kept while they stay the same).
+                   rope_scale=None, rope_theta=None, query_tokens=0, o_data_type=None, fixed_split_size=None,
+                   disable_split_kv=False) -> int:
+        """Checks plan's arguments and makes the planner for them (kept while they stay the same); returns
+        the window, which becomes the wrapper's once its plan is made (_plan_pages).
         query_tokens: the maximum of query tokens a CUDA-graph wrapper takes
-        unless it was given one (0: one a request)."""
+        unless it was given one (0: one a request). o_data_type, fixed_split_size,
+        disable_split_kv: FlashInfer's, accepted at q's dtype and their defaults only."""
         _require(pos_encoding_mode == "NONE",
                  f"pos_encoding_mode {pos_encoding_mode!r}: CoDec takes RoPE applied before the cache ('NONE')")
         window = -1 if window_left is None else window_left
         _require(isinstance(window, int) and window >= -1, f"window_left {window_left!r} must be an int >= -1")
-        self._window_left = window
+        _require(fixed_split_size in (None, -1) and not disable_split_kv,
+                 f"fixed_split_size {fixed_split_size}, disable_split_kv {disable_split_kv}: CoDec's planner "
+                 "chooses the KV splits (only the defaults None and False are accepted)")
         cap = 0.0 if logits_soft_cap is None else float(logits_soft_cap)
         _require(math.isfinite(cap) and cap >= 0, f"logits_soft_cap {logits_soft_cap} must be None or finite >= 0")
         _require(rope_scale is None and rope_theta is None, "rope_scale and rope_theta: CoDec applies no RoPE")
@@ -108,7 +113,8 @@ class PagedWrapper:
         kv_dtype = q_dtype if kv_source is None else dtype_name(kv_source, "kv_data_type")
         _require(q_dtype not in FP8, f"q_data_type {q_dtype}: fp8 is a KV cache dtype; q is float16 or bfloat16 "
                  "(or float32 on the CPU engine)")
-        self._q_dtype = q_dtype
+        _require(o_data_type is None or dtype_name(o_data_type, "o_data_type") == q_dtype,
+                 f"o_data_type {o_data_type} differs from q's {q_dtype}")
         _require(q_dtype == kv_dtype or kv_dtype in FP8, f"q_data_type {q_dtype} and kv_data_type {kv_dtype} "
                  "differ: q and KV share one dtype but under an fp8 cache")
         for name, value in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
@@ -134,10 +140,11 @@ class PagedWrapper:
                 self._num_threads, cost_table_dirs=[_COST_TABLES], max_query_tokens=tokens,
                 max_mask_bytes=self._max_mask_bytes if tokens else 0, q_dtype=q_dtype, logits_soft_cap=cap)
             self._config = config
+        return window
 
-    def _plan_pages(self, indptr: Any, indices: Any, last_page_len: Any, num_pages: Optional[int],
+    def _plan_pages(self, indptr: Any, indices: Any, last_page_len: Any, num_pages: Optional[int], window: int,
                     qo_indptr: Any = None, mask: str = "causal", mask_bits: Any = None) -> None:
-        """Plans the page table (host copies of any tensors), with qo_indptr
+        """Plans the page table (host copies of any tensors) under `window` (_configure's), with qo_indptr
         several query tokens a request under `mask`, and uploads the plan."""
         indptr_h = host_int32(indptr, "indptr")
         indices_h = host_int32(indices, "indices")
@@ -145,10 +152,10 @@ class PagedWrapper:
         qo_h = None if qo_indptr is None else host_int32(qo_indptr, "qo_indptr")
         if num_pages is None:
             num_pages = int(indices_h.max()) + 1 if indices_h.size else 1
-        plan = self._planner.plan(indptr_h, indices_h, last_h, int(num_pages), qo_h, mask, mask_bits,
-                                  self._window_left)
+        plan = self._planner.plan(indptr_h, indices_h, last_h, int(num_pages), qo_h, mask, mask_bits, window)
         self._planner.upload(plan, self._workspace, current_stream(self._workspace))
         self._slot.plan = plan
+        self._window_left = window
         self._planned = True
         self._in_stream = False
 

@@ -98,6 +98,12 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         num_pages: Optional[int] = None,
         q_len_per_req: int = 1,
         qo_indptr: Any = None,
+        window_right: int = 0,
+        o_data_type: Any = None,
+        block_tables: Any = None,
+        seq_lens: Any = None,
+        fixed_split_size: Optional[int] = None,
+        disable_split_kv: bool = False,
     ) -> None:
         """Plans the batch: request r's KV is pages ``indices[indptr[r]:indptr[r+1]]``,
         all full but the last, which holds ``last_page_len[r]`` tokens.
@@ -133,8 +139,17 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
             pos_encoding_mode, rope_scale, rope_theta: FlashInfer's; CoDec
                 supports their defaults only (apply RoPE before writing the
                 cache) and refuses others.
+            window_right, o_data_type, block_tables, seq_lens,
+            fixed_split_size, disable_split_kv: FlashInfer 0.6's keywords.
+                window_right must be 0 (no key after a token's own) and
+                o_data_type q's (or None); block_tables and seq_lens, the
+                batch in its trtllm-gen backend's form, are accepted and not
+                read (the CSR tables plan it); CoDec's planner chooses the KV
+                splits, so fixed splits are refused.
         """
         del non_blocking  # page tables are read on the host; device ones are copied once here either way
+        del block_tables, seq_lens  # the CSR tables plan the batch
+        _require(window_right == 0, f"window_right {window_right}: no query token sees keys after its own (only 0)")
         _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,
                  f"q_len_per_req {q_len_per_req!r} must be an int >= 1")
         tokens = 0  # the maximum a CUDA-graph wrapper's first plan fixes: none where one a request
@@ -146,10 +161,10 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
             batch = host_int32(last_page_len, "last_page_len").size
             qo_indptr = host_int32(list(range(0, (batch + 1) * q_len_per_req, q_len_per_req)), "qo_indptr")
             tokens = self._max_batch_size * q_len_per_req
-        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
-                        logits_soft_cap, q_data_type, kv_data_type, data_type, sm_scale, rope_scale, rope_theta,
-                        tokens)
-        self._plan_pages(indptr, indices, last_page_len, num_pages, qo_indptr, "causal")
+        window = self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
+                                 logits_soft_cap, q_data_type, kv_data_type, data_type, sm_scale, rope_scale,
+                                 rope_theta, tokens, o_data_type, fixed_split_size, disable_split_kv)
+        self._plan_pages(indptr, indices, last_page_len, num_pages, window, qo_indptr, "causal")
         self._q_len_per_req = uniform
 
     def plan_block_table(self, block_table: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int,
@@ -221,10 +236,11 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
                                                      dtype=torch.int32, device=block_table.device)
             qo_indptr = self._uniform_qo[key]
         tokens = 0 if qo_indptr is None else self._max_batch_size * q_len_per_req
-        self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs, query_tokens=tokens)
+        window = self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs, query_tokens=tokens)
         self._planned = False  # a call that fails leaves no plan to run
         self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
-                                  current_stream(self._workspace), qo_indptr, self._window_left)
+                                  current_stream(self._workspace), qo_indptr, window)
+        self._window_left = window
         # What run checks: the host never sees these plans, whose rows index q
         # and whose pages index the cache, up to the table's rows (its tokens:
         # rows × q_len_per_req, or with a device qo_indptr the capacity's) and num_pages.

@@ -192,22 +192,16 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         _require(all(x is None for x in items.values()) and token_pos_in_items_len == 0,
                  f"{', '.join(k for k, x in items.items() if x is not None) or 'token_pos_in_items_len'}: "
                  "FlashInfer's multi-item scoring is not supported")
-        _require(fixed_split_size in (None, -1) and not disable_split_kv,
-                 f"fixed_split_size {fixed_split_size}, disable_split_kv {disable_split_kv}: CoDec's planner "
-                 "chooses the KV splits (only the defaults None and False are accepted)")
         del seq_lens, seq_lens_q, block_tables, max_token_per_sequence, max_sequence_kv  # CSR tables instead
         qo = host_int32(qo_indptr, "qo_indptr")
         # a CUDA-graph wrapper's first plan fixes its query tokens where no maximum was given
         tokens = max(int(qo[-1]) if qo.size else 0, self._max_batch_size, 1)
-        self._configure(num_qo_heads, num_kv_heads, head_dim_qk, page_size, pos_encoding_mode, window_left,
-                        logits_soft_cap, q_data_type, kv_data_type, None, sm_scale, rope_scale, rope_theta, tokens)
-        if o_data_type is not None:
-            from ._tensors import dtype_name
-            _require(dtype_name(o_data_type, "o_data_type") == self._q_dtype,
-                     f"o_data_type {o_data_type} differs from q's {self._q_dtype}")
-        del non_blocking
         _require(sum(m is not None for m in (custom_mask, packed_custom_mask, draft_mask)) <= 1,
                  "give one of custom_mask, packed_custom_mask and draft_mask")
+        window = self._configure(num_qo_heads, num_kv_heads, head_dim_qk, page_size, pos_encoding_mode, window_left,
+                                 logits_soft_cap, q_data_type, kv_data_type, None, sm_scale, rope_scale, rope_theta,
+                                 tokens, o_data_type, fixed_split_size, disable_split_kv)
+        del non_blocking
         indptr = host_int32(paged_kv_indptr, "paged_kv_indptr")
         last = host_int32(paged_kv_last_page_len, "paged_kv_last_page_len")
         _require(qo.size == indptr.size, f"qo_indptr has {qo.size} entries, paged_kv_indptr {indptr.size}: one "
@@ -222,4 +216,4 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
             mask, bits = "draft", _pack_rows(draft_mask, q_len * q_len, "draft_mask")
         else:
             mask, bits = ("causal" if causal else "none"), None
-        self._plan_pages(indptr, paged_kv_indices, last, num_pages, qo, mask, bits)
+        self._plan_pages(indptr, paged_kv_indices, last, num_pages, window, qo, mask, bits)

@@ -117,6 +117,27 @@ def test_decode_wrapper_takes_several_tokens_a_request_causally():
         w.run(q, cache, q_len_per_req=1)
 
 
+def test_flashinfer_decode_plan_keywords():
+    """FlashInfer 0.6's other decode plan keywords: accepted at their defaults or, for the batch's other
+    forms, not read; refused by name otherwise, before the plan changes."""
+    b, q, _, _, lens, _ = setup(8)
+    one = q[:len(lens)]
+    cache = cache_of(b, "float32", "NHD", "interleaved")
+    w = codec.BatchPrefixDecodeWrapper(np.zeros(32 << 20, np.uint8))
+    plan = lambda **kw: w.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, b.page_size,  # noqa: E731
+                               q_data_type="float32", **kw)
+    plan(window_right=0, o_data_type="float32", block_tables=np.zeros((len(lens), 3), np.int32),
+         seq_lens=lens.astype(np.int32), fixed_split_size=-1, disable_split_kv=False)
+    out, lse = w.run(one, cache, return_lse=True)
+    check(out, lse, masked_reference(b, one, np.arange(len(lens) + 1), lambda r, i, j: True), "float32")
+    for kw, match in (({"window_right": 3}, "window_right 3: no query token sees keys after its own"),
+                      ({"o_data_type": "float16"}, "o_data_type float16 differs from q's float32"),
+                      ({"fixed_split_size": 32}, "fixed_split_size 32, disable_split_kv False: CoDec's planner"),
+                      ({"disable_split_kv": True}, "disable_split_kv True")):
+        with pytest.raises(ValueError, match=match):
+            plan(**kw)
+
+
 def test_a_long_chunk_reaches_into_the_shared_prefix():
     """Two requests share 3 pages; request 1's 40 query tokens start inside them (its own part is 5 tokens)."""
     rng = np.random.default_rng(5)

@@ -61,6 +61,9 @@ def test_bad_windows_are_refused_by_name(window_left):
     decode.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", window_left=4)
     with pytest.raises(ValueError, match=f"window_left {window_left} must be an int >= -1"):
         decode.plan(b.indptr, b.indices, b.last_page_len, 8, 2, 64, 7, q_data_type="float32", window_left=window_left)
+    # a plan that fails after its arguments passed (a bad page table) leaves the planned window too
+    with pytest.raises(ValueError, match="last_page_len"):
+        decode.plan(b.indptr, b.indices, b.last_page_len[:-1], 8, 2, 64, 7, q_data_type="float32", window_left=9)
     out = decode.run(b.q, np.ascontiguousarray(np.stack([b.k, b.v], axis=1)))
     assert out.shape == b.q.shape  # the window-4 plan still stands
     with pytest.raises(ValueError, match="window_left -1 differs from the planned 4"):
