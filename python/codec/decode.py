@@ -47,6 +47,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         paged_kv_last_page_len_buffer, backend: FlashInfer's, accepted so that
             code written for it runs unchanged: the buffers' lengths give the
             maxima of CUDA-graph mode; CoDec always uses tensor cores.
+        jit_args: FlashInfer's custom JIT variants; refused unless None.
         num_threads: CPU engine threads (0: OpenMP's default).
     """
     def __init__(
@@ -59,6 +60,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         paged_kv_indices_buffer: Any = None,
         paged_kv_last_page_len_buffer: Any = None,
         backend: str = "auto",
+        jit_args: Any = None,
         *,
         max_batch_size: Optional[int] = None,
         max_num_pages: Optional[int] = None,
@@ -66,6 +68,8 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         num_threads: int = 0,
     ) -> None:
         del use_tensor_cores  # CoDec's kernels always run on tensor cores
+        _require(jit_args is None, "jit_args: FlashInfer's JIT attention variants are not supported (CoDec's "
+                 "kernels are compiled with the package)")
         if paged_kv_last_page_len_buffer is not None and max_batch_size is None:
             max_batch_size = len(paged_kv_last_page_len_buffer)
         if paged_kv_indices_buffer is not None and max_num_pages is None:

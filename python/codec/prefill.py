@@ -66,6 +66,8 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         backend: FlashInfer's: in CUDA-graph mode their lengths give the
             maxima (requests, page-table entries, packed mask bytes); CoDec
             reads plans from its workspace, not from them.
+        jit_args, jit_kwargs: FlashInfer's custom JIT variants; refused
+            unless None.
         max_batch_size, max_num_pages, max_query_tokens, max_mask_bytes: the
             maxima of CUDA-graph mode where no buffer gives them: requests,
             page-table entries, query tokens in all (q's and out's rows; by
@@ -86,6 +88,8 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         custom_mask_buf: Any = None,
         mask_indptr_buf: Any = None,
         backend: str = "auto",
+        jit_args: Any = None,
+        jit_kwargs: Any = None,
         *,
         max_batch_size: Optional[int] = None,
         max_num_pages: Optional[int] = None,
@@ -94,6 +98,8 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         num_threads: int = 0,
     ) -> None:
         del paged_kv_indptr_buf, mask_indptr_buf
+        _require(jit_args is None and jit_kwargs is None, "jit_args, jit_kwargs: FlashInfer's JIT attention "
+                 "variants are not supported (CoDec's kernels are compiled with the package)")
         if max_batch_size is None:
             if paged_kv_last_page_len_buf is not None:
                 max_batch_size = len(paged_kv_last_page_len_buf)

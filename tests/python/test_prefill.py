@@ -136,6 +136,10 @@ def test_flashinfer_decode_plan_keywords():
                       ({"disable_split_kv": True}, "disable_split_kv True")):
         with pytest.raises(ValueError, match=match):
             plan(**kw)
+    with pytest.raises(ValueError, match="jit_args: FlashInfer's JIT attention variants are not supported"):
+        codec.BatchPrefixDecodeWrapper(np.zeros(1 << 20, np.uint8), jit_args=["variant"])
+    with pytest.raises(ValueError, match="jit_args, jit_kwargs: FlashInfer's JIT attention variants"):
+        codec.BatchPrefixPrefillWrapper(np.zeros(1 << 20, np.uint8), jit_kwargs={"variant": 1})
 
 
 def test_a_long_chunk_reaches_into_the_shared_prefix():
