@@ -157,7 +157,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,
                  f"q_len_per_req {q_len_per_req!r} must be an int >= 1")
         tokens = 0  # the maximum a CUDA-graph wrapper's first plan fixes: none where one a request
-        uniform = q_len_per_req if qo_indptr is None else None
+        per_req = q_len_per_req if qo_indptr is None else None  # run's q_len_per_req check
         if qo_indptr is not None:
             qo_indptr = host_int32(qo_indptr, "qo_indptr")
             tokens = max(int(qo_indptr[-1]) if qo_indptr.size else 0, self._max_batch_size)
@@ -169,7 +169,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
                                  logits_soft_cap, q_data_type, kv_data_type, data_type, sm_scale, rope_scale,
                                  rope_theta, tokens, o_data_type, fixed_split_size, disable_split_kv)
         self._plan_pages(indptr, indices, last_page_len, num_pages, window, qo_indptr, "causal")
-        self._q_len_per_req = uniform
+        self._q_len_per_req = per_req
 
     def plan_block_table(self, block_table: Any, seq_lens: Any, num_qo_heads: int, num_kv_heads: int,
                          head_dim: int, page_size: int, **kwargs: Any) -> None:
@@ -231,6 +231,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         _require(qo_indptr is None or self._max_query_tokens is not None,
                  "plan_block_table_in_stream with qo_indptr needs the wrapper's max_query_tokens (the host never "
                  "sees the tokens to fix it)")
+        per_req = q_len_per_req if qo_indptr is None else None  # run's q_len_per_req check
         uniform = qo_indptr is None and q_len_per_req > 1
         if uniform:  # a device constant per shape, kept: every graph that captured one copies from its address
             key = (rows, q_len_per_req, str(block_table.device))
@@ -255,7 +256,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         self._slot.plan = self._capacity_plan
         self._planned = True
         self._in_stream = True
-        self._q_len_per_req = q_len_per_req if qo_indptr is None or uniform else None
+        self._q_len_per_req = per_req
 
     def run(self, q: Any, paged_kv_cache: Any, *args: Any, q_len_per_req: Optional[int] = None,
             **kwargs: Any) -> Any:

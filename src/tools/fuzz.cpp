@@ -62,7 +62,8 @@ struct Case {
   std::string describe() const {
     std::ostringstream os;
     os << "heads " << w.heads.num_qo_heads << "/" << w.heads.num_kv_heads << "/" << w.heads.head_dim << " "
-       << to_string(w.dtype) << (one_scale ? " one scale" : "") << " page " << w.page_size << " nodes " << w.nodes.size() << " requests "
+       << to_string(w.dtype) << (one_scale ? " one scale" : "") << " page " << w.page_size << " nodes "
+       << w.nodes.size() << " requests "
        << w.requests.size() << " " << name_of(layout) << " blocks " << options.num_blocks << " tile "
        << options.max_tile_rows
        << (options.wide_tile_rows ? " wide " + std::to_string(options.wide_tile_rows) + "/" +

@@ -531,7 +531,8 @@ TEST(CpuEngine, LongChunksOverACachedPrefix) {
     const test::RandomQueries q = test::chunk_queries(b, c.chunk, 9);
     const std::string what = std::to_string(c.chunk) + "-token chunks";
     int longest = 0;
-    for (std::size_t r = 1; r < q.qo_indptr.size(); ++r) longest = std::max(longest, q.qo_indptr[r] - q.qo_indptr[r - 1]);
+    for (std::size_t r = 1; r < q.qo_indptr.size(); ++r)
+      longest = std::max(longest, q.qo_indptr[r] - q.qo_indptr[r - 1]);
     ASSERT_EQ(longest, c.chunk) << what;
     const PageTable table = b.table();
     const ReferenceResult ref = reference_attention(table, b.kv(), spec.heads, q.q.data(), q.view());
