@@ -159,6 +159,29 @@ class PagedWrapper:
         self._planned = True
         self._in_stream = False
 
+    def _check_in_stream(self, *tensors: Any) -> None:
+        """What an in-stream plan needs before _configure: a CUDA-graph wrapper and torch tensors (None: absent)."""
+        _require(self._use_cuda_graph, "plan_block_table_in_stream needs a CUDA-graph wrapper (use_cuda_graph=True)")
+        _require(all(t is None or is_torch(t) for t in tensors),
+                 "plan_block_table_in_stream takes torch tensors on the wrapper's device")
+
+    def _plan_in_stream(self, block_table: Any, seq_lens: Any, cumulative: bool, num_pages: int, window: int,
+                        rows: int, qo_indptr: Any = None, mask: str = "causal", mask_bits: Any = None) -> None:
+        """Enqueues the plan of a device block table on the current stream (CudaStreamPlanner) under `window`
+        (_configure's); run then checks q against `rows` and the cache against num_pages, all it can see of
+        plans the host never sees."""
+        self._planned = False  # a call that fails leaves no plan to run
+        self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
+                                  current_stream(self._workspace), qo_indptr, window, mask, mask_bits)
+        self._window_left = window
+        self._stream_rows = rows
+        self._stream_pages = int(num_pages)
+        if self._capacity_plan is None:
+            self._capacity_plan = self._planner.capacity_plan()
+        self._slot.plan = self._capacity_plan
+        self._planned = True
+        self._in_stream = True
+
     def run(
         self,
         q: Any,

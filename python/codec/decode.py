@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ._paged import PagedWrapper, require as _require
-from ._tensors import current_stream, host_int32, is_torch
+from ._tensors import host_int32, is_torch
 
 class BatchPrefixDecodeWrapper(PagedWrapper):
     """Decode attention for a batch of requests over a paged KV cache, one
@@ -221,9 +221,7 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         repeat its last entry). q and out then hold the table's rows ×
         q_len_per_req rows, or with qo_indptr the wrapper's max_query_tokens.
         Other arguments as ``plan``'s."""
-        _require(self._use_cuda_graph, "plan_block_table_in_stream needs a CUDA-graph wrapper (use_cuda_graph=True)")
-        _require(is_torch(block_table) and is_torch(seq_lens) and (qo_indptr is None or is_torch(qo_indptr)),
-                 "plan_block_table_in_stream takes torch tensors on the wrapper's device")
+        self._check_in_stream(block_table, seq_lens, qo_indptr)
         _require(isinstance(q_len_per_req, int) and q_len_per_req >= 1,
                  f"q_len_per_req {q_len_per_req!r} must be an int >= 1")
         kwargs.pop("non_blocking", None)
@@ -242,20 +240,10 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
             qo_indptr = self._uniform_qo[key]
         tokens = 0 if qo_indptr is None else self._max_batch_size * q_len_per_req
         window = self._configure(num_qo_heads, num_kv_heads, head_dim, page_size, **kwargs, query_tokens=tokens)
-        self._planned = False  # a call that fails leaves no plan to run
-        self._planner.stream_plan(block_table, seq_lens, bool(cumulative), int(num_pages), self._workspace,
-                                  current_stream(self._workspace), qo_indptr, window)
-        self._window_left = window
-        # What run checks: the host never sees these plans, whose rows index q
-        # and whose pages index the cache, up to the table's rows (its tokens:
-        # rows × q_len_per_req, or with a device qo_indptr the capacity's) and num_pages.
-        self._stream_rows = rows * q_len_per_req if qo_indptr is None or uniform else self._max_query_tokens
-        self._stream_pages = int(num_pages)
-        if self._capacity_plan is None:
-            self._capacity_plan = self._planner.capacity_plan()
-        self._slot.plan = self._capacity_plan
-        self._planned = True
-        self._in_stream = True
+        # q's rows the plans may cover: the table's tokens (rows × q_len_per_req), or with a device qo_indptr
+        # the capacity's
+        self._plan_in_stream(block_table, seq_lens, cumulative, num_pages, window,
+                             rows * q_len_per_req if per_req is not None else self._max_query_tokens, qo_indptr)
         self._q_len_per_req = per_req
 
     def run(self, q: Any, paged_kv_cache: Any, *args: Any, q_len_per_req: Optional[int] = None,

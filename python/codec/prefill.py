@@ -223,3 +223,57 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         else:
             mask, bits = ("causal" if causal else "none"), None
         self._plan_pages(indptr, paged_kv_indices, last, num_pages, window, qo, mask, bits)
+
+    def plan_block_table_in_stream(self, qo_indptr: Any, block_table: Any, seq_lens: Any, num_qo_heads: int,
+                                   num_kv_heads: int, head_dim_qk: int, page_size: int, *, num_pages: int,
+                                   cumulative: bool = False, causal: bool = False, packed_custom_mask: Any = None,
+                                   packed_draft_mask: Any = None, head_dim_vo: Optional[int] = None,
+                                   **kwargs: Any) -> None:
+        """Plans from device tensors without the host waiting, as the decode
+        wrapper's method of this name does: on the current CUDA stream the
+        tensors are copied to pinned host memory, a host function the stream
+        runs plans them, and the plan is copied into the workspace. Captured
+        in a CUDA graph, every replay plans the batch the tensors then hold
+        (a verification step whose draft trees change shape every step).
+
+        Needs a CUDA-graph wrapper with max_query_tokens (q and out hold that
+        many rows; those past the batch's tokens come out as zeros).
+        ``qo_indptr`` (batch + 1,) int32, ``block_table`` (batch, max_blocks)
+        int32 and ``seq_lens`` (batch,) int32 (with ``cumulative`` the prefix
+        sums, cu_seq_lens) on the device; rows without tokens (a padded
+        batch's tail, qo_indptr repeating its last entry) come last.
+
+        Masks as ``plan``'s, packed: ``packed_custom_mask`` (each request's
+        (q_len, kv_len) matrix in little bit order from a byte boundary) or
+        ``packed_draft_mask`` (each request's (q_len, q_len) over its new
+        tokens, packed the same way): a device uint8 tensor of at most the
+        wrapper's max_mask_bytes, copied whole every step, of which the
+        batch's matrices take what they need. Without one, ``causal``. A
+        batch that cannot be planned (a page id outside ``num_pages``, more
+        than the maxima, a mask shorter than the batch's matrices) runs as
+        zeros, and ``check_stream_plans`` raises its error.
+
+        Other arguments as ``plan``'s (window_left, logits_soft_cap,
+        sm_scale, q_data_type, kv_data_type, ...)."""
+        self._check_in_stream(qo_indptr, block_table, seq_lens, packed_custom_mask, packed_draft_mask)
+        _require(head_dim_vo in (None, head_dim_qk), f"head_dim_vo {head_dim_vo} differs from head_dim_qk "
+                 f"{head_dim_qk}: V and K of different widths are not supported yet")
+        _require(self._max_query_tokens is not None, "plan_block_table_in_stream needs the wrapper's "
+                 "max_query_tokens (the host never sees the tokens to fix it)")
+        _require(packed_custom_mask is None or packed_draft_mask is None,
+                 "give one of packed_custom_mask and packed_draft_mask")
+        for name in ("custom_mask", "draft_mask"):
+            _require(kwargs.get(name) is None, f"{name}: in the stream masks come packed (packed_{name}); the "
+                     "host cannot pack what it never sees")
+            kwargs.pop(name, None)
+        kwargs.pop("non_blocking", None)
+        window = self._configure(num_qo_heads, num_kv_heads, head_dim_qk, page_size, **kwargs,
+                                 query_tokens=self._max_query_tokens)
+        if packed_custom_mask is not None:
+            mask, bits = "custom", packed_custom_mask
+        elif packed_draft_mask is not None:
+            mask, bits = "draft", packed_draft_mask
+        else:
+            mask, bits = ("causal" if causal else "none"), None
+        self._plan_in_stream(block_table, seq_lens, cumulative, num_pages, window, self._max_query_tokens,
+                             qo_indptr, mask, bits)

@@ -30,7 +30,8 @@ void Planner::upload(const PyPlan& p, const Writable& workspace_array, std::uint
 
 void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_array, bool cumulative,
                           std::int64_t num_pages, const Writable& workspace_array, std::uintptr_t stream_handle,
-                          const std::optional<Array>& qo_indptr_array, int window_left) {
+                          const std::optional<Array>& qo_indptr_array, int window_left, const std::string& mask,
+                          const std::optional<Array>& mask_bits_array) {
   const Tensor table = tensor_of(block_table_array, "block_table");
   const Tensor lens = tensor_of(seq_lens_array, "seq_lens");
   const Tensor workspace = tensor_of(workspace_array, "workspace_buffer");
@@ -39,8 +40,25 @@ void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_
   check_device(table, engine_, "block_table");
   check_device(lens, engine_, "seq_lens");
   check_device(workspace, engine_, "workspace_buffer");
-  DeviceQueries queries;  // several causal query tokens a request, where qo_indptr is given
+  DeviceQueries queries;  // several query tokens a request, where qo_indptr is given
   queries.window_left = window_left;
+  queries.mask = query_mask(mask);
+  CODEC_CHECK(qo_indptr_array || queries.mask == QueryMask::causal, "mask '", mask, "' needs qo_indptr");
+  const bool bits = queries.mask == QueryMask::custom || queries.mask == QueryMask::draft;
+  CODEC_CHECK(bits == mask_bits_array.has_value(), bits ? "a " + mask + " mask needs its packed bits (mask_bits)"
+                                                        : "mask_bits given without a custom or draft mask");
+  if (mask_bits_array) {
+    const Tensor m = tensor_of(*mask_bits_array, "mask_bits");
+    check_device(m, engine_, "mask_bits");
+    CODEC_CHECK(m.dtype() == nb::dtype<std::uint8_t>(), "mask_bits has dtype ", dlpack_name(m.dtype()),
+                "; expected uint8 (packed bits)");
+    check_ndim(m, 1, "mask_bits", "(bytes,)");
+    const std::int64_t bytes = m.shape(0), most = setup_.workspace.max_mask_bytes;
+    CODEC_CHECK(bytes >= 1 && bytes <= most && (bytes == 1 || m.stride(0) == 1), "mask_bits is ", shape_of(m),
+                "; expected a contiguous (bytes,) of 1 to the wrapper's max_mask_bytes = ", most, " bytes");
+    queries.mask_bits = static_cast<const std::uint8_t*>(m.data());
+    queries.mask_bytes = bytes;
+  }
   if (qo_indptr_array) {
     const Tensor qo = tensor_of(*qo_indptr_array, "qo_indptr");
     check_device(qo, engine_, "qo_indptr");
@@ -70,7 +88,7 @@ void Planner::stream_plan(const Array& block_table_array, const Array& seq_lens_
   if (!stream_)  // an engine may first call this while capturing its step's graph, which the planner allows
     stream_ = std::make_unique<CudaStreamPlanner>(setup_.heads(), setup_.kv_dtype(), setup_.shape.page_size,
                                                   setup_.cost, setup_.options, setup_.workspace.max_batch_size,
-                                                  int(cols));
+                                                  int(cols), setup_.workspace.max_mask_bytes);
   const BlockTable device{static_cast<const std::int32_t*>(table.data()), int(rows), int(cols),
                           std::int64_t(rows > 1 ? table.stride(0) : cols),  // a column view keeps its rows' stride
                           static_cast<const std::int32_t*>(lens.data()), cumulative};

@@ -61,8 +61,6 @@ Planner::Planner(const std::string& engine, int device, int num_qo_heads, int nu
   if (engine_.cuda) staging_ = std::make_unique<CudaPlanStaging>();
 }
 
-namespace {
-
 QueryMask query_mask(const std::string& name) {
   if (name == "none") return QueryMask::none;
   if (name == "causal") return QueryMask::causal;
@@ -70,8 +68,6 @@ QueryMask query_mask(const std::string& name) {
   if (name == "draft") return QueryMask::draft;
   CODEC_FAIL("mask '", clip(name), "' is not none, causal, custom or draft");
 }
-
-}  // namespace
 
 std::unique_ptr<PyPlan> Planner::plan(const HostInts& indptr, const HostInts& indices, const HostInts& last_page_len,
                                       std::int64_t num_pages, const std::optional<HostInts>& qo_indptr,
@@ -177,7 +173,7 @@ void bind_planning(nb::module_& m) {
       .def("upload", &Planner::upload, nb::arg("plan"), nb::arg("workspace"), nb::arg("stream"))
       .def("stream_plan", &Planner::stream_plan, nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("cumulative"),
            nb::arg("num_pages"), nb::arg("workspace"), nb::arg("stream"), nb::arg("qo_indptr").none() = nb::none(),
-           nb::arg("window_left") = -1)
+           nb::arg("window_left") = -1, nb::arg("mask") = "causal", nb::arg("mask_bits").none() = nb::none())
       .def("capacity_plan", &Planner::capacity_plan)
       .def("take_stream_error", &Planner::take_stream_error)
       .def("stream_stats", &Planner::stream_stats)

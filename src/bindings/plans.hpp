@@ -27,6 +27,8 @@ struct PyPlan {
 };
 
 nb::dict stats_of(const PlanStats& s);
+// A mask by its Python name: "none", "causal", "custom" or "draft".
+QueryMask query_mask(const std::string& name);
 
 class Planner {
  public:
@@ -54,11 +56,13 @@ class Planner {
   // Plans a device block table in stream order (CudaStreamPlanner): the plan
   // reaches the workspace when the stream gets there, and a CUDA graph
   // capturing this re-plans each replay's batch; run it with capacity_plan().
-  // qo_indptr (device, int32 [rows + 1]): several causal query tokens a
-  // request; window_left: a sliding window (QueryBatch::window_left).
+  // qo_indptr (device, int32 [rows + 1]): several query tokens a request
+  // under `mask` (as plan's), a custom or draft mask's packed bits in
+  // mask_bits (device uint8, up to the wrapper's max_mask_bytes, copied
+  // whole every step); window_left: a sliding window (QueryBatch::window_left).
   void stream_plan(const Array& block_table, const Array& seq_lens, bool cumulative, std::int64_t num_pages,
                    const Writable& workspace, std::uintptr_t stream, const std::optional<Array>& qo_indptr,
-                   int window_left);
+                   int window_left, const std::string& mask, const std::optional<Array>& mask_bits);
   // The plan run takes for every stream_plan (its sizes are the capacity's).
   std::unique_ptr<PyPlan> capacity_plan() const;
   // The first error a stream plan met since the last call (its batch ran as the empty plan), or None.

@@ -12,51 +12,7 @@ import numpy as np
 import pytest
 
 import codec
-from batches import TOLERANCE, random_batch, reference, rel_l2, store, widen
-
-FORMATS = {"float8_e4m3fn": (3, 7, 0x7E), "float8_e5m2": (2, 15, 0x7B)}  # mantissa bits, bias, largest code
-
-
-def fp8_values(fmt):
-    """The value of every finite non-negative code of the format, in code order."""
-    mantissa, bias, top = FORMATS[fmt]
-    codes = np.arange(top + 1)
-    e, m = codes >> mantissa, codes & ((1 << mantissa) - 1)
-    return np.where(e == 0, np.ldexp(m.astype(np.float64), 1 - bias - mantissa),
-                    np.ldexp(((1 << mantissa) | m).astype(np.float64), e - bias - mantissa))
-
-
-def quantise(x, fmt):
-    """float values -> the format's bits (nearest, ties to the even code; in range), as uint8."""
-    values = fp8_values(fmt)
-    a = np.abs(x.astype(np.float64))
-    hi = np.clip(np.searchsorted(values, a), 1, values.size - 1)
-    lo = hi - 1
-    take_hi = (values[hi] - a < a - values[lo]) | ((values[hi] - a == a - values[lo]) & (lo % 2 == 1))
-    code = np.where(take_hi, hi, lo).astype(np.uint8)
-    return code | np.where(np.signbit(x), 0x80, 0).astype(np.uint8)
-
-
-def dequantise(bits, fmt):
-    values = fp8_values(fmt)
-    v = values[bits & 0x7F]
-    return np.where(bits & 0x80, -v, v)
-
-
-def fp8_case(seed, fmt, per_head, hq=8, hkv=2, dim=64, page=7):
-    """A random batch whose K and V are stored in `fmt` over scales (one, or one a
-    kv head): the bits, the scales, and the batch of the dequantised values."""
-    b = random_batch(seed, hq, hkv, dim, page, "bfloat16", nodes=4, requests=5)
-    k_scale = (np.linspace(0.5, 2.0, hkv) if per_head else np.array([0.75])).astype(np.float32)
-    v_scale = (np.linspace(3.0, 0.25, hkv) if per_head else np.array([1.5])).astype(np.float32)
-    bits = {}
-    real = {}
-    for name, x, s in (("k", b.k, k_scale), ("v", b.v, v_scale)):
-        per = s if s.size > 1 else np.full(hkv, s[0], np.float32)
-        bits[name] = quantise(x / per[None, None, :, None], fmt)
-        real[name] = (dequantise(bits[name], fmt) * per[None, None, :, None]).astype(np.float32)
-    return bits, k_scale, v_scale, dataclasses.replace(b, k=real["k"], v=real["v"])
-
+from batches import FORMATS, TOLERANCE, fp8_case, reference, rel_l2, store, widen
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("per_head", [False, True], ids=["one_scale", "per_head"])

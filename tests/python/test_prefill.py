@@ -276,6 +276,122 @@ def test_cuda_graph_replays_query_tokens_under_each_mask():
                  q_len_per_req=3)
 
 
+def packed_rows(flat, sizes):
+    """Bool matrices of `sizes` elements each, concatenated, packed each from a byte boundary (little bit order)."""
+    ends = np.cumsum(sizes)
+    return np.concatenate([np.packbits(flat[e - n:e], bitorder="little") for n, e in zip(sizes, ends)])
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mask", ["none", "causal", "packed", "draft", "window"])
+def test_prefill_wrapper_plans_masks_in_the_stream(mask):
+    """A verification step planned inside its CUDA graph: every replay plans
+    the device qo_indptr, block table, lengths and packed mask the tensors
+    then hold (draft trees and custom masks of other shapes each step, a
+    causal window); rows past the batch come out empty; a mask buffer
+    shorter than a batch's matrices runs it as zeros and is reported."""
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device (or this build has no CUDA engine)")
+    cases = [setup(seed, "bfloat16", max_q=12) for seed in range(30, 35)]
+    max_b = max(len(c[4]) for c in cases)
+    cols = max(int(np.diff(c[0].indptr).max()) for c in cases)
+    max_pages = max(c[0].num_pages for c in cases)
+    max_rows = max(int(c[2][-1]) for c in cases)
+    window = 9
+    kinds = {"window": "causal", "packed": "packed", "draft": "draft"}
+    masks = [mask_case(kinds.get(mask, mask), c[5], c[3], c[4]) for c in cases]
+    bits = []
+    for (b, _, _, q_len, lens, _), (kwargs, _) in zip(cases, masks):
+        bits.append(kwargs["packed_custom_mask"] if mask == "packed" else
+                    packed_rows(kwargs["draft_mask"], q_len * q_len) if mask == "draft" else np.zeros(1, np.uint8))
+    mask_bytes = max(x.size for x in bits)
+    w = codec.BatchPrefixPrefillWrapper(torch.zeros(64 << 20, dtype=torch.uint8, device="cuda"), use_cuda_graph=True,
+                                        max_batch_size=max_b, max_num_pages=max_b * cols, max_query_tokens=max_rows,
+                                        max_mask_bytes=mask_bytes)
+    table = torch.full((max_b, cols), -1, dtype=torch.int32, device="cuda")
+    lens_d = torch.zeros(max_b, dtype=torch.int32, device="cuda")
+    qo = torch.zeros(max_b + 1, dtype=torch.int32, device="cuda")
+    bits_d = torch.zeros(mask_bytes, dtype=torch.uint8, device="cuda")
+    q = torch.zeros((max_rows, 8, 64), dtype=torch.bfloat16, device="cuda")
+    out, lse = torch.empty_like(q), torch.empty((max_rows, 8), device="cuda")
+    cache = torch.zeros((max_pages, 2, 7, 2, 64), dtype=torch.bfloat16, device="cuda")
+    packed = {"packed": {"packed_custom_mask": bits_d}, "draft": {"packed_draft_mask": bits_d}}.get(mask, {})
+
+    def load(i):
+        b, qf, qo_indptr, _, _, _ = cases[i]
+        t, n = padded_block_table(b, max_b, cols)
+        table.copy_(torch.from_numpy(t))
+        lens_d.copy_(torch.from_numpy(n))
+        qo.copy_(torch.from_numpy(np.concatenate([qo_indptr, np.full(max_b + 1 - qo_indptr.size, qo_indptr[-1])])
+                                  .astype(np.int32)))
+        bits_d.zero_()
+        bits_d[:bits[i].size] = torch.from_numpy(bits[i]).cuda()
+        q.zero_()
+        q[:qo_indptr[-1]] = torch.from_numpy(store(qf, "bfloat16")).view(torch.bfloat16).cuda()
+        cache[:b.num_pages] = torch.from_numpy(cache_of(b, "bfloat16", "NHD", "interleaved")).view(torch.bfloat16).cuda()
+        out.fill_(float("nan"))
+
+    def step():
+        w.plan_block_table_in_stream(qo, table, lens_d, 8, 2, 64, 7, num_pages=max_pages, q_data_type=torch.bfloat16,
+                                     causal=mask in ("causal", "window"), window_left=window if mask == "window" else -1,
+                                     **packed)
+        w.run(q, cache, out=out, lse=lse)
+
+    load(0)
+    step()  # eagerly first: the capacity is made, the plan lands in stream order
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for i, ((b, qf, qo_indptr, q_len, lens, _), (_, sees)) in enumerate(zip(cases, masks)):
+        load(i)
+        graph.replay()
+        torch.cuda.synchronize()
+        n = int(qo_indptr[-1])
+        keep = sees if mask != "window" else (lambda r, i, j: sees(r, i, j) and j + q_len[r] + window >= lens[r] + i)
+        check(out[:n].float().cpu().numpy(), lse[:n].cpu().numpy(), masked_reference(b, qf, qo_indptr, keep),
+              "bfloat16")
+        assert torch.all(out[n:] == 0) and torch.all(lse[n:] == float("-inf")), f"padding rows, batch {i}"
+    w.check_stream_plans()
+    if mask in ("packed", "draft"):  # a buffer of one byte cannot hold the batch's matrices: zeros, then the error
+        short = {k: bits_d[:1] for k in packed}
+        w.plan_block_table_in_stream(qo, table, lens_d, 8, 2, 64, 7, num_pages=max_pages, q_data_type=torch.bfloat16,
+                                     **short)
+        w.run(q, cache, out=out, lse=lse)
+        torch.cuda.synchronize()
+        assert torch.all(out == 0)
+        with pytest.raises(ValueError, match="an in-stream plan failed: .*mask takes [0-9]+ bytes, more than the 1"):
+            w.check_stream_plans()
+
+
+def test_prefill_in_stream_plans_are_refused_by_name():
+    """What the host can refuse before any stream work: a wrapper without CUDA graphs, bool masks."""
+    w = codec.BatchPrefixPrefillWrapper(np.zeros(1 << 20, np.uint8))
+    with pytest.raises(ValueError, match="needs a CUDA-graph wrapper"):
+        w.plan_block_table_in_stream(None, None, None, 8, 2, 64, 7, num_pages=1)
+    torch = pytest.importorskip("torch")
+    if not (torch.cuda.is_available() and codec.cuda_available()):
+        pytest.skip("no CUDA device (or this build has no CUDA engine)")
+    g = codec.BatchPrefixPrefillWrapper(torch.zeros(16 << 20, dtype=torch.uint8, device="cuda"), use_cuda_graph=True,
+                                        max_batch_size=4, max_num_pages=64, max_query_tokens=16, max_mask_bytes=8)
+    table = torch.zeros((4, 4), dtype=torch.int32, device="cuda")
+    lens = torch.ones(4, dtype=torch.int32, device="cuda")
+    qo = torch.arange(5, dtype=torch.int32, device="cuda")
+    plan = lambda **kw: g.plan_block_table_in_stream(qo, table, lens, 8, 2, 64, 7, num_pages=16,  # noqa: E731
+                                                     q_data_type=torch.bfloat16, **kw)
+    with pytest.raises(ValueError, match="custom_mask: in the stream masks come packed"):
+        plan(custom_mask=torch.ones(4, dtype=torch.bool, device="cuda"))
+    with pytest.raises(ValueError, match="give one of packed_custom_mask and packed_draft_mask"):
+        plan(packed_custom_mask=torch.ones(1, dtype=torch.uint8, device="cuda"),
+             packed_draft_mask=torch.ones(1, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(ValueError, match=r"mask_bits is \(9,\); expected a contiguous \(bytes,\) of 1 to the "
+                       "wrapper's max_mask_bytes = 8"):
+        plan(packed_custom_mask=torch.ones(9, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(ValueError, match="mask_bits has dtype int32; expected uint8"):
+        plan(packed_draft_mask=torch.ones(4, dtype=torch.int32, device="cuda"))
+    assert not g._planned
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("form", ["q_len_per_req", "qo_indptr"])
 def test_cuda_graph_plans_query_tokens_in_the_stream(form):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import codec
-from batches import (TOLERANCE, cache_of, kv_lengths, masked_reference, padded_block_table, random_batch, reference,
-                     rel_l2, store, widen)
+from batches import (TOLERANCE, cache_of, fp8_of, kv_lengths, masked_reference, padded_block_table, random_batch,
+                     reference, rel_l2, store, widen)
 
 
 @pytest.mark.parametrize("cap,with_sinks", [(5.0, False), (0.0, True), (20.0, True)])
@@ -162,11 +162,13 @@ def test_cuda_variants_match_float64(dtype, window_left):
 
 
 @pytest.mark.torch
-def test_cuda_graph_plans_windows_in_the_stream():
+@pytest.mark.parametrize("kv", ["bfloat16", "float8_e4m3fn"])
+def test_cuda_graph_plans_windows_in_the_stream(kv):
     """A decode step of a sliding layer planned inside its CUDA graph, with
-    sinks and a soft-cap: every replay plans the block table the tensors
-    then hold under the window (the capacity carries masks: a first plan
-    with a window fixes max_query_tokens); padding rows come out empty."""
+    sinks and a soft-cap (and an fp8 cache with per-head device scales):
+    every replay plans the block table the tensors then hold under the
+    window (the capacity carries masks: a first plan with a window fixes
+    max_query_tokens); padding rows come out empty."""
     torch = cuda_or_skip()
     max_b, window_left, cap = 8, 11, 30.0
     batches = [random_batch(s, 8, 2, 64, 7, "bfloat16", requests=2 + s % 6) for s in range(31, 36)]
@@ -178,23 +180,31 @@ def test_cuda_graph_plans_windows_in_the_stream():
     lens = torch.zeros(max_b, dtype=torch.int32, device="cuda")
     q = torch.zeros((max_b, 8, 64), dtype=torch.bfloat16, device="cuda")
     out, lse = torch.empty_like(q), torch.empty((max_b, 8), device="cuda")
-    cache = torch.zeros((max_pages, 2, 7, 2, 64), dtype=torch.bfloat16, device="cuda")
+    cache = torch.zeros((max_pages, 2, 7, 2, 64), dtype=getattr(torch, kv), device="cuda")
     sinks = np.linspace(-2, 6, 8).astype(np.float32)
     dev_sinks = torch.from_numpy(sinks).cuda()
+    k_scale, v_scale = np.array([0.5, 1.75], np.float32), np.array([2.5, 0.75], np.float32)
+    scales = ({} if kv == "bfloat16" else
+              dict(k_scale=torch.from_numpy(k_scale).cuda(), v_scale=torch.from_numpy(v_scale).cuda()))
 
-    def load(b):
+    def load(b):  # the batch of the values its cache holds
         t, n = padded_block_table(b, max_b, cols)
         table.copy_(torch.from_numpy(t))
         lens.copy_(torch.from_numpy(n))
         q.zero_()
         q[:b.batch_size] = torch.from_numpy(store(b.q, "bfloat16")).view(torch.bfloat16).cuda()
-        cache[:b.num_pages] = torch.from_numpy(cache_of(b, "bfloat16", "NHD", "interleaved")).view(torch.bfloat16).cuda()
+        if kv == "bfloat16":
+            cache[:b.num_pages] = torch.from_numpy(cache_of(b, "bfloat16", "NHD", "interleaved")).view(torch.bfloat16)
+        else:
+            bits, b = fp8_of(b, kv, k_scale, v_scale)
+            cache[:b.num_pages] = torch.from_numpy(np.stack([bits["k"], bits["v"]], axis=1)).view(cache.dtype)
         out.fill_(float("nan"))
+        return b
 
     def step():
         w.plan_block_table_in_stream(table, lens, 8, 2, 64, 7, num_pages=max_pages, q_data_type=torch.bfloat16,
-                                     window_left=window_left, logits_soft_cap=cap)
-        w.run(q, cache, out=out, lse=lse, sinks=dev_sinks)
+                                     kv_data_type=cache.dtype, window_left=window_left, logits_soft_cap=cap)
+        w.run(q, cache, out=out, lse=lse, sinks=dev_sinks, **scales)
 
     load(batches[0])
     step()
@@ -202,7 +212,7 @@ def test_cuda_graph_plans_windows_in_the_stream():
     with torch.cuda.graph(graph):
         step()
     for i, b in enumerate(batches):
-        load(b)
+        b = load(b)
         graph.replay()
         torch.cuda.synchronize()
         n, lens_b = b.batch_size, kv_lengths(b)
