@@ -390,6 +390,10 @@ def test_prefill_in_stream_plans_are_refused_by_name():
     with pytest.raises(ValueError, match="mask_bits has dtype int32; expected uint8"):
         plan(packed_draft_mask=torch.ones(4, dtype=torch.int32, device="cuda"))
     assert not g._planned
+    unsized = codec.BatchPrefixPrefillWrapper(torch.zeros(16 << 20, dtype=torch.uint8, device="cuda"),
+                                              use_cuda_graph=True, max_batch_size=4, max_num_pages=64)
+    with pytest.raises(ValueError, match="plan_block_table_in_stream needs the wrapper's max_query_tokens"):
+        unsized.plan_block_table_in_stream(qo, table, lens, 8, 2, 64, 7, num_pages=16, q_data_type=torch.bfloat16)
 
 
 @pytest.mark.torch
