@@ -257,11 +257,3 @@ class BatchPrefixDecodeWrapper(PagedWrapper):
         return super().run(q, paged_kv_cache, *args, **kwargs)
 
     forward = run  # FlashInfer's older name
-
-    def check_stream_plans(self) -> None:
-        """Raises ValueError with the first error an in-stream plan met since
-        the last check (its batch ran as zeros); the work it waits for is the
-        caller's to synchronise."""
-        error = self._planner.take_stream_error() if self._planner is not None else None
-        if error is not None:
-            raise ValueError(f"an in-stream plan failed: {error}")

@@ -8,6 +8,7 @@ Gemma 3 (sliding windows, sinks, soft-cap) against their eager forward (the
 CPU engine in fp32, the GPU in bf16)."""
 
 import contextlib
+import copy
 import importlib.util
 from types import SimpleNamespace
 
@@ -496,9 +497,9 @@ def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(device, kind
     of 8, prefilled in chunks of a 24-token budget mixed with decode rows,
     each sampled three ways (num_return_sequences: the engine forks a
     prompt, sharing its full blocks on the full-attention layers). Every
-    sampled token's logprob equals the eager forward's (in the same dtype)
-    over its sequence, to 1e-4 in fp32 and 5e-2 in bf16, and the same
-    comparison against eager without the window, the sinks, the soft-cap or
+    sampled token's logprob equals the eager forward's over its sequence
+    (on the GPU an fp32 copy's), to 1e-4 in fp32 and 5e-2 in bf16, and the
+    same comparison against eager without the window, the sinks, the soft-cap or
     the model's query scale is off by more than 1e-2 and 3 times CoDec's
     error: each reaches CoDec. The sliding layers' plans read their ring in
     place, one token a page, or under the window where a chunk outgrows the
@@ -521,12 +522,16 @@ def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(device, kind
     torch.manual_seed(0)
     got = generate(model, name, inputs, device, block_tables=False, max_batch_tokens=24, num_return_sequences=3)
     assert len(got) == 3 * len(inputs)
-    error = eager_error(model, inputs, got)
-    assert error < tolerance, error
+    # eager in fp32 (a copy on the GPU): bf16 eager rounds the logits, by up to 0.2 at Gemma 2's scaled ones
+    reference = model if device == "cpu" else copy.deepcopy(model).float()
+    error = eager_error(reference, inputs, got)
+    controls = {}
     for feature in features:
-        with without(model, feature):
-            control = eager_error(model, inputs, got)
-        assert control > max(1e-2, 3 * error), (feature, control, error)
+        with without(reference, feature):
+            controls[feature] = eager_error(reference, inputs, got)
+    print(f"{kind} on {device}: error {error:.3g}, without each feature {controls}")
+    assert error < tolerance, error
+    assert all(c > max(1e-2, 3 * error) for c in controls.values()), (controls, error)
 
     groups = len({p["group"] for p in plans})
     assert groups == {"gpt-oss": 2, "gemma2": 2, "gemma3": 6}[kind]
@@ -543,7 +548,7 @@ def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(device, kind
     plans.clear()
     got = generate(model, name, [inputs[0], inputs[3]], device, block_tables=False, max_batch_tokens=24)
     assert any(p["chunks"] and not p["gathered"] for p in plans if p["ring"])
-    assert eager_error(model, [inputs[0], inputs[3]], got) < tolerance
+    assert eager_error(reference, [inputs[0], inputs[3]], got) < tolerance
 
 
 @pytest.mark.transformers
