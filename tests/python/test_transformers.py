@@ -114,10 +114,14 @@ def tiny_model(device, dtype, kind="qwen3"):
     torch.manual_seed(0)
     model = getattr(transformers, family + "ForCausalLM")(config).to(device=device, dtype=dtype).eval()
     if kind == "gemma2":  # random weights give logits near 0, which a soft-cap of 50 leaves alone: make it bite
+        # in fp32; in bf16 the rounding of logits that large moves a logprob as much as the cap does (on the CPU
+        # engine in bf16, against fp32 eager: q and k × 8 err by 0.037 where the cap makes 0.05, × 20 by 0.23 where
+        # it makes 0.33), so bf16 models keep them moderate and the fp32 run checks the cap
+        factor = 20 if dtype == torch.float32 else 4
         with torch.no_grad():
             for layer in model.model.layers:
-                layer.self_attn.q_proj.weight.mul_(20)
-                layer.self_attn.k_proj.weight.mul_(20)
+                layer.self_attn.q_proj.weight.mul_(factor)
+                layer.self_attn.k_proj.weight.mul_(factor)
     return model
 
 
@@ -499,11 +503,11 @@ def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(device, kind
     prompt, sharing its full blocks on the full-attention layers). Every
     sampled token's logprob equals the eager forward's over its sequence
     (on the GPU an fp32 copy's), to 1e-4 in fp32 and 5e-2 in bf16, and the
-    same comparison against eager without the window, the sinks, the soft-cap or
-    the model's query scale is off by more than 1e-2 and 3 times CoDec's
-    error: each reaches CoDec. The sliding layers' plans read their ring in
-    place, one token a page, or under the window where a chunk outgrows the
-    ring; one plan a layer group a step."""
+    same comparison against eager without the window, the sinks, the soft-cap
+    (in fp32: tiny_model says why) or the model's query scale is off by more
+    than 1e-2 and 3 times CoDec's error: each reaches CoDec. The sliding
+    layers' plans read their ring in place, one token a page, or under the
+    window where a chunk outgrows the ring; one plan a layer group a step."""
     torch, ctf, model = engine_setup(device, monkeypatch, kind)
     tolerance = 1e-4 if device == "cpu" else 5e-2
     plans = []
@@ -522,11 +526,12 @@ def test_sliding_windows_sinks_and_soft_cap_equal_the_eager_forward(device, kind
     torch.manual_seed(0)
     got = generate(model, name, inputs, device, block_tables=False, max_batch_tokens=24, num_return_sequences=3)
     assert len(got) == 3 * len(inputs)
-    # eager in fp32 (a copy on the GPU): bf16 eager rounds the logits, by up to 0.2 at Gemma 2's scaled ones
+    # eager in fp32 (a copy on the GPU), free of bf16's rounding of its own (on the CPU engine in bf16, tiny
+    # gpt-oss is 0.034 off bf16 eager and 0.006 off fp32 eager)
     reference = model if device == "cpu" else copy.deepcopy(model).float()
     error = eager_error(reference, inputs, got)
     controls = {}
-    for feature in features:
+    for feature in features if device == "cpu" else [f for f in features if f != "soft-cap"]:  # see tiny_model
         with without(reference, feature):
             controls[feature] = eager_error(reference, inputs, got)
     print(f"{kind} on {device}: error {error:.3g}, without each feature {controls}")
