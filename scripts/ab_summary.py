@@ -15,6 +15,7 @@ import statistics
 import sys
 
 ROW = re.compile(r"### (\w+) r\d+ ?(.*?) ?\| (.*)")
+NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def geometric_mean(xs):
@@ -28,10 +29,13 @@ def summarise(lines):
     for line in lines:
         m = ROW.match(line)
         fields = m.group(3).split() if m else []
-        if len(fields) > 4:  # a bench row: workload, scale, requests, unique tokens, codec ms, ...
-            label = m.group(1)
+        # a bench row: workload (its name, then its tokens' and variants' tags: "long q4", "loogle:8 c50 s"),
+        # scale, requests, unique tokens, codec ms, ...
+        numeric = [i for i, x in enumerate(fields) if NUMBER.fullmatch(x)]
+        if numeric and numeric[0] >= 1 and len(fields) > numeric[0] + 3:
+            label, name = m.group(1), " ".join(fields[:numeric[0]])
             labels += [] if label in labels else [label]
-            times[(m.group(2), fields[0])][label].append(float(fields[4]))
+            times[(m.group(2), name)][label].append(float(fields[numeric[0] + 3]))
     others = [x for x in labels if x != "old"]
     best = collections.defaultdict(list)    # label → best round / old's best, per row
     median = collections.defaultdict(list)  # label → median / old's median, per row

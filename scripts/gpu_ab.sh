@@ -115,7 +115,7 @@ build_tool() {
   echo "== built $(date)"
   [ "${CODEC_AB_TESTS:-1}" = 0 ] || timeout 300 ./build-gpu/tests/test_engine_cuda 2>&1 | tail -20
   # the bench rows of one run (a line each, an empty one where there is none)
-  rows() { local r; r=$(timeout 300 "$@" 2>&1 | grep -E "^[A-Za-z0-9_.-]+(:[0-9.A-Z]+)? +[0-9.]+ "); printf '%s\n' "$r"; }
+  rows() { local r; r=$(timeout 300 "$@" 2>&1 | grep -E "^[A-Za-z0-9_.-]+(:[0-9.A-Z]+)?( (t[0-9]+x[0-9]+|q[0-9]+c?|w[0-9]+|c[0-9.e+]+|s))* +[0-9.]+ "); printf '%s\n' "$r"; }
   also=()  # CODEC_AB_ALSO's configurations, LABEL=OPTIONS each
   IFS=';' read -r -a also <<< "${CODEC_AB_ALSO:-}"
   for r in $(seq 1 "$rounds"); do

@@ -37,3 +37,13 @@ def test_a_row_missing_a_side_is_reported_and_left_out():
     assert out[0].startswith("long") and "new/old 0.986" in out[0] and "p07/old 0.972" in out[0], out
     assert out[1].startswith("batch:64: incomplete"), out
     assert out[2].startswith("geometric mean new/old over 1:") and out[3].startswith("geometric mean p07/old over 1:")
+
+
+def test_rows_of_several_tokens_and_variants_keep_their_tags():
+    """Rows named with their tokens' and variants' tags ("loogle:8 c50 s", codec bench's label) are rows too."""
+    log = [row("old", 1, "--soft-cap 50 --sinks ", "loogle:8 c50 s", 0.3000),
+           row("new", 1, "--soft-cap 50 --sinks ", "loogle:8 c50 s", 0.2700),
+           row("old", 1, "--q-len 4 ", "batch:64 q4", 1.0000), row("new", 1, "--q-len 4 ", "batch:64 q4", 1.1000)]
+    out = summarise(log)
+    assert out[0].startswith("--soft-cap 50 --sinks loogle:8 c50 s") and "new/old 0.900" in out[0], out
+    assert out[1].startswith("--q-len 4 batch:64 q4") and "new/old 1.100" in out[1], out
