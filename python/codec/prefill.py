@@ -34,6 +34,11 @@ def _pack_rows(mask: Any, sizes: np.ndarray, name: str) -> np.ndarray:
                           [np.zeros(0, np.uint8)])
 
 
+def _check_head_dims(head_dim_qk: int, head_dim_vo: Optional[int]) -> None:
+    _require(head_dim_vo in (None, head_dim_qk), f"head_dim_vo {head_dim_vo} differs from head_dim_qk "
+             f"{head_dim_qk}: V and K of different widths are not supported yet")
+
+
 class BatchPrefixPrefillWrapper(PagedWrapper):
     """Attention of several query tokens a request over a paged KV cache, with
     every KV page that several requests share read once per batch (CoDec).
@@ -190,8 +195,7 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
                 controls; CoDec's planner chooses the splits, so only their
                 defaults (None or -1, False) are accepted.
         """
-        _require(head_dim_vo in (None, head_dim_qk), f"head_dim_vo {head_dim_vo} differs from head_dim_qk "
-                 f"{head_dim_qk}: V and K of different widths are not supported yet")
+        _check_head_dims(head_dim_qk, head_dim_vo)
         _require(not use_fp16_qk_reduction, "use_fp16_qk_reduction: CoDec accumulates in fp32")
         items = {"prefix_len_ptr": prefix_len_ptr, "token_pos_in_items_ptr": token_pos_in_items_ptr,
                  "max_item_len_ptr": max_item_len_ptr}
@@ -256,8 +260,7 @@ class BatchPrefixPrefillWrapper(PagedWrapper):
         Other arguments as ``plan``'s (window_left, logits_soft_cap,
         sm_scale, q_data_type, kv_data_type, ...)."""
         self._check_in_stream(qo_indptr, block_table, seq_lens, packed_custom_mask, packed_draft_mask)
-        _require(head_dim_vo in (None, head_dim_qk), f"head_dim_vo {head_dim_vo} differs from head_dim_qk "
-                 f"{head_dim_qk}: V and K of different widths are not supported yet")
+        _check_head_dims(head_dim_qk, head_dim_vo)
         _require(self._max_query_tokens is not None, "plan_block_table_in_stream needs the wrapper's "
                  "max_query_tokens (the host never sees the tokens to fix it)")
         _require(packed_custom_mask is None or packed_draft_mask is None,
