@@ -75,11 +75,18 @@ def model_class(name):
 
 
 def build_model(name, config, device):
-    """Random weights (torch's current seed) drawn in float32 on `device`,
-    then bf16, in eval mode, with weigh_variants' sinks and query scale."""
+    """Random weights (torch's current seed) drawn in bf16 on `device`, in
+    eval mode, with weigh_variants' sinks and query scale. Drawn in bf16,
+    not float32 and cast: gpt-oss-20b's 21 B parameters take 84 GB in
+    float32, more than an H100 holds."""
     import torch
-    with torch.device(device):
-        model = model_class(name)(config).to(torch.bfloat16).eval()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = model_class(name)(config).eval()
+    finally:
+        torch.set_default_dtype(default)
     weigh_variants(model)
     return model
 

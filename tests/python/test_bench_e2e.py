@@ -103,7 +103,11 @@ def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_pat
     # bf16: CoDec's logprobs far closer to the reference's than the negative control's (zeros for attention)
     check, control = result["rows"]["codec"]["vs_reference"], result["rows"]["noop"]["vs_reference"]
     assert check["reference"] == "sdpa@ri" and check["steps_compared"] >= 3 * 3
-    assert check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"], (check, control)
+    # the control parts from the reference sooner (one shared step leaves no spread to measure), or, where
+    # it keeps up, lies ≥ 4× further from it
+    assert control["steps_compared"] < check["steps_compared"], (check, control)
+    assert control["steps_compared"] <= 3 or \
+        check["logprob_rel_l2_centered"] < 0.25 * control["logprob_rel_l2_centered"], (check, control)
     assert check["logprob_rel_l2"] < 2e-3
     # the decode outputs against float64 attention over the engine's cache: bf16 rounding, and zeros' 1
     assert result["rows"]["codec"]["attention_rel_l2_max"] < 1e-2
