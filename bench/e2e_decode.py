@@ -105,7 +105,7 @@ gpt-oss-20b's samples:64, eager); with several layer groups,
   python3 -m bench.e2e_decode --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]
                                [--rounds 3] [--tp 2]
   python3 -m bench.e2e_decode --out OUT --model gpt-oss-20b --workload samples:64 \
-                               --backends codec,noop,fi_decode,fi_prefill,fi_sink --rounds 3
+                               --backends codec,noop,fi_sink,fi_decode,fi_prefill --rounds 3
 
 With --tp N the model is sharded over N ranks by transformers' own tensor
 parallelism (one process per GPU; the engine keeps the ranks in lockstep, and

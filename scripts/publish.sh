@@ -14,11 +14,12 @@
 #            graphs: CoDec, the floor, FlashInfer decode (prefill chunks on SDPA) and FlashInfer
 #            prefill (prefill chunks in its plan) -> e2e_loogle_8.json
 #   e2e_gptoss  build, pip install, issue 53's target: gpt-oss-20b's shape (sliding windows, sinks), one
-#            8,192-token prompt sampled 64 times (samples:64), eager: CoDec, the floor, FlashInfer decode
-#            (prefill chunks on its prefill wrapper), prefill and attention-sink wrappers, three rounds, two
-#            sequences a backend checked against the model's eager forward -> e2e_gpt-oss-20b_samples_64.json
-#            (on a cold machine FlashInfer's JIT builds of its window and sink kernels may take the call past
-#            its minutes: call it again, they are kept in build-gpu/fi-jit)
+#            8,192-token prompt sampled 64 times (samples:64), eager: CoDec, the floor, FlashInfer's
+#            attention-sink wrapper (the peer that computes gpt-oss's sinks), decode (prefill chunks on its
+#            prefill wrapper) and prefill wrappers, three rounds, two sequences a backend checked against the
+#            model's eager forward -> e2e_gpt-oss-20b_samples_64.json (on a cold H100 the JIT builds of the
+#            first FlashInfer backend's window and sink kernels outlasted the call's last 4 minutes: call it
+#            again at once, while the machine is warm; they are kept in build-gpu/fi-jit)
 #   breadth  build, CoDec against its floor on what issues 51-53 add: q_len 2, 4 and 8 and a 4x4 draft
 #            tree on the sharing workloads, verify:8 at one and four tokens, soft-cap 50 with sinks against
 #            plain attention, the window workloads, an fp8 cache against bf16 -> breadth_<kind>.json
@@ -109,7 +110,7 @@ case $step in
       CODEC_E2E_WORKLOADS=loogle:8 CODEC_E2E_ARGS=--step-profile
     keep "$logs/e2e/graphs/e2e_loogle_8.json" e2e_loogle_8.json && keep "$logs/machine.txt" machine_e2e.txt ;;
   e2e_gptoss)
-    gpu_run "build install e2e" CODEC_E2E_MODES=eager CODEC_E2E_BACKENDS=codec,noop,fi_decode,fi_prefill,fi_sink \
+    gpu_run "build install e2e" CODEC_E2E_MODES=eager CODEC_E2E_BACKENDS=codec,noop,fi_sink,fi_decode,fi_prefill \
       CODEC_E2E_WORKLOADS=samples:64 CODEC_E2E_ARGS="--model gpt-oss-20b --rounds 3"
     keep "$logs/e2e/eager/e2e_gpt-oss-20b_samples_64.json" e2e_gpt-oss-20b_samples_64.json &&
       keep "$logs/machine.txt" machine_e2e_gptoss.txt ;;
