@@ -13,8 +13,8 @@ relative to the logprobs themselves stays small even for a wrong attention
 separates them (0.71 against 0.029): both are reported.
 
 Against the model itself (``compare_with_eager``): the logprobs a run gave
-its own tokens against the model's plain eager forward over each checked
-sequence (prompt and generated tokens), every step compared. It needs torch
+its own tokens against the model's eager forward over each checked sequence
+(prompt and generated tokens), its attention in float32, every step compared. It needs torch
 and the model, and is the reference for models whose attention the engine's
 ``paged|sdpa`` does not compute (gpt-oss's sinks, Gemma 2's soft-cap).
 
@@ -64,14 +64,46 @@ def logprob_errors(ref, got):
             "logprob_max_abs": float(np.max(np.abs(b - a))) if a.size else 0.0}
 
 
+EAGER_FP32 = "codec_eager_fp32"
+EAGER_ROWS = 1024  # query rows an fp32 attention call takes at a time
+
+
+def eager_fp32(module, query, key, value, attention_mask, **kwargs):
+    """The model's own eager attention (its module's eager_attention_forward:
+    sinks, soft-cap and masks as the model computes them) on float32 copies
+    of q, k and v, EAGER_ROWS query rows at a time, cast back: a bf16 eager
+    forward rounds every logit and probability to bf16 (gpt-oss's softmax
+    runs in bf16), which at 24 layers and 8k keys moved logprobs as far as
+    zeros for attention did (HISTORY.md); the rest of the model keeps its
+    dtype."""
+    import sys
+
+    import torch
+    attend = sys.modules[type(module).__module__].eager_attention_forward
+    k, v, rows = key.float(), value.float(), query.shape[-2]
+    out = [attend(module, query[:, :, i:i + EAGER_ROWS].float(), k, v,
+                  None if attention_mask is None else attention_mask[:, :, i:i + EAGER_ROWS], **kwargs)[0]
+           for i in range(0, rows, EAGER_ROWS)]
+    return torch.cat(out, dim=1).to(query.dtype), None
+
+
+def register_eager_fp32():
+    """EAGER_FP32 as an attention implementation, with the eager masks."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    AttentionInterface.register(EAGER_FP32, eager_fp32)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(EAGER_FP32, eager_mask)
+
+
 def eager_logprobs(model, prompt, tokens):
-    """The float64 log-probabilities the model's plain eager forward gives
-    `tokens`, generated after `prompt`: one forward over the sequence, the
-    logits of the generated positions alone (the model's attention
-    implementation is put back after it)."""
+    """The float64 log-probabilities the model's eager forward gives `tokens`,
+    generated after `prompt`: one forward over the sequence, its attention
+    in float32 (eager_fp32), the logits of the generated positions alone
+    (the model's attention implementation is put back after it)."""
     import torch
     implementation = model.config._attn_implementation
-    model.set_attn_implementation("eager")
+    register_eager_fp32()
+    model.set_attn_implementation(EAGER_FP32)
     try:
         with torch.no_grad():
             ids = torch.tensor([list(prompt) + list(tokens[:-1])], device=model.device)

@@ -12,6 +12,7 @@ which need neither, are test_bench_e2e_batches.py's."""
 import json
 import sys
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.transformers
@@ -454,3 +455,44 @@ def test_flashinfer_backends_plan_each_layer_group_with_its_variants(kind, monke
         assert kinds == (["BatchDecodeWithPagedKVCacheWrapper"] * 2 if kind == "fi_decode" else []) + \
             ["BatchPrefillWithPagedKVCacheWrapper"] * 2, kinds
     assert row["attention_rel_l2_max"] == 1.0  # the stand-in's zeros: the check is the one to tell
+
+
+def test_eager_logprobs_take_the_models_attention_in_float32_a_few_rows_at_a_time(monkeypatch):
+    """e2e_check.eager_logprobs runs the model's own eager attention (here
+    gpt-oss's sinks and window) on float32 operands, EAGER_ROWS query rows
+    at a time: in a float32 model it equals the plain eager forward, and the
+    model's attention implementation is put back; on bf16 operands it lies
+    far closer to float64 than the model's eager attention in bf16."""
+    from bench import e2e_check
+    cfg = transformers.GptOssConfig(vocab_size=500, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=8, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                                    num_experts_per_tok=2, sliding_window=6, layer_types=["sliding_attention",
+                                                                                          "full_attention"])
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(cfg).eval()
+    e2e_models.weigh_variants(model)
+    prompt, tokens = list(range(3, 40)), [7, 11, 13, 17, 19, 23]
+
+    def plain(m):
+        m.set_attn_implementation("eager")
+        with torch.no_grad():
+            ids = torch.tensor([prompt + tokens[:-1]])
+            logits = m(ids, logits_to_keep=len(tokens), use_cache=False).logits[0].double()
+        return torch.log_softmax(logits, dim=-1)[torch.arange(len(tokens)), torch.tensor(tokens)].numpy()
+
+    exact = plain(model)
+    monkeypatch.setattr(e2e_check, "EAGER_ROWS", 4)  # 41 rows: 11 calls, the last of one row
+    got = e2e_check.eager_logprobs(model, prompt, tokens)
+    assert model.config._attn_implementation == "eager"
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-5)
+    # bf16 operands, 600 keys: the model's eager attention rounds logits and probabilities to bf16
+    module = model.to(torch.bfloat16).model.layers[1].self_attn
+    q, k, v = (3 * torch.randn(1, h, 600, 16).to(torch.bfloat16) for h in (8, 2, 2))
+    attend = sys.modules[type(module).__module__].eager_attention_forward
+    with torch.no_grad():
+        exact = attend(module, q.double(), k.double(), v.double(), None, scaling=0.25)[0]
+        fp32_attention = e2e_check.eager_fp32(module, q, k, v, None, scaling=0.25)[0]
+        bf16 = attend(module, q, k, v, None, scaling=0.25)[0]
+    assert fp32_attention.dtype == torch.bfloat16 and fp32_attention.shape == exact.shape == (1, 600, 8, 16)
+    error = [float((x.double() - exact).norm() / exact.norm()) for x in (fp32_attention, bf16)]
+    assert error[0] < 0.25 * error[1], error
