@@ -301,6 +301,28 @@ class Planning {
     CODEC_CHECK(slots_ < (std::int64_t(1) << 31), "plan needs ", slots_, " partial slots, more than 2^31");
   }
 
+  // A task's chunk [kv_begin, kv_end) cut to the keys some row of its tile
+  // sees (a plan with masks: the causal rows of a prefill chunk, windows),
+  // its start kept on the chunk alignment; one aligned step where no row sees
+  // any of it, whose rows then write empty partials as masked rows do. Tasks
+  // are priced whole: cut, they cost less than planned.
+  void seen_keys(const PlanArrays& a, int node, int row_begin, int row_end, std::int32_t& kv_begin,
+                 std::int32_t& kv_end) const {
+    if (a.query_lo.empty()) return;
+    const std::int32_t* tokens = a.node_reqs.data() + a.node_req_begin[node];
+    std::int64_t lo = kv_end, hi = kv_begin;  // the node positions of the chunk some row sees
+    for (int q = row_begin / G_; q <= (row_end - 1) / G_; ++q) {
+      const std::int64_t b = std::max<std::int64_t>(kv_begin, a.query_lo[tokens[q]] - a.node_kv_begin[node]);
+      const std::int64_t e = std::min<std::int64_t>(kv_end, a.query_hi[tokens[q]] - a.node_kv_begin[node]);
+      if (e > b) lo = std::min(lo, b), hi = std::max(hi, e);
+    }
+    if (hi > lo) {
+      kv_begin = std::int32_t(lo / align_ * align_), kv_end = std::int32_t(hi);
+    } else {
+      kv_end = std::int32_t(std::min<std::int64_t>(kv_end, kv_begin + align_));
+    }
+  }
+
   // 5. Tasks: replay LPT on the chosen splits for one head slice, expanding
   // each group's items into every slice. Blocks (and wide blocks) of a slice
   // are numbered slice by slice, or, in a plan with wide blocks, slice-minor
@@ -329,8 +351,9 @@ class Planning {
       const int member = int(rest / slice_heads_);
       const int row_begin = c.tiling.begin(tile), row_end = c.tiling.end(tile);
       const int node = c.nodes[member];
-      const auto kv_begin = std::int32_t(chunk * k.len);  // < the node's tokens: chunk < k.count
-      const auto kv_end = std::int32_t(std::min<std::int64_t>(forest_.nodes[node].num_tokens, kv_begin + k.len));
+      auto kv_begin = std::int32_t(chunk * k.len);  // < the node's tokens: chunk < k.count
+      auto kv_end = std::int32_t(std::min<std::int64_t>(forest_.nodes[node].num_tokens, kv_begin + k.len));
+      seen_keys(a, node, row_begin, row_end, kv_begin, kv_end);
       const SlotLayout slots{a.node_slot_base[node], kv_heads_, (a.node_req_begin[node + 1] - a.node_req_begin[node]) * G_};
       for (int slice = 0; slice < slices_; ++slice) {
         const int kv_head = slice * slice_heads_ + head;

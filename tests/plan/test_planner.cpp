@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
@@ -315,6 +317,67 @@ TEST(Planner, CausalTokensMaskOnlyTheTasksTheyCut) {
   EXPECT_GT(shared, 0);
   EXPECT_GT(masked, 0);
   EXPECT_GT(unmasked_last, 0);  // chunks of last nodes that end before every query token
+}
+
+TEST(Planner, PrefillTasksReadOnlyTheKeysTheirRowsSee) {
+  // Causal chunks of up to 120 tokens on the requests' last nodes, with and
+  // without a window: every task's keys are cut to what its tile's rows see
+  // (its start on the chunk alignment; one aligned step where they see none
+  // of its chunk), and every row still meets each key it sees exactly once.
+  const HeadConfig heads{8, 2, 64};
+  for (const int window_left : {-1, 40}) {
+    int cut = 0;
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      const Forest f = random_forest(seed, 16, heads);
+      std::vector<std::int32_t> qo_indptr{0};
+      for (int r = 0; r < f.num_requests(); ++r)
+        qo_indptr.push_back(qo_indptr.back() + std::max(1, std::min(120 - r % 7, f.nodes[f.request_node[r]].num_tokens)));
+      QueryBatch q;
+      q.qo_indptr = qo_indptr;
+      q.mask = QueryMask::causal;
+      q.window_left = window_left;
+      PlannerOptions opt;
+      opt.num_blocks = 16;
+      const Plan plan = make_plan(f, heads, DType::bf16, roofline(heads), opt, q);
+      const PlanView v = plan.view();
+      SCOPED_TRACE(testing::Message() << "seed " << seed << " window_left " << window_left);
+      ASSERT_TRUE(v.masks);
+      // keys met per (query token, qo head), against what each token sees of its path
+      std::vector<std::int64_t> met(std::size_t(q.num_queries(f.num_requests())) * heads.num_qo_heads, 0);
+      std::int64_t read = 0;
+      std::map<std::tuple<int, int, int>, std::int32_t> chunk_len;  // (node, kv head, chunk): its longest task
+      for (int t = 0; t < plan.stats().num_tasks; ++t) {
+        const Task& task = v.tasks[t];
+        EXPECT_EQ(task.kv_begin % opt.chunk_align, 0) << "task " << t;
+        read += task.kv_end - task.kv_begin;
+        int lo = task.kv_end, hi = task.kv_begin;  // the node positions the tile's rows see
+        for (int row = task.row_begin; row < task.row_end; ++row) {
+          const int token = v.node_reqs[task.req_begin + row / v.group];
+          const PlanView::Visible seen = v.visible(task.node, token, task.kv_begin, task.kv_end);
+          met[std::size_t(token) * heads.num_qo_heads + task.kv_head * v.group + row % v.group] += seen.end - seen.begin;
+          if (seen.end > seen.begin) lo = std::min(lo, seen.begin), hi = std::max(hi, seen.end);
+        }
+        if (hi <= lo) {
+          EXPECT_LE(task.kv_end - task.kv_begin, opt.chunk_align) << "task " << t << " reads keys none of its rows sees";
+        } else {
+          EXPECT_EQ(task.kv_end, hi) << "task " << t;
+          EXPECT_EQ(task.kv_begin, lo / opt.chunk_align * opt.chunk_align) << "task " << t;
+        }
+        std::int32_t& longest = chunk_len[{task.node, task.kv_head, task.chunk}];
+        longest = std::max(longest, task.kv_end - task.kv_begin);
+      }
+      for (int t = 0; t < plan.stats().num_tasks; ++t) {  // tiles that read less of a chunk than another tile
+        const Task& task = v.tasks[t];
+        cut += task.kv_end - task.kv_begin < chunk_len[{task.node, task.kv_head, task.chunk}];
+      }
+      EXPECT_EQ(plan.stats().kv_tokens_read, read);
+      for (std::size_t i = 0; i < met.size(); ++i) {
+        const int token = int(i / heads.num_qo_heads);
+        EXPECT_EQ(met[i], v.query_hi[token] - v.query_lo[token]) << "token " << token << " head " << i % heads.num_qo_heads;
+      }
+    }
+    EXPECT_GT(cut, 0);
+  }
 }
 
 TEST(Planner, PlansAtACapacityRefuseMasksByName) {
