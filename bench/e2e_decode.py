@@ -99,7 +99,9 @@ against the model's eager forward (attention in float32) on their own tokens (`v
 the `eager` column: error relative to the logprobs' spread).
 `tpot_minus_floor_over_codec` (`/codec`) is a backend's TPOT less the
 floor over CoDec's (issue 53's target: FlashInfer's ≥ 3× CoDec's on
-gpt-oss-20b's samples:64, eager); with several layer groups,
+gpt-oss-20b's samples:64, eager), `attention_gpu_minus_floor_over_codec`
+(`attn /codec`) the same of attention's GPU time a step, which an eager
+MoE's noise does not hide; with several layer groups,
 `layer_groups` has each group's plan and attention times.
 
   python3 -m bench.e2e_decode --out OUT --workload loogle:4 [--backends codec,noop,fi_decode,sdpa@ri] [--layers 36]

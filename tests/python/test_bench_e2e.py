@@ -496,3 +496,27 @@ def test_eager_logprobs_take_the_models_attention_in_float32_a_few_rows_at_a_tim
     assert fp32_attention.dtype == torch.bfloat16 and fp32_attention.shape == exact.shape == (1, 600, 8, 16)
     error = [float((x.double() - exact).norm() / exact.norm()) for x in (fp32_attention, bf16)]
     assert error[0] < 0.25 * error[1], error
+
+
+def test_summary_sets_attention_gpu_time_against_the_floor_beside_tpot(capsys):
+    """Rows like gpt-oss-20b's on an H100, where the eager model's TPOT and its
+    noise dwarf attention: CoDec's TPOT under the floor's leaves no TPOT ratio,
+    while attention's GPU time less the floor's still compares backends."""
+    import types
+    a = types.SimpleNamespace(out="", model="gpt-oss-20b", workload="samples:64", layers=None, block_size=16,
+                              scheduler="admit_first", async_batching=False, new_tokens=64, cuda_graph=False,
+                              rounds=1, tp=1)
+    rows = {"codec": {"tpot_ms": 157.0, "tpot_p90_ms": 170.0, "attention_gpu_ms_median": 2.7},
+            "noop": {"tpot_ms": 160.0, "tpot_p90_ms": 171.0, "attention_gpu_ms_median": 0.9},
+            "fi_sink": {"tpot_ms": 163.0, "tpot_p90_ms": 175.0, "attention_gpu_ms_median": 6.3}}
+    for r in rows.values():
+        r.update(tokens_per_s=1.0, peak_gpu_gb=1.0)
+    traces = {b: {"prompt_0": ([1, 2], [-1.0, -2.0])} for b in rows}
+    out = e2e_harness.summary(a, 64, 1, 0, "cpu", rows, traces, write=False)["rows"]
+    assert out["fi_sink"]["attention_gpu_minus_floor_ms"] == pytest.approx(5.4)
+    assert out["fi_sink"]["attention_gpu_minus_floor_over_codec"] == pytest.approx(3.0)
+    assert out["codec"]["attention_gpu_minus_floor_over_codec"] == pytest.approx(1.0)
+    assert out["codec"]["tpot_minus_floor_ms"] == pytest.approx(-3.0)
+    assert not any("tpot_minus_floor_over_codec" in r for r in out.values())  # CoDec's TPOT − floor is not > 0
+    e2e_harness.print_table(out)
+    assert "3.00" in capsys.readouterr().out
