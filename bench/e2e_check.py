@@ -14,8 +14,8 @@ separates them (0.71 against 0.029): both are reported.
 
 Against the model itself (``compare_with_eager``): the logprobs a run gave
 its own tokens against the model's eager forward over each checked sequence
-(prompt and generated tokens), its attention in float32, every step compared. It needs torch
-and the model, and is the reference for models whose attention the engine's
+(prompt and generated tokens), its attention in float32, every step
+compared. It needs torch and the model, and is the reference for models whose attention the engine's
 ``paged|sdpa`` does not compute (gpt-oss's sinks, Gemma 2's soft-cap).
 
 As a program it compares two runs of bench/e2e_decode.py backend by backend

@@ -95,8 +95,9 @@ negative control: random weights keep every logprob near −log(vocabulary),
 so only an error well under noop's says the attention is right. With
 --eager-check N (default 2 for the models with variants, where sdpa is no
 reference; 0 for qwen3-4b), N sequences of every backend's first round
-against the model's eager forward (attention in float32) on their own tokens (`vs_eager`,
-the `eager` column: error relative to the logprobs' spread).
+against the model's eager forward (attention in float32) on their own
+tokens (`vs_eager`, the `eager` column: error relative to the logprobs'
+spread).
 `tpot_minus_floor_over_codec` (`/codec`) is a backend's TPOT less the
 floor over CoDec's (issue 53's target: FlashInfer's ≥ 3× CoDec's on
 gpt-oss-20b's samples:64, eager), `attention_gpu_minus_floor_over_codec`

@@ -219,8 +219,8 @@ def print_table(rows):
     forward (vs_eager)."""
     nan = float("nan")
     print(f"{'backend':>13} {'TPOT ms':>9} {'p90 ms':>8} {'- floor':>8} {'/codec':>7} {'step ms':>8} {'- floor':>8} "
-          f"{'attn ms':>8} {'attn /codec':>11} {'plan ms':>8} {'tok/s':>7} {'GB':>6} {'attn err':>9} {'logprob err':>12} {'centered':>9} "
-          f"{'steps':>6} {'eager':>9}")
+          f"{'attn ms':>8} {'attn /codec':>11} {'plan ms':>8} {'tok/s':>7} {'GB':>6} {'attn err':>9} "
+          f"{'logprob err':>12} {'centered':>9} {'steps':>6} {'eager':>9}")
     for b, r in rows.items():
         if "tpot_ms" not in r:
             print(f"{b:>13} failed: {r['error'][:300]}")
@@ -229,7 +229,8 @@ def print_table(rows):
         print(f"{b:>13} {r['tpot_ms']:9.2f} {r['tpot_p90_ms']:8.2f} {r.get('tpot_minus_floor_ms', nan):8.2f} "
               f"{r.get('tpot_minus_floor_over_codec', nan):7.2f} "
               f"{r.get('decode_step_ms_median', nan):8.2f} {r.get('decode_step_minus_floor_ms', nan):8.2f} "
-              f"{r.get('attention_gpu_ms_median', nan):8.3f} {r.get('attention_gpu_minus_floor_over_codec', nan):11.2f} "
+              f"{r.get('attention_gpu_ms_median', nan):8.3f} "
+              f"{r.get('attention_gpu_minus_floor_over_codec', nan):11.2f} "
               f"{r.get('plan_ms_median', nan):8.3f} "
               f"{r['tokens_per_s']:7.1f} {r['peak_gpu_gb']:6.1f} {r.get('attention_rel_l2_max', nan):9.2e} "
               f"{check.get('logprob_rel_l2', nan):12.2e} {check.get('logprob_rel_l2_centered', nan):9.2e} "

@@ -403,8 +403,10 @@ def e2e_rows(result):
     for backend, r in rows.items():
         gpu = r.get("step_host_ms_median", {}).get("forward_gpu")
         attn = None
-        if backend != "noop":
-            attn = gpu - floor_gpu if gpu is not None and floor_gpu is not None else r.get("attention_gpu_minus_floor_ms")
+        if backend != "noop" and gpu is not None and floor_gpu is not None:
+            attn = gpu - floor_gpu
+        elif backend != "noop":
+            attn = r.get("attention_gpu_minus_floor_ms")
         out.append((backend, r, attn))
     return out
 

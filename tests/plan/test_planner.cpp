@@ -331,7 +331,8 @@ TEST(Planner, PrefillTasksReadOnlyTheKeysTheirRowsSee) {
       const Forest f = random_forest(seed, 16, heads);
       std::vector<std::int32_t> qo_indptr{0};
       for (int r = 0; r < f.num_requests(); ++r)
-        qo_indptr.push_back(qo_indptr.back() + std::max(1, std::min(120 - r % 7, f.nodes[f.request_node[r]].num_tokens)));
+        qo_indptr.push_back(qo_indptr.back() +
+                            std::max(1, std::min(120 - r % 7, f.nodes[f.request_node[r]].num_tokens)));
       QueryBatch q;
       q.qo_indptr = qo_indptr;
       q.mask = QueryMask::causal;
@@ -354,11 +355,13 @@ TEST(Planner, PrefillTasksReadOnlyTheKeysTheirRowsSee) {
         for (int row = task.row_begin; row < task.row_end; ++row) {
           const int token = v.node_reqs[task.req_begin + row / v.group];
           const PlanView::Visible seen = v.visible(task.node, token, task.kv_begin, task.kv_end);
-          met[std::size_t(token) * heads.num_qo_heads + task.kv_head * v.group + row % v.group] += seen.end - seen.begin;
+          const int head = task.kv_head * v.group + row % v.group;
+          met[std::size_t(token) * heads.num_qo_heads + head] += seen.end - seen.begin;
           if (seen.end > seen.begin) lo = std::min(lo, seen.begin), hi = std::max(hi, seen.end);
         }
         if (hi <= lo) {
-          EXPECT_LE(task.kv_end - task.kv_begin, opt.chunk_align) << "task " << t << " reads keys none of its rows sees";
+          EXPECT_LE(task.kv_end - task.kv_begin, opt.chunk_align)
+              << "task " << t << " reads keys none of its rows sees";
         } else {
           EXPECT_EQ(task.kv_end, hi) << "task " << t;
           EXPECT_EQ(task.kv_begin, lo / opt.chunk_align * opt.chunk_align) << "task " << t;
@@ -373,7 +376,8 @@ TEST(Planner, PrefillTasksReadOnlyTheKeysTheirRowsSee) {
       EXPECT_EQ(plan.stats().kv_tokens_read, read);
       for (std::size_t i = 0; i < met.size(); ++i) {
         const int token = int(i / heads.num_qo_heads);
-        EXPECT_EQ(met[i], v.query_hi[token] - v.query_lo[token]) << "token " << token << " head " << i % heads.num_qo_heads;
+        EXPECT_EQ(met[i], v.query_hi[token] - v.query_lo[token])
+            << "token " << token << " head " << i % heads.num_qo_heads;
       }
     }
     EXPECT_GT(cut, 0);
