@@ -45,7 +45,7 @@ def geomean(xs):
 
 def workload_key(name):
     """Sort key: family in ORDER, then its number (non-numbers after), then the page size of NAME@P."""
-    base, _, page = name.partition("@")
+    base, _, page = name.split(" ")[0].partition("@")  # a sweep's "loogle:8 q4": its workload's place
     family, _, param = base.partition(":")
     try:
         number = float(param) if param else 0.0
@@ -71,8 +71,11 @@ def load(folder):
     sweeps = {}
     for path in sorted(glob.glob(os.path.join(folder, "sweep_peers_*_*.json"))):
         sweeps.setdefault(os.path.basename(path)[len("sweep_peers_"):].rsplit("_", 1)[0], []).append(path)
+    sweep_machine = os.path.join(folder, "machine_sweep_peers.txt")
     return {"breadth": breadth or None,
             "sweeps": {kind: merged_rows(paths) for kind, paths in sweeps.items()} or None,
+            "sweep_gpu": open(sweep_machine).readline().split(",")[0].strip() if os.path.exists(sweep_machine)
+            else None,
             "bench": read_json("bench_all.json"),
             "peers": merged_rows(sorted(glob.glob(os.path.join(folder, "peers*.json")))) or None,
             "e2e": [json.load(open(p)) for p in e2e] or None,
@@ -357,7 +360,7 @@ def sweep_targets(sweeps):
         return got
 
     def behind(got):  # the points where CoDec is behind more than allowed (3% where nothing is shared)
-        return [(k, w, x) for k, w, x in got if x < (0.97 if w in SHARE_NOTHING else 1.0)]
+        return [(k, w, x) for k, w, x in got if x < (0.97 if w.split(" ")[0] in SHARE_NOTHING else 1.0)]
 
     def worst(got):
         k, w, x = min(got, key=lambda g: g[2])
@@ -388,10 +391,29 @@ E2E_NAMES = {"codec": "CoDec", "fi_decode": "FlashInfer decode", "fi_cascade": "
              "noop": "floor (no decode attention)", "sdpa": "`paged|sdpa`"}
 
 
+def short_gpu(name):
+    """"NVIDIA H100 80GB HBM3" -> "H100"; a name without a model number as it is."""
+    m = re.search(r"\b([A-Z]\d{2,3}[A-Z]?)\b", name)
+    return m.group(1) if m else name
+
+
 def e2e_name(result):
-    """A run's workload, and its model where it is not the default Qwen3-4B shape."""
-    model = result.get("model", "qwen3-4b")
-    return result["workload"] if model == "qwen3-4b" else f"{result['workload']} ({model})"
+    """A run's workload, with its model where it is not the default Qwen3-4B shape and its GPU where it is not the
+    page's H200."""
+    notes = [result["model"]] if result.get("model", "qwen3-4b") != "qwen3-4b" else []
+    gpu = short_gpu(result.get("device", "H200"))
+    notes += [gpu] if gpu != "H200" else []
+    return f"{result['workload']} ({', '.join(notes)})" if notes else result["workload"]
+
+
+E2E_ATTENTION_TOLERANCE = 1e-2  # bench/e2e_decode.py's attention rows against fp64: above it, another attention
+
+
+def off_reference(row):
+    """A backend's largest relative error against fp64 on the checked attention rows where it computes another
+    attention than the model's (noop's by design), else None."""
+    err = row.get("attention_rel_l2_max")
+    return err if err is not None and err > E2E_ATTENTION_TOLERANCE else None
 
 
 def e2e_rows(result):
@@ -413,15 +435,19 @@ def e2e_rows(result):
 
 def e2e_table(results):
     out = ["| workload | backend | TPOT ms (p90) | TPOT − floor ms | forward GPU ms | attention GPU ms "
-           "| host schedule ms |", "|---|---|---|---|---|---|---|"]
+           "| host schedule ms | attention vs fp64 |", "|---|---|---|---|---|---|---|---|"]
     for result in results:
         for backend, r, attn in e2e_rows(result):
             step = r.get("step_host_ms_median", {})
-            nan = float("nan")
+
+            def ms(x):  # a run without the step profile has no forward or schedule times
+                return f"{x:.2f}" if x is not None else "–"
+
             cells = [e2e_name(result), E2E_NAMES.get(backend, backend),
-                     f"{r['tpot_ms']:.2f} ({r['tpot_p90_ms']:.2f})", f"{r.get('tpot_minus_floor_ms', nan):.2f}",
-                     f"{step.get('forward_gpu', nan):.2f}",
-                     f"**{attn:.2f}**" if attn is not None else "–", f"{step.get('schedule', nan):.2f}"]
+                     f"{r['tpot_ms']:.2f} ({r['tpot_p90_ms']:.2f})", ms(r.get("tpot_minus_floor_ms")),
+                     ms(step.get("forward_gpu")), f"**{attn:.2f}**" if attn is not None else "–",
+                     ms(step.get("schedule")),
+                     f"{r['attention_rel_l2_max']:.1e}" if "attention_rel_l2_max" in r else "–"]
             out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -439,6 +465,10 @@ def e2e_summary(results):
             if peer not in rows:
                 continue
             f, fa = rows[peer]
+            if off_reference(f):
+                out.append(f"- {e2e_name(result)}: {E2E_NAMES[peer]} computes another attention (relative error "
+                           f"{off_reference(f):.2f} against fp64): not compared.")
+                continue
             parts = [f"attention's GPU time {fa / ca:.2f}× lower than {E2E_NAMES[peer]}'s"] if fa and ca else []
             if c.get("tpot_minus_floor_ms", 0) > 0 and "tpot_minus_floor_ms" in f:
                 parts.append(f"TPOT − floor {f['tpot_minus_floor_ms'] / c['tpot_minus_floor_ms']:.2f}× lower")
@@ -487,7 +517,8 @@ def blocks(data):
     if data["breadth"]:
         out["breadth"] = breadth_targets(data["breadth"]) + [""] + breadth_table(data["breadth"])
     if data["sweeps"]:
-        out["peers-sweep"] = sweep_targets(data["sweeps"]) + [""] + sweep_table(data["sweeps"])
+        gpu = [f"Measured on one {data['sweep_gpu']} (machine_sweep_peers.txt).", ""] if data["sweep_gpu"] else []
+        out["peers-sweep"] = gpu + sweep_targets(data["sweeps"]) + [""] + sweep_table(data["sweeps"])
     return out
 
 
@@ -551,8 +582,9 @@ def plot_e2e(results, path):
         ax.barh(names, [min(floor, r["tpot_ms"]) for _, r, _ in rows], color="0.75", label="the floor's TPOT")
         ax.barh(names, [max(0.0, r["tpot_ms"] - floor) for _, r, _ in rows], left=[min(floor, r["tpot_ms"])
                 for _, r, _ in rows], color="tab:blue", label="TPOT − floor")
-        for i, (_, r, attn) in enumerate(rows):
+        for i, (b, r, attn) in enumerate(rows):
             note = f"{r['tpot_ms']:.1f} ms" + (f" (attention on the GPU {attn:.1f} ms)" if attn is not None else "")
+            note += "; another attention (off fp64)" if off_reference(r) and b != "noop" else ""
             ax.text(r["tpot_ms"] + 0.5, i, note, va="center", fontsize=8)
         ax.set_xlim(0, max(r["tpot_ms"] for _, r, _ in rows) * 1.7)
         ax.invert_yaxis()

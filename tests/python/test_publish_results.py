@@ -41,14 +41,21 @@ def test_headline_numbers_of_the_published_files():
     assert len(bench) == 37 and round(bench["batch:64"]["codec_over_floor"], 2) == 1.34
     assert "2.05×" in pr.floor_summary(data["bench"])[0]
     assert data["planner"][("measured", 64)] == [97.2, 98.7]
-    rows = {b: attn for b, _, attn in pr.e2e_rows(data["e2e"][0])}
+    runs = {pr.e2e_name(r): r for r in data["e2e"]}
+    rows = {b: attn for b, _, attn in pr.e2e_rows(runs["loogle:8"])}
     assert rows["noop"] is None and round(rows["codec"], 2) == 7.45 and round(rows["fi_decode"], 2) == 28.66
+    rows = {b: attn for b, _, attn in pr.e2e_rows(runs["samples:64 (gpt-oss-20b, H100)"])}
+    assert round(rows["codec"], 2) == 1.37 and round(rows["fi_sink"], 2) == 40.84
+    assert {k: len(v) for k, v in data["sweeps"].items()} == {"q4": 7, "fp8": 6}
 
 
 def test_an_e2e_run_of_another_model_names_it():
     qwen = {"workload": "samples:64", "rows": {}}
     assert pr.e2e_name(qwen) == "samples:64" and pr.e2e_name({**qwen, "model": "qwen3-4b"}) == "samples:64"
     assert pr.e2e_name({**qwen, "model": "gpt-oss-20b"}) == "samples:64 (gpt-oss-20b)"
+    assert pr.e2e_name({**qwen, "device": "NVIDIA H200"}) == "samples:64"  # the page's GPU
+    assert pr.e2e_name({**qwen, "model": "gpt-oss-20b", "device": "NVIDIA H100 80GB HBM3"}) == \
+        "samples:64 (gpt-oss-20b, H100)"
 
 
 def row(workload, codec, floor=0.001, **peers):
@@ -203,3 +210,34 @@ def test_an_eager_run_without_the_step_profile_compares_attention_calls():
                      "- samples:64 (gpt-oss-20b): attention's GPU time 3.00× lower than FlashInfer attention-sink's, "
                      "TPOT 1.04× lower."], lines
     assert "**5.40**" in "\n".join(pr.e2e_table([result]))
+
+
+def test_an_e2e_peer_that_computes_another_attention_is_not_compared():
+    """gpt-oss's sinks: FlashInfer's decode wrapper has none, so its attention
+    rows are far off fp64 and the summary names it instead of a speedup."""
+    rows = {"codec": {"tpot_ms": 93.7, "tpot_p90_ms": 95.5, "tpot_minus_floor_ms": 3.1,
+                      "attention_gpu_minus_floor_ms": 1.37, "attention_rel_l2_max": 2.1e-3},
+            "noop": {"tpot_ms": 90.6, "tpot_p90_ms": 91.7, "tpot_minus_floor_ms": 0.0,
+                     "attention_gpu_minus_floor_ms": 0.0, "attention_rel_l2_max": 1.0},
+            "fi_decode": {"tpot_ms": 97.0, "tpot_p90_ms": 99.1, "tpot_minus_floor_ms": 6.4,
+                          "attention_gpu_minus_floor_ms": 4.25, "attention_rel_l2_max": 1.55}}
+    result = {"workload": "samples:64", "model": "gpt-oss-20b", "device": "NVIDIA H100 80GB HBM3", "rows": rows}
+    assert pr.e2e_summary([result]) == ["- samples:64 (gpt-oss-20b, H100): FlashInfer decode computes another "
+                                        "attention (relative error 1.55 against fp64): not compared."]
+    table = pr.e2e_table([result])
+    assert table[2] == "| samples:64 (gpt-oss-20b, H100) | CoDec | 93.70 (95.50) | 3.10 | – | **1.37** | – | 2.1e-03 |"
+    assert table[3].endswith("| – | – | – | 1.0e+00 |")  # the floor: no attention time, zeros for attention
+
+
+def test_a_sweeps_run_suffix_keeps_its_workloads_place_and_what_shares_nothing(tmp_path):
+    q4 = [row("flat:64 q4", 0.100, fi_decode=("tc", 0.099, 0.003)),
+          row("batch:64 q4", 0.100, fi_decode=("tc", 0.2, 0.003)),
+          row("seq:512 q4", 0.100, fi_decode=("tc", 0.099, 0.003))]
+    (tmp_path / "sweep_peers_q4_1.json").write_text(json.dumps(q4))
+    (tmp_path / "machine_sweep_peers.txt").write_text("NVIDIA H100 80GB HBM3, 81559 MiB\n55d46fb\n")
+    data = pr.load(str(tmp_path))
+    assert [r["workload"] for r in data["sweeps"]["q4"]] == ["seq:512 q4", "batch:64 q4", "flat:64 q4"]
+    block = pr.blocks(data)["peers-sweep"]
+    assert block[0] == "Measured on one NVIDIA H100 80GB HBM3 (machine_sweep_peers.txt)."
+    never = next(line for line in block if line.startswith("| 51: never behind"))
+    assert "3 points, worst seq:512 q4 (4 query tokens) 0.99×; 1 behind | **missed** |" in never  # flat:64 q4 may be
