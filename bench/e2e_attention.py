@@ -33,8 +33,15 @@ from .e2e_models import VARIANTS
 
 
 def step_kind(step):
-    """"decode" (every row decodes), "prefill" (no row does) or "mixed"."""
-    return "decode" if step.all_decode else "prefill" if step.decode.size == 0 else "mixed"
+    """"decode" (every row decodes), "mixed" (some do), and where none does
+    "prefill" (some chunk attends to KV the cache held before the step: a
+    question over its cached document) or "prompt" (whole prompts, their
+    new tokens' KV alone)."""
+    if step.all_decode:
+        return "decode"
+    if step.decode.size:
+        return "mixed"
+    return "prefill" if np.any(np.diff(step.cu_k) > np.diff(step.cu_q)) else "prompt"
 
 
 class InEngineAttention:
@@ -81,6 +88,11 @@ class InEngineAttention:
         self.groups = {}
         self.planned, self.checked = 0, {True: 0, False: 0}
         self.stream_plans, self.replay_plans = {}, {}
+
+    def prefixes_cached(self):
+        """Once the shared prefixes are prefilled, before the measured requests: their prompt steps, and the
+        chunks of long ones over their own first chunks, are not the workload's steps with prefill chunks."""
+        self.chunk_events.clear()
 
     def serve(self, variants):
         """Before a model's runs: the attention variants its layers need (a
@@ -243,7 +255,7 @@ class InEngineAttention:
 
     def chunk_step_ms(self, kind):
         """The whole attention's GPU time (cache write, backend, any SDPA) of
-        each step of `kind` ("prefill" or "mixed"), all L layers: the L − 1
+        each step of `kind` ("prompt", "prefill" or "mixed"), all L layers: the L − 1
         timed ones' × L / (L − 1)."""
         return [sum(a.elapsed_time(b) for a, b in events) * (len(events) + 1) / len(events)
                 for k, events in self.chunk_events if k == kind and events]

@@ -72,11 +72,13 @@ upload; the step's page tables are read before it), which is on the step's
 critical path. `attention_gpu_ms` (median and mean over the decode steps) is
 the GPU time of a step's decode attention, all layers, from CUDA events around
 each layer's call: unlike TPOT minus the floor it does not drown in the
-engine's host-time noise. Steps with prefill chunks (`prefill`: none
-decodes; `mixed`: some do) have the GPU time of all their layers' whole
-attention (the cache write, the backend, any SDPA), from CUDA events around
-each layer's call: `prefill_step_attention_gpu_ms_*` and
-`mixed_step_attention_gpu_ms_*` (median, mean, total, count), in eager and
+engine's host-time noise. Steps with prefill chunks (`prompt`: none
+decodes and each chunk attends to its own new tokens alone, whole prompts;
+`prefill`: none decodes and some chunk attends to KV cached before the step,
+loogle's questions over their documents; `mixed`: some rows decode) have the
+GPU time of all their layers' whole attention (the cache write, the backend,
+any SDPA), from CUDA events around each layer's call:
+`<kind>_step_attention_gpu_ms_*` (median, mean, total) and `<kind>_steps`, in eager and
 graph mode alike (prefill steps always run eagerly); the first layer's call
 also builds and plans the step on the host, so the other layers are timed
 and scaled to all. Correctness, two ways:
@@ -194,6 +196,9 @@ def parser():
                    help="the host time of each step's phases in the engine's loop (StepProfile)")
     p.add_argument("--cache-blocks", type=int, default=None,
                    help="the engine's cache in blocks (default: as many as free GPU memory holds)")
+    p.add_argument("--max-batch-tokens", type=int, default=None,
+                   help="the engine's token budget a step (default: its own, 8,192 where memory allows): below a "
+                        "workload's new tokens its prefill spreads over steps that mix with decode rows")
     p.add_argument("--no-prefix-warmup", action="store_true",
                    help="submit every request at once without prefilling the shared prefixes first (each request "
                         "then prefills its whole prompt, and fewer decode together; always so for models with "
@@ -248,6 +253,8 @@ def check_args(a, device):
     if a.new_tokens < 3 or a.sdpa_new_tokens < 0 or 0 < a.sdpa_new_tokens < 3:
         raise SystemExit(f"--new-tokens {a.new_tokens} must be >= 3 and --sdpa-new-tokens {a.sdpa_new_tokens} 0 "
                          "(as --new-tokens) or >= 3: TPOT takes the intervals from the second generated token on")
+    if a.max_batch_tokens is not None and a.max_batch_tokens < 1:
+        raise SystemExit(f"--max-batch-tokens {a.max_batch_tokens} must be >= 1")
     if a.rounds < 1 or len(set(backends)) < len(backends):
         raise SystemExit(f"--rounds {a.rounds} must be >= 1, and --backends {a.backends} name each backend once")
     for b in backends:
@@ -350,7 +357,7 @@ def measure(a, model, device, write=True):
                                  a.block_size, block_tables=path != "ri" and not slides, cuda_graph=a.cuda_graph,
                                  samples=samples, scheduler="fifo" if kind == "sdpa" else scheduler,
                                  cache_blocks=a.cache_blocks, async_batching=a.async_batching,
-                                 step_profile=a.step_profile)
+                                 step_profile=a.step_profile, max_batch_tokens=a.max_batch_tokens)
                 row["new_tokens"] = new_tokens
                 if rnd == 0 and a.eager_check:  # the model itself, the reference where sdpa is none
                     try:

@@ -17,6 +17,9 @@ import codec.integrations.transformers as codec_tf
 from .e2e_check import compare_on_shared_history
 from .e2e_profile import StepProfile, before_each_forward
 
+# Steps with prefill chunks, by kind (e2e_attention.step_kind), each with its attention's GPU time in a run's row
+STEP_KINDS = ("prompt", "prefill", "mixed")
+
 
 def admit_first_scheduler():
     """The name of a scheduler (registered with the engine's own) that admits
@@ -44,7 +47,7 @@ def admit_first_scheduler():
 
 
 def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_tables, cuda_graph, samples=1,
-        scheduler="fifo", cache_blocks=None, async_batching=False, step_profile=False):
+        scheduler="fifo", cache_blocks=None, async_batching=False, step_profile=False, max_batch_tokens=None):
     """One backend's generation; greedy, or with samples > 1 that many
     sequences sampled per prompt from the model's own distribution (no
     top-k or top-p: the logprobs are the model's, as an eager forward's;
@@ -60,7 +63,8 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     graphs = (False, True) if cuda_graph and block_tables else cuda_graph
     cb = ContinuousBatchingConfig(block_size=block_size, return_logprobs=True, use_cuda_graph=graphs,
                                   max_requests_per_batch=len(inputs) * samples, scheduler_type=scheduler,
-                                  num_blocks=cache_blocks, use_async_batching=True if async_batching else None)  # None: the engine's choice
+                                  num_blocks=cache_blocks, max_batch_tokens=max_batch_tokens,
+                                  use_async_batching=True if async_batching else None)  # None: the engine's choice
     torch.manual_seed(0)
     cuda = model.device.type == "cuda"  # else the CPU engine (tests)
     if cuda:
@@ -78,7 +82,8 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
     t0 = time.perf_counter()
     with profile, hook:
         out = codec_tf.generate_batch(model, inputs, gen, cb, record_timestamps=True, block_tables=block_tables,
-                                      shared_prefixes=prefixes)
+                                      shared_prefixes=prefixes,
+                                      prefixes_cached=None if attention is None else attention.prefixes_cached)
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0
@@ -113,7 +118,7 @@ def run(model, impl, attention, inputs, prefixes, new_tokens, block_size, block_
         row["attention_variant_effect_min"] = min(attention.variant_effects)
         row["attention_variant_effect_max"] = max(attention.variant_effects)
     if attention is not None:  # steps with prefill chunks: eager in either mode, their whole attention timed
-        for kind in ("prefill", "mixed"):
+        for kind in STEP_KINDS:
             ms = attention.chunk_step_ms(kind)
             if ms:
                 row.update({f"{kind}_steps": len(ms), f"{kind}_step_attention_gpu_ms_median": float(np.median(ms)),
@@ -188,7 +193,7 @@ def summary(a, requests, prompts, prefixes, device, rows, traces, write):
                 rows[b]["attention_gpu_ms_median"] - floor["attention_gpu_ms_median"]
     # issue 53's measure: a backend's TPOT less the floor over CoDec's, on the same decode path; and the same of
     # attention's GPU time a step, which holds where the model's own time and its noise dwarf attention (an eager
-    # MoE: gpt-oss-20b's TPOT 157 ms on an H100, CoDec's attention ~2 ms of it)
+    # MoE: gpt-oss-20b's TPOT ~94 ms on an H100, CoDec's attention ~2 ms of it)
     for b in traces:
         codec = rows.get("codec@ri" if b.endswith("@ri") else "codec", {})
         for measure in ("tpot_minus_floor", "attention_gpu_minus_floor"):
@@ -197,10 +202,11 @@ def summary(a, requests, prompts, prefixes, device, rows, traces, write):
     result = {"model": a.model, "workload": a.workload, "requests": requests, "prompts": prompts,
               "shared_prefixes_prefilled_first": prefixes,
               "layers": a.layers, "block_size": a.block_size, "scheduler": a.scheduler,
+              "max_batch_tokens": a.max_batch_tokens,
               "async_batching": a.async_batching,
               "new_tokens": a.new_tokens, "cuda_graph": a.cuda_graph, "rounds": a.rounds, "tp": a.tp,
               "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-              "rows": rows}
+              "step_kinds": STEP_KINDS, "rows": rows}
     if write:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, result_tag(a) + ".json"), "w") as f:

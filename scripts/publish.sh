@@ -13,6 +13,10 @@
 #   e2e      build, pip install, loogle:8 in transformers' continuous batching, the engine's CUDA
 #            graphs: CoDec, the floor, FlashInfer decode (prefill chunks on SDPA) and FlashInfer
 #            prefill (prefill chunks in its plan) -> e2e_loogle_8.json
+#   e2e_prefill build, pip install, issue 51's engine targets: loogle:8 eager, the engine's FIFO scheduler (decode
+#            rows first) in steps of 2,048 tokens (the questions' prefill spread over steps that mix with decode
+#            rows), codec, noop, fi_prefill and fi_decode (its prefill chunks on the causal SDPA)
+#            -> e2e_prefill_loogle_8.json
 #   e2e_gptoss  build, pip install, issue 53's target: gpt-oss-20b's shape (sliding windows, sinks), one
 #            8,192-token prompt sampled 64 times (samples:64), eager: CoDec, the floor, FlashInfer's
 #            attention-sink wrapper (the peer that computes gpt-oss's sinks), decode (prefill chunks on its
@@ -36,7 +40,7 @@
 # carry .prebuilt) they copy the binaries built here instead of building, and record their commit. peers1 and peers2 carry .whl and .pat (scripts/fetch_peer_wheels.sh,
 # fetch_pat.sh and prebuild_pat.sh, here, first); on a cold machine the build, PAT's link and
 # FlashInfer's first compiles take ~5 of a step's minutes, on a warm one the build and PAT are
-# reused. e2e, e2e_gptoss and pyapi carry .whl. Then, here:
+# reused. e2e, e2e_prefill, e2e_gptoss and pyapi carry .whl. Then, here:
 #   cp OUT/current/* results/current/
 #   python3 scripts/publish_results.py results/current --page results/README.md --plots results
 set -uo pipefail
@@ -44,7 +48,7 @@ cd "$(dirname "$0")/.." || exit 2
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 2; }
 [ $# -eq 2 ] || usage
 step=$1
-case $step in planner|kernels|peers1|peers2|peers_sweep|e2e|e2e_gptoss|breadth|pyapi) ;; *) usage ;; esac
+case $step in planner|kernels|peers1|peers2|peers_sweep|e2e|e2e_prefill|e2e_gptoss|breadth|pyapi) ;; *) usage ;; esac
 if [ "$step" = peers_sweep ]; then
   kind=${CODEC_PEER_KIND:-} half=${CODEC_PEER_HALF:-1}
   case $kind in
@@ -109,6 +113,12 @@ case $step in
     gpu_run "build install e2e" CODEC_E2E_MODES=graphs CODEC_E2E_GRAPH_BACKENDS=codec,noop,fi_decode,fi_prefill \
       CODEC_E2E_WORKLOADS=loogle:8 CODEC_E2E_ARGS=--step-profile
     keep "$logs/e2e/graphs/e2e_loogle_8.json" e2e_loogle_8.json && keep "$logs/machine.txt" machine_e2e.txt ;;
+  e2e_prefill)
+    gpu_run "build install e2e" CODEC_E2E_MODES=eager CODEC_E2E_BACKENDS=codec,noop,fi_prefill,fi_decode \
+      CODEC_E2E_WORKLOADS=loogle:8 \
+      CODEC_E2E_ARGS="--scheduler fifo --max-batch-tokens 2048"
+    keep "$logs/e2e/eager/e2e_loogle_8.json" e2e_prefill_loogle_8.json &&
+      keep "$logs/machine.txt" machine_e2e_prefill.txt ;;
   e2e_gptoss)
     gpu_run "build install e2e" CODEC_E2E_MODES=eager CODEC_E2E_BACKENDS=codec,noop,fi_sink,fi_decode,fi_prefill \
       CODEC_E2E_WORKLOADS=samples:64 CODEC_E2E_ARGS="--model gpt-oss-20b --rounds 3"

@@ -398,9 +398,12 @@ def short_gpu(name):
 
 
 def e2e_name(result):
-    """A run's workload, with its model where it is not the default Qwen3-4B shape and its GPU where it is not the
-    page's H200."""
+    """A run's workload, with what sets it apart from the page's default: a model other than Qwen3-4B's shape,
+    eager steps, the engine's FIFO scheduler, a GPU other than the H200."""
     notes = [result["model"]] if result.get("model", "qwen3-4b") != "qwen3-4b" else []
+    notes += ["eager"] if result.get("cuda_graph") is False else []
+    notes += ["FIFO"] if result.get("scheduler") == "fifo" else []
+    notes += [f"{result['max_batch_tokens']:,}-token steps"] if result.get("max_batch_tokens") else []
     gpu = short_gpu(result.get("device", "H200"))
     notes += [gpu] if gpu != "H200" else []
     return f"{result['workload']} ({', '.join(notes)})" if notes else result["workload"]
@@ -477,6 +480,58 @@ def e2e_summary(results):
     return out
 
 
+STEP_NAMES = {"prompt": "prompt steps", "prefill": "prefill steps over the cache", "mixed": "mixed steps"}
+
+
+def step_ms(row, kind):
+    """The median GPU time of a step of `kind`'s attention, all layers (e2e_harness.STEP_KINDS), or None."""
+    return row.get(f"{kind}_step_attention_gpu_ms_median")
+
+
+def e2e_steps_table(results):
+    """Attention's GPU time in the steps with prefill chunks, by kind, of the runs that record the kinds."""
+    runs = [r for r in results if "step_kinds" in r]
+    if not runs:
+        return []
+    kinds = [k for k in STEP_NAMES if any(step_ms(row, k) is not None for r in runs for row in r["rows"].values())]
+    out = ["| workload | backend | " + " | ".join(f"{STEP_NAMES[k]}: ms a step (steps)" for k in kinds) + " |",
+           "|---" * (len(kinds) + 2) + "|"]
+    for result in runs:
+        for backend, r, _ in e2e_rows(result):
+            cells = [f"{step_ms(r, k):.2f} ({r[f'{k}_steps']})" if step_ms(r, k) is not None else "–" for k in kinds]
+            out.append(f"| {e2e_name(result)} | {E2E_NAMES.get(backend, backend)} | " + " | ".join(cells) + " |")
+    return out
+
+
+def e2e_steps_targets(results):
+    """Issue 51's engine targets where a run has CoDec's and FlashInfer's steps of the kind: prefill steps over
+    the cache within 1.1× of FlashInfer's prefill wrapper's and ≥ 3× below the causal SDPA's (FlashInfer decode's
+    run leaves its prefill chunks to the SDPA paged|sdpa runs); mixed steps ≥ 2× below FlashInfer's best."""
+    out = []
+    for result in (r for r in results if "step_kinds" in r):
+        rows = {b: r for b, r, _ in e2e_rows(result) if not off_reference(r) or b == "noop"}
+        codec = rows.get("codec", {})
+
+        def ratio(peer, kind):
+            return step_ms(rows.get(peer, {}), kind) / step_ms(codec, kind) \
+                if step_ms(codec, kind) and step_ms(rows.get(peer, {}), kind) else None
+
+        name = e2e_name(result)
+        got = ratio("fi_prefill", "prefill")
+        if got:
+            out.append(f"| 51: {name}, prefill steps over the cache ≤ 1.1× FlashInfer prefill's | CoDec "
+                       f"{1 / got:.2f}× | {'met' if 1 / got <= 1.1 else '**missed**'} |")
+        got = ratio("fi_decode", "prefill")
+        if got:
+            out.append(f"| 51: {name}, the same ≥ 3× below the causal SDPA's | {got:.2f}× | "
+                       f"{'met' if got >= 3 else '**missed**'} |")
+        best = [x for x in (ratio("fi_prefill", "mixed"), ratio("fi_decode", "mixed")) if x]
+        if best:
+            out.append(f"| 51: {name}, mixed steps ≥ 2× below FlashInfer's | {min(best):.2f}× | "
+                       f"{'met' if min(best) >= 2 else '**missed**'} |")
+    return ["| target | measured | |", "|---|---|---|"] + out if out else []
+
+
 def planner_table(runs):
     counts = sorted({n for _, n in runs})
     models = [m for m in ("roofline", "measured") if any(k[0] == m for k in runs)]
@@ -510,6 +565,10 @@ def blocks(data):
         out["targets"] = targets_table(data)
     if data["e2e"]:
         out["e2e"] = e2e_table(data["e2e"]) + [""] + e2e_summary(data["e2e"])
+        steps = e2e_steps_targets(data["e2e"])
+        steps += ([""] if steps else []) + e2e_steps_table(data["e2e"])
+        if steps:
+            out["e2e-steps"] = steps
     if data["planner"]:
         out["planner"] = planner_table(data["planner"])
     if data["python_api"]:

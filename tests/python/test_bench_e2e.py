@@ -84,6 +84,40 @@ def test_a_run_records_its_decode_steps(monkeypatch):
     assert row["decode_step_ms_median"] > 0 and row["plan_ms_median"] > 0
     assert attention.planned > row["decode_steps_planned"]  # the prefill chunks' steps planned on CoDec too
     assert "attention_gpu_ms_median" not in row and "prefill_steps" not in row  # no GPU: no GPU time
+    # the requests over the prefix's cached blocks (recorded, untimed on the CPU); the prefix's own prompt step,
+    # before them, dropped from the records
+    assert [kind for kind, events in attention.chunk_events] == ["prefill"], attention.chunk_events
+
+
+def test_a_small_step_budget_mixes_prefill_chunks_with_decode_rows_after_the_prefix(monkeypatch):
+    """FIFO in steps of 16 tokens: the requests' 9 uncached tokens each
+    prefill over several steps, the later ones beside decode rows; the
+    prefix's own prompt step before them is dropped from the records."""
+    cpu_engine(monkeypatch)
+    model = tiny_qwen3(hidden=128, layers=2, heads=4)
+    attention = e2e_attention.CodecAttention()
+    name = codec_tf.register("paged|e2e_test_budget", attention)
+    row, trace = e2e_harness.run(model, name, attention, DOC_REQUESTS, [DOC], new_tokens=4, block_size=16,
+                                 block_tables=False, cuda_graph=False, scheduler="fifo", max_batch_tokens=16)
+    assert all(len(t[0]) == 4 for t in trace.values())
+    kinds = [kind for kind, events in attention.chunk_events]
+    assert "mixed" in kinds and "prompt" not in kinds and kinds[0] == "prefill", kinds
+
+
+def test_a_step_is_a_prompt_a_prefill_over_the_cache_or_mixed():
+    from types import SimpleNamespace
+
+    def step(q_lens, k_lens):
+        q_lens = np.asarray(q_lens)
+        decode = np.flatnonzero(q_lens == 1)
+        return SimpleNamespace(all_decode=decode.size == q_lens.size, decode=decode,
+                               cu_q=np.concatenate([[0], np.cumsum(q_lens)]),
+                               cu_k=np.concatenate([[0], np.cumsum(k_lens)]))
+
+    assert e2e_attention.step_kind(step([1, 1], [40, 9])) == "decode"
+    assert e2e_attention.step_kind(step([7, 1], [7, 9])) == "mixed"
+    assert e2e_attention.step_kind(step([7, 5], [7, 5])) == "prompt"
+    assert e2e_attention.step_kind(step([7, 5], [7, 70])) == "prefill"  # one chunk over cached KV
 
 
 def test_main_runs_rounds_of_backends_and_writes_their_rows(monkeypatch, tmp_path):
@@ -504,7 +538,7 @@ def test_summary_sets_attention_gpu_time_against_the_floor_beside_tpot(capsys):
     while attention's GPU time less the floor's still compares backends."""
     import types
     a = types.SimpleNamespace(out="", model="gpt-oss-20b", workload="samples:64", layers=None, block_size=16,
-                              scheduler="admit_first", async_batching=False, new_tokens=64, cuda_graph=False,
+                              max_batch_tokens=None, scheduler="admit_first", async_batching=False, new_tokens=64, cuda_graph=False,
                               rounds=1, tp=1)
     rows = {"codec": {"tpot_ms": 157.0, "tpot_p90_ms": 170.0, "attention_gpu_ms_median": 2.7},
             "noop": {"tpot_ms": 160.0, "tpot_p90_ms": 171.0, "attention_gpu_ms_median": 0.9},

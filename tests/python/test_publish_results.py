@@ -44,7 +44,7 @@ def test_headline_numbers_of_the_published_files():
     runs = {pr.e2e_name(r): r for r in data["e2e"]}
     rows = {b: attn for b, _, attn in pr.e2e_rows(runs["loogle:8"])}
     assert rows["noop"] is None and round(rows["codec"], 2) == 7.45 and round(rows["fi_decode"], 2) == 28.66
-    rows = {b: attn for b, _, attn in pr.e2e_rows(runs["samples:64 (gpt-oss-20b, H100)"])}
+    rows = {b: attn for b, _, attn in pr.e2e_rows(runs["samples:64 (gpt-oss-20b, eager, H100)"])}
     assert round(rows["codec"], 2) == 1.37 and round(rows["fi_sink"], 2) == 40.84
     assert {k: len(v) for k, v in data["sweeps"].items()} == {"q4": 7, "fp8": 6}
 
@@ -54,8 +54,9 @@ def test_an_e2e_run_of_another_model_names_it():
     assert pr.e2e_name(qwen) == "samples:64" and pr.e2e_name({**qwen, "model": "qwen3-4b"}) == "samples:64"
     assert pr.e2e_name({**qwen, "model": "gpt-oss-20b"}) == "samples:64 (gpt-oss-20b)"
     assert pr.e2e_name({**qwen, "device": "NVIDIA H200"}) == "samples:64"  # the page's GPU
-    assert pr.e2e_name({**qwen, "model": "gpt-oss-20b", "device": "NVIDIA H100 80GB HBM3"}) == \
-        "samples:64 (gpt-oss-20b, H100)"
+    assert pr.e2e_name({**qwen, "model": "gpt-oss-20b", "device": "NVIDIA H100 80GB HBM3", "cuda_graph": False}) == \
+        "samples:64 (gpt-oss-20b, eager, H100)"
+    assert pr.e2e_name({**qwen, "cuda_graph": False, "scheduler": "fifo"}) == "samples:64 (eager, FIFO)"
 
 
 def row(workload, codec, floor=0.001, **peers):
@@ -241,3 +242,28 @@ def test_a_sweeps_run_suffix_keeps_its_workloads_place_and_what_shares_nothing(t
     assert block[0] == "Measured on one NVIDIA H100 80GB HBM3 (machine_sweep_peers.txt)."
     never = next(line for line in block if line.startswith("| 51: never behind"))
     assert "3 points, worst seq:512 q4 (4 query tokens) 0.99×; 1 behind | **missed** |" in never  # flat:64 q4 may be
+
+
+def test_steps_with_prefill_chunks_give_issue_51s_engine_targets():
+    """A run that records its steps' kinds: a table of each kind's attention time, and the targets against
+    FlashInfer's prefill wrapper (within 1.1×), the causal SDPA of FlashInfer decode's run (3× below) and
+    FlashInfer's best in mixed steps (2× below); a file from before the kinds gives neither."""
+    def steps(prefill, mixed):
+        return {"tpot_ms": 30.0, "tpot_p90_ms": 31.0, "prefill_step_attention_gpu_ms_median": prefill,
+                "prefill_steps": 1, "mixed_step_attention_gpu_ms_median": mixed, "mixed_steps": 3}
+    rows = {"codec": steps(40.0, 10.0), "noop": steps(5.0, 2.0), "fi_prefill": steps(42.0, 18.0),
+            "fi_decode": steps(100.0, 30.0)}
+    result = {"workload": "loogle:8", "cuda_graph": False, "scheduler": "fifo", "max_batch_tokens": 2048,
+              "step_kinds": ["prompt", "prefill", "mixed"], "rows": rows}
+    name = "loogle:8 (eager, FIFO, 2,048-token steps)"
+    assert pr.e2e_steps_targets([result]) == [
+        "| target | measured | |", "|---|---|---|",
+        f"| 51: {name}, prefill steps over the cache ≤ 1.1× FlashInfer prefill's | CoDec 0.95× | met |",
+        f"| 51: {name}, the same ≥ 3× below the causal SDPA's | 2.50× | **missed** |",
+        f"| 51: {name}, mixed steps ≥ 2× below FlashInfer's | 1.80× | **missed** |"]
+    table = pr.e2e_steps_table([result])
+    assert table[0] == "| workload | backend | prefill steps over the cache: ms a step (steps) | mixed steps: ms a step " \
+                       "(steps) |"
+    assert table[2] == f"| {name} | CoDec | 40.00 (1) | 10.00 (3) |"
+    old = {k: v for k, v in result.items() if k != "step_kinds"}  # its "prefill" steps may be prompts
+    assert pr.e2e_steps_targets([old]) == [] and pr.e2e_steps_table([old]) == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..warm_up import prefix_waves
 from .attention import _ATTENTIONS
@@ -71,7 +71,8 @@ def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int
 
 def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any = None,
                    continuous_batching_config: Any = None, record_timestamps: bool = False,
-                   block_tables: bool = True, shared_prefixes: Optional[List[List[int]]] = None) -> Dict[str, Any]:
+                   block_tables: bool = True, shared_prefixes: Optional[List[List[int]]] = None,
+                   prefixes_cached: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
     """``model.generate_batch`` (transformers' continuous batching, eager
     or with graphs of decode steps), with the engine's block-table decode path
     on (``block_tables``):
@@ -86,7 +87,9 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
     engine's prefix cache, so the requests of ``inputs`` that start with one
     prefill only the rest, and all of them can decode together. Submitted at
     once without it, requests with a common prefix prefill it each. (Models
-    with sliding-window layers have no prefix cache: there it saves nothing.)"""
+    with sliding-window layers have no prefix cache: there it saves nothing.)
+    ``prefixes_cached`` is called once they are, before ``inputs`` are
+    submitted (a benchmark drops the records of their steps there)."""
     from transformers.generation.continuous_batching.utils import WorkloadHints
 
     if not inputs:
@@ -115,6 +118,8 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
             finally:
                 manager.num_return_sequences = sequences
             _wait(manager, warm, len(warm))
+        if prefixes_cached is not None:
+            prefixes_cached()
         ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
         results = _wait(manager, ids, hints.num_requests)
         for attention in list(_ATTENTIONS):  # replays' plans, which no Python saw
