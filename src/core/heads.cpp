@@ -54,17 +54,18 @@ struct NamedModel {
   HeadConfig heads;
 };
 
-// The model shapes of docs/BENCHMARKS.md, and gemma2-9b, whose head_dim 256 the
-// kernels support and `codec profile` measures a cost table for.
+// The attention shapes of docs/BENCHMARKS.md's models (their windows, sinks
+// and soft-caps are the commands' own flags).
 constexpr NamedModel kModels[] = {
     {"qwen3-4b", {32, 8, 128, 0.f}},   {"llama3.2-1b", {32, 8, 64, 0.f}},
     {"mistral-7b", {32, 8, 128, 0.f}}, {"llama4-scout", {40, 8, 128, 0.f}},
     {"mha", {32, 32, 128, 0.f}},       {"mqa", {32, 1, 128, 0.f}},
-    {"gemma2-9b", {16, 8, 256, 0.f}},
+    {"gemma2-9b", {16, 8, 256, 0.f}},  {"gpt-oss-20b", {64, 8, 64, 0.f}},
+    {"gemma3-12b", {16, 8, 256, 0.f}},
 };
 
-constexpr const char* kModelNames[] = {"qwen3-4b", "llama3.2-1b", "mistral-7b", "llama4-scout",
-                                       "mha",      "mqa",         "gemma2-9b",  nullptr};
+constexpr const char* kModelNames[] = {"qwen3-4b", "llama3.2-1b", "mistral-7b",  "llama4-scout", "mha",
+                                       "mqa",      "gemma2-9b",   "gpt-oss-20b", "gemma3-12b",   nullptr};
 static_assert(std::size(kModelNames) == std::size(kModels) + 1);
 
 }  // namespace

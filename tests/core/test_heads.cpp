@@ -59,7 +59,8 @@ TEST(Models, BenchmarkShapes) {
   for (const Expected& e :
        {Expected{"qwen3-4b", 32, 8, 128}, Expected{"llama3.2-1b", 32, 8, 64},
         Expected{"mistral-7b", 32, 8, 128}, Expected{"llama4-scout", 40, 8, 128},
-        Expected{"mha", 32, 32, 128}, Expected{"mqa", 32, 1, 128}, Expected{"gemma2-9b", 16, 8, 256}}) {
+        Expected{"mha", 32, 32, 128}, Expected{"mqa", 32, 1, 128}, Expected{"gemma2-9b", 16, 8, 256},
+        Expected{"gpt-oss-20b", 64, 8, 64}, Expected{"gemma3-12b", 16, 8, 256}}) {
     const HeadConfig h = model_heads(e.name);
     EXPECT_EQ(h.num_qo_heads, e.hq) << e.name;
     EXPECT_EQ(h.num_kv_heads, e.hkv) << e.name;
@@ -73,14 +74,15 @@ TEST(Models, NamesListIsNullTerminatedAndResolvable) {
   std::vector<std::string> names;
   for (const char* const* p = model_names(); *p; ++p) names.emplace_back(*p);
   EXPECT_EQ(names, (std::vector<std::string>{"qwen3-4b", "llama3.2-1b", "mistral-7b",
-                                             "llama4-scout", "mha", "mqa", "gemma2-9b"}));
+                                             "llama4-scout", "mha", "mqa", "gemma2-9b", "gpt-oss-20b",
+                                             "gemma3-12b"}));
   for (const std::string& name : names) EXPECT_NO_THROW(model_heads(name)) << name;
 }
 
 TEST(Models, UnknownNameListsKnownOnes) {
   EXPECT_TRUE(throws_with([] { model_heads("gpt-5"); },
                           "unknown model 'gpt-5' (known: qwen3-4b, llama3.2-1b, mistral-7b, "
-                          "llama4-scout, mha, mqa, gemma2-9b)"));
+                          "llama4-scout, mha, mqa, gemma2-9b, gpt-oss-20b, gemma3-12b)"));
   EXPECT_TRUE(throws_with([] { model_heads("Qwen3-4B"); }, "unknown model 'Qwen3-4B'"));
 }
 
