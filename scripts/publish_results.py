@@ -43,9 +43,14 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
+def workload_of(name):
+    """A row's workload: a sweep's "loogle:8 q4" names its run after it."""
+    return name.split(" ")[0]
+
+
 def workload_key(name):
     """Sort key: family in ORDER, then its number (non-numbers after), then the page size of NAME@P."""
-    base, _, page = name.split(" ")[0].partition("@")  # a sweep's "loogle:8 q4": its workload's place
+    base, _, page = workload_of(name).partition("@")
     family, _, param = base.partition(":")
     try:
         number = float(param) if param else 0.0
@@ -360,7 +365,7 @@ def sweep_targets(sweeps):
         return got
 
     def behind(got):  # the points where CoDec is behind more than allowed (3% where nothing is shared)
-        return [(k, w, x) for k, w, x in got if x < (0.97 if w.split(" ")[0] in SHARE_NOTHING else 1.0)]
+        return [(k, w, x) for k, w, x in got if x < (0.97 if workload_of(w) in SHARE_NOTHING else 1.0)]
 
     def worst(got):
         k, w, x = min(got, key=lambda g: g[2])
@@ -409,7 +414,8 @@ def e2e_name(result):
     return f"{result['workload']} ({', '.join(notes)})" if notes else result["workload"]
 
 
-E2E_ATTENTION_TOLERANCE = 1e-2  # bench/e2e_decode.py's attention rows against fp64: above it, another attention
+# bench/e2e_decode.py's attention rows against fp64: above it, another attention (bench/peers.py's tolerance too)
+E2E_ATTENTION_TOLERANCE = 1e-2
 
 
 def off_reference(row):
@@ -437,15 +443,14 @@ def e2e_rows(result):
 
 
 def e2e_table(results):
+    def ms(x):  # a run without the step profile has no forward or schedule times
+        return f"{x:.2f}" if x is not None else "–"
+
     out = ["| workload | backend | TPOT ms (p90) | TPOT − floor ms | forward GPU ms | attention GPU ms "
            "| host schedule ms | attention vs fp64 |", "|---|---|---|---|---|---|---|---|"]
     for result in results:
         for backend, r, attn in e2e_rows(result):
             step = r.get("step_host_ms_median", {})
-
-            def ms(x):  # a run without the step profile has no forward or schedule times
-                return f"{x:.2f}" if x is not None else "–"
-
             cells = [e2e_name(result), E2E_NAMES.get(backend, backend),
                      f"{r['tpot_ms']:.2f} ({r['tpot_p90_ms']:.2f})", ms(r.get("tpot_minus_floor_ms")),
                      ms(step.get("forward_gpu")), f"**{attn:.2f}**" if attn is not None else "–",

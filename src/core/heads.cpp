@@ -1,5 +1,6 @@
 #include "codec/core/heads.hpp"
 
+#include <array>
 #include <iterator>
 #include <sstream>
 
@@ -64,9 +65,12 @@ constexpr NamedModel kModels[] = {
     {"gemma3-12b", {16, 8, 256, 0.f}},
 };
 
-constexpr const char* kModelNames[] = {"qwen3-4b", "llama3.2-1b", "mistral-7b",  "llama4-scout", "mha",
-                                       "mqa",      "gemma2-9b",   "gpt-oss-20b", "gemma3-12b",   nullptr};
-static_assert(std::size(kModelNames) == std::size(kModels) + 1);
+// model_names()'s null-terminated list, from the table
+constexpr auto kModelNames = [] {
+  std::array<const char*, std::size(kModels) + 1> names{};
+  for (std::size_t i = 0; i < std::size(kModels); ++i) names[i] = kModels[i].name;
+  return names;
+}();
 
 }  // namespace
 
@@ -78,6 +82,6 @@ HeadConfig model_heads(const std::string& name) {
   CODEC_FAIL("unknown model '", clip(name), "' (known: ", known.str(), ")");
 }
 
-const char* const* model_names() { return kModelNames; }
+const char* const* model_names() { return kModelNames.data(); }
 
 }  // namespace codec
