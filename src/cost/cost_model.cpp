@@ -68,9 +68,9 @@ double RooflineCostModel::cost_us(int rows, long kv_len) const {
   return std::max(bytes / bytes_per_us, flops / flops_per_us) + params_.task_overhead_us;
 }
 
-double RooflineCostModel::wide_cost_us(int rows, long kv_len) const {
-  // the same traffic and work as one task of `rows` rows, on two blocks' share of the device
-  return (cost_us(rows, kv_len) - params_.task_overhead_us) / 2 + params_.task_overhead_us;
+double RooflineCostModel::wide_cost_us(int rows, long kv_len, int span) const {
+  // the same traffic and work as one task of `rows` rows, on span blocks' share of the device
+  return (cost_us(rows, kv_len) - params_.task_overhead_us) / span + params_.task_overhead_us;
 }
 
 std::string RooflineCostModel::describe() const {
@@ -372,8 +372,9 @@ double TableCostModel::cost_us(int rows, long kv_len) const {
   return grid_cost(table_, table_.us, rows, kv_len, table_.rows);
 }
 
-double TableCostModel::wide_cost_us(int rows, long kv_len) const {
-  if (!prices_wide()) return CostModel::wide_cost_us(rows, kv_len);
+double TableCostModel::wide_cost_us(int rows, long kv_len, int span) const {
+  // a measured grid: the wide kernel as it ran on the device, at its span
+  if (!prices_wide()) return CostModel::wide_cost_us(rows, kv_len, span);
   return grid_cost(table_, table_.wide_us, rows, kv_len, table_.wide_rows);
 }
 

@@ -107,9 +107,9 @@ PlannerSetup make_planner_setup(const PlannerSetupArgs& args) {
       break;
     case PlanTarget::h200:
       // What cuda_device_info says of an H200: its 132 SMs × the PAC blocks
-      // each holds, and wide tasks at head_dim 128.
+      // each holds, and wide tasks at the head dims the wide kernel is built for.
       s.options = cuda_planner_options(heads, h200::kSms, cuda_pac_min_blocks_per_sm(shape.head_dim_qk),
-                                       shape.head_dim_qk == 128);
+                                       cuda_wide_head_dim(shape.head_dim_qk));
       s.device = "NVIDIA H200";
       s.alignment = kCudaAlign;
       break;

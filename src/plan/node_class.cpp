@@ -7,7 +7,7 @@ namespace codec::planning {
                                    NodeClass::Prices& p) {
   const Chunking k = chunking(c.tokens, splits, align);
   auto price = [&](int rows, std::int64_t len) {
-    if (c.wide) return cost.wide_cost_us(rows, len);
+    if (c.wide) return cost.wide_cost_us(rows, len, c.span);
     return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
   };
   const std::int64_t tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)

@@ -84,7 +84,7 @@ class Planning {
         c.max_splits = int(tokens / align_);
         c.tail_tokens = tail;
         c.price_tile = c.wide ? 0 : opt_.price_tile_tokens;
-        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.tiling.rows_hi, c.tokens + tail)
+        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.tiling.rows_hi, c.tokens + tail, opt_.wide_span)
                                 : cost_.cost_us(c.tiling.rows_hi, c.priced(c.tokens));
         wide_ = wide_ || c.wide;
         classes_.push_back(std::move(c));
@@ -158,16 +158,18 @@ class Planning {
     return !tail_of_.empty() && n.num_reqs == 1 && tail_of_[forest_.reqs[n.req_begin]] == node;
   }
   // Whether a node's rows go wide: its wide tasks hold at least
-  // wide_min_rows rows, it has at least wide_min_tokens tokens, and its wide
+  // wide_min_rows rows, it has at least wide_min_tokens tokens and at most
+  // wide_max_rows rows (where that is set), and its wide
   // tasks take no more block time (each on span blocks) than its tasks
   // would, unsplit; on a tie wide, which reads the KV once per wide tile
   // rather than once per tile. Without a measured wide grid a wide task is
-  // priced as two tasks of half its rows: a tie.
+  // priced as two tasks of half its rows at span blocks' pace: a tie.
   bool wide_pays(int rows, std::int64_t tokens) const {
     const int narrow = row_tiles(rows, opt_.max_tile_rows), wide = row_tiles(rows, opt_.wide_tile_rows);
     const int wide_rows = (rows + wide - 1) / wide;
     return wide_rows >= opt_.wide_min_rows && tokens >= opt_.wide_min_tokens &&
-           double(wide) * opt_.wide_span * cost_.wide_cost_us(wide_rows, tokens) <=
+           (opt_.wide_max_rows == 0 || rows <= opt_.wide_max_rows) &&
+           double(wide) * opt_.wide_span * cost_.wide_cost_us(wide_rows, tokens, opt_.wide_span) <=
                double(narrow) * cost_.cost_us((rows + narrow - 1) / narrow, tokens);
   }
 

@@ -174,11 +174,12 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   c.options.num_blocks = cuda && d.chance(0.5) ? device.num_blocks : d.in(1, cuda ? 600 : 64);
   c.options.max_tile_rows = cuda ? d.in(1, kCudaMaxTileRows) : d.in(1, 300);
   // wide tasks where the engine runs them: on the GPU its kernel's (head_dim
-  // 128, up to 128 rows, two blocks a wide block); on the CPU any
-  const bool wide = cuda ? device.wide_tile_rows > 0 && c.w.heads.head_dim == 128 : true;
+  // 64 or 128, up to 128 rows, a wide block the SM's PAC blocks); on the CPU any
+  const int head_dim = c.w.heads.head_dim;
+  const bool wide = cuda ? device.wide_tile_rows > 0 && cuda_wide_head_dim(head_dim) : true;
   if (wide && d.chance(0.4)) {
     c.options.wide_tile_rows = cuda ? device.wide_tile_rows : d.in(c.options.max_tile_rows, 300);
-    c.options.wide_span = cuda ? device.wide_span : d.in(1, 3);
+    c.options.wide_span = cuda ? cuda_pac_min_blocks_per_sm(head_dim) : d.in(1, 3);
     c.options.num_blocks = (c.options.num_blocks + c.options.wide_span - 1) / c.options.wide_span * c.options.wide_span;
   }
   c.options.chunk_align = d.chance(0.5) ? 16 : d.in(1, 40);

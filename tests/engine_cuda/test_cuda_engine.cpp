@@ -380,13 +380,13 @@ TEST(CudaEngine, SmallTasksRunPacked) {
     }
 }
 
-// Wide tasks (kernels/pac_wide.cuh): nodes shared by 17 to 70 requests (68
-// to 350 rows a kv head) over up to ~700 tokens, so that row tiles of 65 to
-// 128 rows meet several 128-token tiles and a partial last one, beside the
-// narrow tails, or with the tails taken in; on the device's blocks, on 2-6
-// blocks (a wide block walks many tasks: the K, V and Q rings wrap across
-// tasks), and split in chunks that end inside tiles and pages (each taking
-// a share of the tails); in every layout.
+// Wide tasks (kernels/pac_wide.cuh), head_dim 128 and 64: nodes shared by
+// 17 to 70 requests (65 to 350 rows a kv head) over up to ~700 tokens, so
+// that row tiles of 65 to 128 rows meet several 128-token tiles and a
+// partial last one, beside the narrow tails, or with the tails taken in; on
+// the device's blocks, on one or three wide blocks (one walks many tasks: the K,
+// V and Q rings wrap across tasks), and split in chunks that end inside
+// tiles and pages (each taking a share of the tails); in every layout.
 TEST(CudaEngine, WideTasksMatchTheReference) {
   SKIP_WITHOUT_GPU();
   struct WideCase {
@@ -405,6 +405,9 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       {{32, 8, 128}, DType::bf16, 32, Layout::hnd, 1, 24},
       {{16, 4, 128}, DType::f16, 16, Layout::interleaved, 2, 31},
       {{32, 8, 128}, DType::bf16, 16, Layout::padded, 1, 36},
+      {{64, 8, 64}, DType::bf16, 16, Layout::nhd, 1, 20},          // gpt-oss-20b: 160 rows, tiles of 80
+      {{32, 8, 64}, DType::f16, 1, Layout::hnd, 2, 33},            // llama3.2-1b, page size 1
+      {{8, 8, 64}, DType::bf16, 7, Layout::interleaved, 1, 65},    // head_dim 64, MHA: 65 rows
   };
   int wide_only_merged = 0;  // plans of wide tasks alone that merge: no PAC kernel (LaunchesFollowThePlan)
   for (const WideCase& c : cases) {
@@ -445,7 +448,7 @@ TEST(CudaEngine, WideTasksMatchTheReference) {
       opt.wide_tail_tokens = tail_tokens;
       check(opt, "device blocks, tails of up to " + std::to_string(tail_tokens) + " tokens");
     }
-    for (const int blocks : {2, 6}) {
+    for (const int blocks : {opt.wide_span, 3 * opt.wide_span}) {  // one wide block, three
       opt.num_blocks = blocks;
       check(opt, std::to_string(blocks) + " blocks");
     }
@@ -959,6 +962,7 @@ TEST(CudaEngine, PlannerOptionsDescribeTheDevice) {
     EXPECT_EQ(opt.wide_span, info.wide ? info.blocks_per_sm : 2);
     EXPECT_EQ(opt.wide_min_rows, info.wide ? kCudaWideMinRows : 0);
     EXPECT_EQ(opt.wide_min_tokens, info.wide ? kCudaWideMinTokens : 0);
+    EXPECT_EQ(opt.wide_max_rows, info.wide ? cuda_wide_max_rows(dim) : 0);
     EXPECT_EQ(opt.wide_tail_tokens, info.wide ? kCudaWideTailTokens : 0);
     EXPECT_EQ(opt.beside_wide_price, info.wide ? kCudaBesideWidePrice : 1.0);
     std::cout << "[ info     ] " << info.name << ": " << info.sm_count << " SMs, head_dim " << dim << ": "

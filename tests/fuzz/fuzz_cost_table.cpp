@@ -28,7 +28,7 @@ void check(const std::string& text) {
   for (const int rows : {1, table.rows.front(), table.rows.back(), table.rows.back() + 7, 1 << 20}) {
     for (const long kv : {1L, table.kv_len.front(), table.kv_len.back(), table.kv_len.back() * 3 + 1, 1L << 40}) {
       FUZZ_CHECK(price(model.cost_us(rows, kv)));
-      FUZZ_CHECK(price(model.wide_cost_us(rows, kv)));
+      for (const int span : {1, 2, 4}) FUZZ_CHECK(price(model.wide_cost_us(rows, kv, span)));
       for (const int busy : {1, 2, table.blocks / 2 + 1, table.blocks, table.blocks + 5})
         if (busy >= 1) FUZZ_CHECK(price(model.cost_busy_us(rows, kv, busy)));
     }

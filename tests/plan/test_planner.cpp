@@ -473,6 +473,11 @@ TEST(Planner, BadOptions) {
   opt.wide_span = 3;  // 4 blocks do not make whole wide blocks of 3
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
                                 "wide_span 3 must be >= 1 and divide num_blocks 4"));
+  opt.wide_span = 2;
+  opt.wide_max_rows = -1;
+  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
+                                "wide_max_rows -1 must be >= 0"));
+  opt.wide_max_rows = 0;
   opt.wide_tile_rows = 0;
   opt.price_tile_tokens = -64;
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
@@ -501,9 +506,9 @@ Forest many_row_forest(std::uint64_t seed, int page_size, const HeadConfig& head
 }
 
 // The predicted time of a task as the planner prices it (chunk_align 1: a
-// class's tokens are its nodes').
-double task_price(const CostModel& cost, const Task& t, bool wide) {
-  return wide ? cost.wide_cost_us(t.row_end - t.row_begin, t.kv_end - t.kv_begin)
+// class's tokens are its nodes'), a wide one on a wide block of span blocks.
+double task_price(const CostModel& cost, const Task& t, bool wide, int span) {
+  return wide ? cost.wide_cost_us(t.row_end - t.row_begin, t.kv_end - t.kv_begin, span)
               : cost.cost_us(t.row_end - t.row_begin, t.kv_end - t.kv_begin);
 }
 
@@ -559,14 +564,14 @@ TEST(Planner, WideTasksRunFirstOnWideBlocks) {
       // beside_wide_price of its price until the last wide block ends
       std::vector<double> ends(p.num_wide_blocks, 0.0);
       for (int w = 0; w < p.num_wide_blocks; ++w)
-        for (int i = p.wide_indptr[w]; i < p.wide_indptr[w + 1]; ++i) ends[w] += task_price(cost, p.tasks[i], true);
+        for (int i = p.wide_indptr[w]; i < p.wide_indptr[w + 1]; ++i) ends[w] += task_price(cost, p.tasks[i], true, c.span);
       std::sort(ends.begin(), ends.end());
       const double wide_end = ends.back();
       double makespan = wide_end;
       for (int b = 0; b < p.num_blocks; ++b) {
         double end = ends[b / c.span];
         for (int i = p.block_indptr[b]; i < p.block_indptr[b + 1]; ++i) {
-          double work = task_price(cost, p.tasks[i], false);
+          double work = task_price(cost, p.tasks[i], false, c.span);
           if (end < wide_end) {  // the part of the task that runs beside the wide phase
             const double beside = std::min(work * opt.beside_wide_price, wide_end - end);
             relieved += opt.beside_wide_price < 1 && i == p.block_indptr[b] && beside > 0;
@@ -625,6 +630,19 @@ TEST(Planner, NodesGoWideWhereItPays) {
       EXPECT_GE((rows + tiles - 1) / tiles, 65) << "wide task " << t;
       EXPECT_GE(f.nodes[p.tasks[t].node].num_tokens, 300) << "wide task " << t;
     }
+    // nor do nodes of more rows than wide_max_rows; the others still go wide
+    int most_rows = 0;
+    for (int t = p.num_wide_blocks ? p.wide_indptr[0] : p.num_tasks; t < p.num_tasks; ++t)
+      most_rows = std::max(most_rows, p.node_rows(p.tasks[t].node));
+    opt.wide_max_rows = most_rows - 1;
+    const Plan capped = make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt);
+    const PlanView c = capped.view();
+    for (int t = c.num_wide_blocks ? c.wide_indptr[0] : c.num_tasks; t < c.num_tasks; ++t)
+      EXPECT_LT(c.node_rows(c.tasks[t].node), most_rows) << "wide task " << t;
+    bool kept = false;  // a node of most_rows rows kept tasks of max_tile_rows
+    for (int t = 0; t < (c.num_wide_blocks ? c.wide_indptr[0] : c.num_tasks); ++t)
+      kept = kept || c.node_rows(c.tasks[t].node) == most_rows;
+    EXPECT_TRUE(kept);
   }
 }
 

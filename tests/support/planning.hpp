@@ -19,14 +19,16 @@
 namespace codec::test {
 
 // A cost model whose wide tasks (PlannerOptions::wide_tile_rows) cost
-// `factor` times what two tasks of half their rows do: below 1 the planner
+// `factor` times the default (CostModel::wide_cost_us): below 1 the planner
 // makes every node of many rows wide, above 1 none.
 class WidePriced final : public CostModel {
  public:
   WidePriced(const CostModel& base, double factor) : base_(base), factor_(factor) {}
   double cost_us(int rows, long kv_len) const override { return base_.cost_us(rows, kv_len); }
   bool prices_wide() const override { return true; }
-  double wide_cost_us(int rows, long kv_len) const override { return factor_ * base_.cost_us((rows + 1) / 2, kv_len); }
+  double wide_cost_us(int rows, long kv_len, int span) const override {
+    return factor_ * 2 * base_.cost_us((rows + 1) / 2, kv_len) / span;
+  }
   std::string describe() const override { return "wide x" + std::to_string(factor_); }
 
  private:

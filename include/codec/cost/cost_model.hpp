@@ -32,12 +32,15 @@ class CostModel {
   virtual bool prices_contention() const { return false; }
   virtual double cost_busy_us(int rows, long kv_len, int /*busy*/) const { return cost_us(rows, kv_len); }
   // Predicted time of a wide task (PlannerOptions::wide_tile_rows: up to
-  // twice the rows of a task, on a wide block that takes two blocks' place,
-  // one SM) of `rows` rows against kv_len keys, with every SM busy. By
-  // default what two tasks of half its rows cost side by side; a model that
-  // measured the wide kernel (prices_wide()) says better.
+  // twice the rows of a task, on a wide block that takes `span` blocks'
+  // place, one SM: PlannerOptions::wide_span) of `rows` rows against kv_len
+  // keys, with every SM busy. By default two tasks of half its rows at the
+  // pace of span blocks: as much block time as those two tasks take; a model
+  // that measured the wide kernel (prices_wide()) says better.
   virtual bool prices_wide() const { return false; }
-  virtual double wide_cost_us(int rows, long kv_len) const { return cost_us((rows + 1) / 2, kv_len); }
+  virtual double wide_cost_us(int rows, long kv_len, int span) const {
+    return 2 * cost_us((rows + 1) / 2, kv_len) / span;
+  }
   virtual std::string describe() const = 0;
 };
 
@@ -71,9 +74,9 @@ class RooflineCostModel final : public CostModel {
   RooflineCostModel(const RooflineParams& params, const HeadConfig& heads, DType kv_dtype,
                     std::optional<DType> q_dtype = std::nullopt);
   double cost_us(int rows, long kv_len) const override;
-  // A wide task has two blocks' share of the bandwidth and of the tensor cores.
+  // A wide task has span blocks' share of the bandwidth and of the tensor cores.
   bool prices_wide() const override { return true; }
-  double wide_cost_us(int rows, long kv_len) const override;
+  double wide_cost_us(int rows, long kv_len, int span) const override;
   std::string describe() const override;
   const RooflineParams& params() const { return params_; }
 
@@ -133,7 +136,7 @@ class TableCostModel final : public CostModel {
   bool prices_contention() const override { return !table_.busy_blocks.empty(); }
   double cost_busy_us(int rows, long kv_len, int busy) const override;
   bool prices_wide() const override { return !table_.wide_rows.empty(); }
-  double wide_cost_us(int rows, long kv_len) const override;
+  double wide_cost_us(int rows, long kv_len, int span) const override;
   std::string describe() const override;
   const CostTable& table() const { return table_; }
 

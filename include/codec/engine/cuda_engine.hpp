@@ -2,7 +2,7 @@
 // CUDA engine: runs a Plan on a GPU (docs/DESIGN.md §4-§5). Kernels launched on
 // one stream: where the plan has wide blocks, the wide partial attention of
 // tasks of up to kCudaMaxWideRows rows (one block per SM; sm_90a, head_dim
-// 128); partial attention (PAC), persistent over the plan's blocks; then the
+// 64 or 128); partial attention (PAC), persistent over the plan's blocks; then the
 // merge of each row's partial states (POR). On sm_90 each is a programmatic
 // dependent launch of the one before (PAC's blocks take the SMs the wide
 // blocks leave; the merge starts during PAC's last tasks and waits on the
@@ -45,9 +45,11 @@ using CudaStream = CUstream_st*;  // nullptr is the legacy default stream
 
 // Rows one PAC task holds: 4 warps × one 16-row m16n8k16 tile each.
 inline constexpr int kCudaMaxTileRows = 64;
-// Rows one wide task holds (the wide kernel: sm_90a, head_dim 128, one block
-// per SM of two consumer warpgroups of 64 rows; kernels/pac_wide.cuh).
+// Rows one wide task holds (the wide kernel: sm_90a, head_dim 64 or 128, one
+// block per SM of two consumer warpgroups of 64 rows; kernels/pac_wide.cuh).
 inline constexpr int kCudaMaxWideRows = 128;
+// The head dims the wide kernel is built for (kernel_traits.cuh, WideTraits).
+constexpr bool cuda_wide_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 // Fewest rows a wide task is given (PlannerOptions::wide_min_rows): on the
 // H200 (ab46884; docs/DESIGN_NOTES.md, Planner 13) nodes of 128 rows a kv
 // head ran 5-9% faster as wide tasks
@@ -60,6 +62,14 @@ inline constexpr int kCudaWideMinRows = 96;
 // (a few tiles a task; the wide blocks' phase before the blocks'), sysprompt:64's
 // prompt of 4,096 and 256 rows 2.3% faster (125c65a).
 inline constexpr int kCudaWideMinTokens = 2048;
+// Most rows a node a kv head may have for wide tasks (wide_max_rows; 0: any).
+// At head_dim 64 compute-bound nodes ran slower on the wide kernel than on
+// the PAC kernel (H100; docs/DESIGN_NOTES.md, Planner 13; not yet profiled:
+// its P·V wgmma is only 64 columns wide): a prefill chunk's own node of 4,096
+// rows (llama3.2-1b, shape:DT --q-len 1024) 1.39× and of 65,536 (gpt-oss-20b,
+// --q-len 8192) 1.31×, while nodes of 256-2,048 rows ran 18-23% faster wide
+// (batch:64 and sysprompt:512 decoding, batch:64 at 4 query tokens).
+constexpr int cuda_wide_max_rows(int head_dim) { return head_dim == 64 ? 2048 : 0; }
 // Most tokens of a request's private tail that its wide parent takes in
 // (PlannerOptions::wide_tail_tokens): each tail token costs the wide task a
 // token of every row's scores, so tails stay short; a system prompt's
@@ -110,7 +120,9 @@ struct CudaDeviceInfo {
   int sm_count = 0;
   int blocks_per_sm = 0;  // resident PAC blocks per SM for the head_dim and dtype asked for
   // Whether the wide kernel runs here for that head_dim and dtype: an sm_90
-  // device, a build with sm_90a code, head_dim 128, 2 PAC blocks per SM.
+  // device, a build with sm_90a code, a head_dim it is built for
+  // (cuda_wide_head_dim), and as many PAC blocks an SM as the planner's
+  // model of a wide block assumes (cuda_pac_min_blocks_per_sm).
   bool wide = false;
 };
 // Throws codec::Error for an unsupported head_dim or dtype, for a device this
@@ -144,7 +156,8 @@ class CudaDeviceScope {
 // head_dim 128), so the plan's blocks are the persistent grid; max_tile_rows
 // = kCudaMaxTileRows; price_tile_tokens = the PAC kernel's KV tile; where
 // `wide`, wide_tile_rows = kCudaMaxWideRows, wide_span = blocks per SM,
-// wide_min_rows = kCudaWideMinRows, wide_min_tokens = kCudaWideMinTokens and
+// wide_min_rows = kCudaWideMinRows, wide_min_tokens = kCudaWideMinTokens,
+// wide_max_rows = cuda_wide_max_rows(head_dim),
 // wide_tail_tokens = kCudaWideTailTokens and beside_wide_price =
 // kCudaBesideWidePrice, else no wide tasks; chunk_align =
 // 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
@@ -162,6 +175,7 @@ inline PlannerOptions cuda_planner_options(const HeadConfig& heads, int sm_count
     options.wide_span = blocks_per_sm;
     options.wide_min_rows = kCudaWideMinRows;
     options.wide_min_tokens = kCudaWideMinTokens;
+    options.wide_max_rows = cuda_wide_max_rows(heads.head_dim);
     options.wide_tail_tokens = kCudaWideTailTokens;
     options.beside_wide_price = kCudaBesideWidePrice;
   }

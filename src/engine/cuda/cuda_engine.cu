@@ -144,8 +144,9 @@ void validate_run(const Plan& plan, const PagedKV& kv, const AttentionIO& io, st
               plan.extent().max_task_rows, " query rows, more than the kernel's ", kCudaMaxTileRows,
               " (plan with cuda_planner_options or max_tile_rows <= ", kCudaMaxTileRows, ")");
   if (plan.view().num_wide_blocks > 0) {
-    CODEC_CHECK(kv.head_dim == 128 && wide_runs_here(), "run_cuda: the plan has wide blocks, which run at head_dim "
-                "128 on sm_90 devices with a build for sm_90a only (head_dim ", kv.head_dim, ", build for ",
+    CODEC_CHECK(cuda_wide_head_dim(kv.head_dim) && wide_runs_here(), "run_cuda: the plan has wide blocks, which run "
+                "at head_dim 64 or 128 on sm_90 devices with a build for sm_90a only (head_dim ", kv.head_dim,
+                ", build for ",
                 CODEC_CUDA_ARCHITECTURES, "): plan with cuda_planner_options");
     CODEC_CHECK(plan.extent().max_wide_rows <= kCudaMaxWideRows, "run_cuda: a wide task has ",
                 plan.extent().max_wide_rows, " query rows, more than the wide kernel's ", kCudaMaxWideRows);
@@ -212,7 +213,8 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
   });
   CODEC_CHECK(info.blocks_per_sm >= 1, "PAC kernel for head_dim ", heads.head_dim, " ", to_string(dtype),
               " cannot be resident on ", info.name);
-  info.wide = heads.head_dim == 128 && info.blocks_per_sm == 2 && wide_runs_here();
+  info.wide = cuda_wide_head_dim(heads.head_dim) && info.blocks_per_sm == cuda_pac_min_blocks_per_sm(heads.head_dim) &&
+              wide_runs_here();
   return info;
 }
 
@@ -355,7 +357,7 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .fp8_e5m2 = kv.dtype == DType::e5m2};
     dispatch_variant<kFp8>(masked, soft_cap > 0.f, [&](auto variant) {
       using V = decltype(variant);
-      if constexpr (D == 128) {  // with wide blocks validate_run made sure of sm_90 and sm_90a code
+      if constexpr (cuda_wide_head_dim(D)) {  // with wide blocks validate_run made sure of sm_90 and sm_90a code
         if (launches.wide) cuda::launch_pac_wide<D, T, V>(params, stream);
       }
       if (launches.pac) cuda::launch_pac<D, T, V>(params, launches.wide, stream);

@@ -140,7 +140,7 @@ struct PacSmem {
                 "kMinBlocksPerSM PAC blocks must fit in an sm_90 SM (228 KiB, 1 KiB reserved per block)");
 };
 
-// Wide PAC (kernels/pac_wide.cuh, sm_90a, head_dim 128): one block per SM runs
+// Wide PAC (kernels/pac_wide.cuh, sm_90a, head_dim 64 or 128): one block per SM runs
 // the plan's tasks of 65 to 128 rows (a wide block's: wide_indptr), the shape
 // FlashAttention-3 gives prefill. Warpgroup 0 is the producer: it copies each
 // task's query rows and KV tiles with cp.async into shared memory, running
@@ -182,6 +182,13 @@ struct PacSmem {
 // running up to two tiles ahead of the ring as three ring stages let them at
 // 16 bits. After the barriers, one word a consumer warp for the reduction
 // that scales bf16 queries (convert_queries).
+//
+// Head dim 64: the same 128-row tasks and 128-token tiles, each half the
+// bytes, so twice the stages keep as many tokens ahead of the consumers: 16
+// KiB of Q + 6 × (16 + 16) KiB = 208 KiB (fp8: a ring of 5 beside the two raw
+// stages, 16 + 160 + 32). Fewer would leave room for PAC blocks of the
+// dependent launch beside a wide block (57 KiB each), which the planner's
+// wide block, the SM's PAC blocks at once (wide_span), does not foresee.
 template <int D, typename T, bool kFp8 = false>
 struct WideTraits {
   static constexpr int kHeadDim = D;
@@ -190,7 +197,7 @@ struct WideTraits {
   static constexpr int kConsumerRows = 64;                 // M of wgmma
   static constexpr int kMaxRows = 2 * kConsumerRows;       // rows one wide task may hold
   static constexpr int kTileTokens = 128;
-  static constexpr int kStages = kFp8 ? 2 : 3;
+  static constexpr int kStages = D == 64 ? (kFp8 ? 5 : 6) : (kFp8 ? 2 : 3);
   static constexpr int kRawStages = kFp8 ? 2 : 0;
   static constexpr int kQBuffers = 1;
   static constexpr int kProducerRegs = 72;
@@ -213,7 +220,7 @@ struct WideTraits {
   static constexpr int kFullArrivals = 128;
   static constexpr int kEmptyArrivals = 2 * 4;
 
-  static_assert(D == 128, "the wide kernel is built for head_dim 128 (kernel_traits.cuh sizes it)");
+  static_assert(cuda_wide_head_dim(D), "the wide kernel is built for head_dim 64 and 128 (kernel_traits.cuh sizes it)");
   static_assert(sizeof(T) == 2, "q is fp16 or bf16, and so is the ring at 16 bits");
   static_assert(kMaxRows == kCudaMaxWideRows, "cuda_engine.hpp states the wide task's rows");
   static_assert(kProducerRegs + 2 * kConsumerRegs <= kWarpgroups * (65536 / kThreads / 8 * 8),
@@ -222,6 +229,8 @@ struct WideTraits {
                 "every operand and column block must start on a 1024-byte boundary (wgmma's 128-byte swizzle)");
   static_assert(kRawTileBytes % 16 == 0 && kBarrierOffset % 8 == 0, "raw stages of 16-byte chunks, 8-byte barriers");
   static_assert(kSmemBytes <= 227 * 1024, "a block may have at most 227 KiB of shared memory on sm_90");
+  static_assert(kSmemBytes + 1024 + PacSmem<D, T, kFp8>::kBytes + 1024 > 228 * 1024,
+                "a wide block leaves no room for a PAC block beside it on its SM (the planner's wide_span)");
   static_assert(kStages >= 2, "a one-pass copy of tile t waits for V of tile t - kStages, released in the step "
                               "of tile t - kStages + 1, which with one stage is tile t's own");
 };

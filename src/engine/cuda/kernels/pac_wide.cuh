@@ -1,5 +1,5 @@
 #pragma once
-// Wide partial attention (sm_90a, head_dim 128): the plan's wide tasks, up to
+// Wide partial attention (sm_90a, head_dim 64 or 128): the plan's wide tasks, up to
 // 128 rows each (the planner gives them 96 or more on the H200: Planner 13 in
 // docs/DESIGN_NOTES.md), one block per SM, warp-specialised in
 // FlashAttention-3's manner (kernel_traits.cuh, WideTraits, has the sizing).
