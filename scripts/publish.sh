@@ -16,7 +16,8 @@
 #   e2e_prefill build, pip install, issue 51's engine targets: loogle:8 eager, the engine's FIFO scheduler (decode
 #            rows first) in steps of 2,048 tokens (the questions' prefill spread over steps that mix with decode
 #            rows), codec, noop, fi_prefill and fi_decode (its prefill chunks on the causal SDPA)
-#            -> e2e_prefill_loogle_8.json
+#            -> e2e_prefill_loogle_8.json; ~9 minutes on a cold machine (the build, FlashInfer's first
+#            compiles, four backends): run it as a call's only step
 #   e2e_gptoss  build, pip install, issue 53's target: gpt-oss-20b's shape (sliding windows, sinks), one
 #            8,192-token prompt sampled 64 times (samples:64), eager: CoDec, the floor, FlashInfer's
 #            attention-sink wrapper (the peer that computes gpt-oss's sinks), decode (prefill chunks on its

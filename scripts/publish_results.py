@@ -477,12 +477,17 @@ def e2e_summary(results):
                 out.append(f"- {e2e_name(result)}: {E2E_NAMES[peer]} computes another attention (relative error "
                            f"{off_reference(f):.2f} against fp64): not compared.")
                 continue
-            parts = [f"attention's GPU time {fa / ca:.2f}× lower than {E2E_NAMES[peer]}'s"] if fa and ca else []
+            parts = [f"attention's GPU time {times(fa, ca)} than {E2E_NAMES[peer]}'s"] if fa and ca else []
             if c.get("tpot_minus_floor_ms", 0) > 0 and "tpot_minus_floor_ms" in f:
-                parts.append(f"TPOT − floor {f['tpot_minus_floor_ms'] / c['tpot_minus_floor_ms']:.2f}× lower")
-            parts.append(f"TPOT {f['tpot_ms'] / c['tpot_ms']:.2f}× lower")
+                parts.append(f"TPOT − floor {times(f['tpot_minus_floor_ms'], c['tpot_minus_floor_ms'])}")
+            parts.append(f"TPOT {times(f['tpot_ms'], c['tpot_ms'])}")
             out.append(f"- {e2e_name(result)}: " + ", ".join(parts) + ".")
     return out
+
+
+def times(peer, codec):
+    """CoDec's figure against a peer's, as a factor above 1: "2.00× lower" or "1.25× higher"."""
+    return f"{peer / codec:.2f}× lower" if peer >= codec else f"{codec / peer:.2f}× higher"
 
 
 STEP_NAMES = {"prompt": "prompt steps", "prefill": "prefill steps over the cache", "mixed": "mixed steps"}
