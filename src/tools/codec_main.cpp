@@ -65,13 +65,17 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                                           "blocks plans no wide tasks)")
       ->check(in_range(1, 1 << 20));
   cmd->add_option("--wide", w.wide, "Wide tasks (nodes of more than 64 rows on the wide kernel): auto, where the "
-                                    "target runs them (an H200 at head_dim 128), or off; bench takes a list "
+                                    "target runs them (sm_90 at head_dim 64 or 128), or off; bench takes a list "
                                     "(auto,off: a row each)")
       ->capture_default_str();
   cmd->add_option("--tail-tokens", w.tail_tokens,
                   "Most tokens of a request's private tail that its wide parent takes in (default: the target's, "
                   "16 on the wide kernel; 0: none)")
       ->check(in_range(0, 1 << 20));
+  cmd->add_option("--wide-max-rows", w.wide_max_rows,
+                  "Most query rows a kv head a node may have for wide tasks (default: the target's, 2048 at "
+                  "head_dim 64; 0: any)")
+      ->check(in_range(0, 1 << 30));
   cmd->add_option("--price-tile", w.price_tile,
                   "Tokens of the kernel's KV tile: a task past one tile is priced at whole tiles (default: the "
                   "target's, 64 on the H200, 32 at head_dim 256; 0: at its length)")
