@@ -690,6 +690,7 @@ TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
   };
   MaskedPaths paths;
   bool wide_here = false;
+  int wide_d64 = 0;  // wide tasks at head_dim 64 (its own ring sizes under fp8)
   for (const Case& c : cases)
     for (std::uint64_t seed = 1; seed <= 2; ++seed) {
       const test::RandomBatchSpec spec = test::engine_spec(seed, c.heads, c.q, c.page_size, 5, 6, 0.3,
@@ -725,15 +726,20 @@ TEST(CudaEngine, Fp8CachesMatchTheDequantisedReference) {
         paths.tally(plan, /*every_task=*/true);
         expect_matches(run_gpu(plan, d, device_sinks.get()), ref, c.q, what + " " + how);
       };
+      const int wide_before = paths.wide;
       wide_here |= check_plans(forest, roofline, opt, cuda_device_info(heads, c.kv).wide, seed, check);
+      if (c.heads.head_dim == 64) wide_d64 += paths.wide - wide_before;
     }
   std::cout << "fp8 tasks by path: wgmma " << paths.wgmma << ", packed " << paths.packed << ", wide " << paths.wide
-            << "\n";
+            << " (" << wide_d64 << " at head_dim 64)\n";
   EXPECT_GT(paths.packed, 0);
   if (cuda_device_info({32, 8, 128}, DType::e4m3).wide) {  // an sm_90a build on sm_90
     EXPECT_GT(paths.wgmma, 0);
     EXPECT_TRUE(wide_here);
     EXPECT_GT(paths.wide, 0);
+  }
+  if (cuda_device_info({16, 2, 64}, DType::e4m3).wide) {
+    EXPECT_GT(wide_d64, 0);
   }
 }
 

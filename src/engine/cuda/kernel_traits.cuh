@@ -184,11 +184,12 @@ struct PacSmem {
 // that scales bf16 queries (convert_queries).
 //
 // Head dim 64: the same 128-row tasks and 128-token tiles, each half the
-// bytes, so twice the stages keep as many tokens ahead of the consumers: 16
-// KiB of Q + 6 × (16 + 16) KiB = 208 KiB (fp8: a ring of 5 beside the two raw
-// stages, 16 + 160 + 32). Fewer would leave room for PAC blocks of the
-// dependent launch beside a wide block (57 KiB each), which the planner's
-// wide block, the SM's PAC blocks at once (wide_span), does not foresee.
+// bytes, so twice the stages keep as many bytes in flight as at head_dim 128
+// (twice the tokens, each consumed in half the time): 16 KiB of Q + 6 × (16 +
+// 16) KiB = 208 KiB (fp8: a ring of 5 beside the two raw stages, 16 + 160 +
+// 32). The wide block's 64,512 registers already keep PAC blocks off its SM,
+// as the planner's wide block (wide_span: the SM's PAC blocks) assumes; the
+// last static_assert below keeps its shared memory saying so too.
 template <int D, typename T, bool kFp8 = false>
 struct WideTraits {
   static constexpr int kHeadDim = D;
