@@ -162,6 +162,10 @@ class FlashInferDecode(FlashInferGraphs):
     def serve(self, variants):
         self.prefill = bool(variants)
 
+    def clear(self):
+        super().clear()
+        self._eager, self._planned = {}, {}  # they hold the last run's workspace: the next cache is sized without it
+
     def eager_wrapper(self, cache, kind, group):
         """The eager "decode" or "prefill" wrapper of a layer group, made at its first use."""
         import flashinfer
@@ -236,6 +240,10 @@ class FlashInferSink(InEngineAttention):
         super().__init__()
         self._spaces = weakref.WeakKeyDictionary()
         self._wrappers, self._planned = {}, {}  # by (layer group, windowed); each group's planned one and its scale
+
+    def clear(self):
+        super().clear()
+        self._wrappers, self._planned = {}, {}  # as FlashInferDecode's
 
     def plan_step(self, cache, step, query, scale):
         import flashinfer

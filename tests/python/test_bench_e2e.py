@@ -11,6 +11,7 @@ which need neither, are test_bench_e2e_batches.py's."""
 
 import json
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -102,6 +103,54 @@ def test_a_small_step_budget_mixes_prefill_chunks_with_decode_rows_after_the_pre
     assert all(len(t[0]) == 4 for t in trace.values())
     kinds = [kind for kind, events in attention.chunk_events]
     assert "mixed" in kinds and "prompt" not in kinds and kinds[0] == "prefill", kinds
+
+
+def test_the_engine_schedules_requests_once_all_are_queued(monkeypatch):
+    """A submission that stalls after its first request, for longer than
+    the idle engine waits for new ones (0.1 s), leaves the steps as they
+    are without the stall: the engine takes none of the measured requests
+    until all are queued (once it began with however many had arrived)."""
+    cpu_engine(monkeypatch)
+    from transformers.generation.continuous_batching import continuous_api
+    add = continuous_api.ContinuousBatchingManager.add_request
+    submission = {"stall": False, "gated": []}
+
+    def add_request(self, *args, **kwargs):
+        measured = kwargs.get("max_new_tokens") != 2  # the prefix's warm-up requests take 2 tokens
+        if measured:
+            submission["gated"].append(self.batch_processor.scheduler.block_new_requests)
+        request_id = add(self, *args, **kwargs)
+        if measured and submission["stall"] and len(submission["gated"]) == 1:
+            time.sleep(0.3)
+        return request_id
+
+    monkeypatch.setattr(continuous_api.ContinuousBatchingManager, "add_request", add_request)
+    model = tiny_qwen3(hidden=128, layers=2, heads=4)
+    attention = e2e_attention.CodecAttention()
+    name = codec_tf.register("paged|e2e_test_gate", attention)
+    steps = {}
+    for stall in (False, True):
+        submission["stall"], submission["gated"] = stall, []
+        row, _ = e2e_harness.run(model, name, attention, DOC_REQUESTS, [DOC], new_tokens=4, block_size=16,
+                                 block_tables=False, cuda_graph=False, scheduler="fifo", max_batch_tokens=16)
+        assert submission["gated"] == [True] * len(DOC_REQUESTS), submission
+        steps[stall] = ([kind for kind, _ in attention.chunk_events], row["decode_only_steps"],
+                        row["decode_requests_per_step_max"])
+    assert steps[True] == steps[False], steps
+
+
+def test_flashinfer_backends_let_a_runs_wrappers_go():
+    """A run's FlashInfer wrappers hold that run's cache's 256 MB workspace:
+    clear(), before the next run, drops them, so that the next backend's
+    cache, sized from free GPU memory, is not smaller for them."""
+    from bench import e2e_flashinfer
+    for cls in (e2e_flashinfer.FlashInferDecode, e2e_flashinfer.FlashInferPrefill, e2e_flashinfer.FlashInferSink):
+        backend = cls()
+        wrappers = backend._wrappers if cls is e2e_flashinfer.FlashInferSink else backend._eager
+        wrappers[("decode", 0)], backend._planned[0] = object(), object()
+        backend.clear()
+        wrappers = backend._wrappers if cls is e2e_flashinfer.FlashInferSink else backend._eager
+        assert not wrappers and not backend._planned, cls
 
 
 def test_a_step_is_a_prompt_a_prefill_over_the_cache_or_mixed():

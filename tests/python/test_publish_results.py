@@ -268,3 +268,26 @@ def test_steps_with_prefill_chunks_give_issue_51s_engine_targets():
     assert table[2] == f"| {name} | CoDec | 40.00 (1) | 10.00 (3) |"
     old = {k: v for k, v in result.items() if k != "step_kinds"}  # its "prefill" steps may be prompts
     assert pr.e2e_steps_targets([old]) == [] and pr.e2e_steps_table([old]) == []
+    # a peer whose steps held other work (another schedule) is not judged
+    rows["fi_prefill"] = {**steps(42.0, 18.0), "prefill_steps": 2, "mixed_steps": 2}
+    lines = pr.e2e_steps_targets([result])
+    assert lines[2].endswith("| CoDec 0.95× | not like for like: FlashInfer prefill's steps (2 prefill, 2 mixed) are "
+                             "not CoDec's (1 prefill, 3 mixed) |"), lines[2]
+    assert lines[3].endswith("| **missed** |")  # FlashInfer decode's steps are CoDec's
+    assert lines[4].endswith("| 1.80× | not like for like: FlashInfer prefill's steps (2 prefill, 2 mixed) are not "
+                             "CoDec's (1 prefill, 3 mixed) |"), lines[4]
+
+
+def test_a_ratio_needs_both_figures_above_zero():
+    """A peer's TPOT − floor at or under zero (eager noise) gives no ratio, rather than a division by zero or a
+    negative factor; a figure CoDec loses reads "higher"."""
+    rows = {"codec": {"tpot_ms": 60.0, "tpot_p90_ms": 61.0, "tpot_minus_floor_ms": 2.0,
+                      "attention_gpu_minus_floor_ms": 4.0},
+            "noop": {"tpot_ms": 58.0, "tpot_p90_ms": 59.0, "attention_gpu_minus_floor_ms": 0.0},
+            "fi_decode": {"tpot_ms": 57.0, "tpot_p90_ms": 60.0, "tpot_minus_floor_ms": 0.0,
+                          "attention_gpu_minus_floor_ms": 2.0},
+            "fi_prefill": {"tpot_ms": 66.0, "tpot_p90_ms": 70.0, "tpot_minus_floor_ms": -1.0,
+                           "attention_gpu_minus_floor_ms": 8.0}}
+    lines = pr.e2e_summary([{"workload": "loogle:8", "rows": rows}])
+    assert lines == ["- loogle:8: attention's GPU time 2.00× higher than FlashInfer decode's, TPOT 1.05× higher.",
+                     "- loogle:8: attention's GPU time 2.00× lower than FlashInfer prefill's, TPOT 1.10× lower."], lines

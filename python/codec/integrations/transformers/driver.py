@@ -55,16 +55,20 @@ def _wait(manager: Any, ids: List[str], count: int) -> Dict[str, Any]:
     return {**{k: results[k] for k in ids}, **{k: r for k, r in results.items() if k not in parents}}
 
 
-def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int]]]:
-    """``warm_up.prefix_waves`` for this manager's engine, once its
-    generation thread has made the batch processor."""
-    if not prefixes:
-        return []
+def _processor(manager: Any) -> Any:
+    """The manager's batch processor, once its generation thread has made it."""
     while manager.batch_processor is None:  # made by the generation thread as it starts
         if not manager.is_running():
             raise RuntimeError("the generation thread stopped before it made its batch processor (its log says why)")
         time.sleep(0.005)
-    processor = manager.batch_processor
+    return manager.batch_processor
+
+
+def _prefix_waves(manager: Any, prefixes: List[List[int]]) -> List[List[List[int]]]:
+    """``warm_up.prefix_waves`` for this manager's engine."""
+    if not prefixes:
+        return []
+    processor = _processor(manager)
     return prefix_waves(prefixes, processor.cache.block_size, processor.cache.max_batch_tokens,
                         getattr(processor, "use_async_batching", False))
 
@@ -120,7 +124,14 @@ def generate_batch(model: Any, inputs: List[List[int]], generation_config: Any =
             _wait(manager, warm, len(warm))
         if prefixes_cached is not None:
             prefixes_cached()
-        ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
+        # The engine schedules none of the requests until all are queued: its generation thread, running since
+        # start(), would otherwise begin with however many had arrived, and the steps of one run differ from the next.
+        scheduler = _processor(manager).scheduler
+        scheduler.block_new_requests = True
+        try:
+            ids = manager.add_requests(inputs=inputs, max_new_tokens=new_tokens, record_timestamps=record_timestamps)
+        finally:
+            scheduler.block_new_requests = False
         results = _wait(manager, ids, hints.num_requests)
         for attention in list(_ATTENTIONS):  # replays' plans, which no Python saw
             attention.check_stream_plans()
