@@ -17,15 +17,11 @@ class BoundSearch {
   // The head slice searched: kv_heads heads on `blocks` blocks.
   void slice(int kv_heads, int blocks) { kv_heads_ = kv_heads, blocks_ = blocks; }
 
-  double chunk_cost(const NodeClass& c, int splits) const { return prices(c, splits, cost_, align_).full_hi; }
+  double chunk_cost(const NodeClass& c, int splits) const { return prices(c, splits, cost_, align_).dearest; }
   // Σ over one member's tasks (all kv heads) of their predicted cost, times
   // the blocks each takes the place of: the block time the member takes.
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {
-    const NodeClass::Prices& p = prices(c, splits, cost_, align_, busy);
-    const int full = p.chunks - 1;
-    double total = c.tiling.hi * (full * p.full_hi + p.last_hi);
-    if (c.tiling.lo) total += c.tiling.lo * (full * p.full_lo + p.last_lo);
-    return total * kv_heads_ * c.span;
+    return prices(c, splits, cost_, align_, busy).total * kv_heads_ * c.span;
   }
   // Fewest chunks whose largest costs at most tau. Splitting never lowers the
   // total (b · C(r, n/b) ≥ C(r, n)), so b < C(r, n)/tau cannot meet tau: start
@@ -67,10 +63,8 @@ class BoundSearch {
   // Places (blocks) taken by the chunks of one member (all its row tiles and
   // kv heads) dearer than limit: a wide chunk takes span of them.
   double dear_chunks(const NodeClass& c, int splits, double limit) const {
-    const NodeClass::Prices& p = prices(c, splits, cost_, align_);
-    const int full = p.chunks - 1;
-    double n = c.tiling.hi * (full * (p.full_hi > limit) + (p.last_hi > limit));
-    if (c.tiling.lo) n += c.tiling.lo * (full * (p.full_lo > limit) + (p.last_lo > limit));
+    double n = 0;
+    for (const PricedTasks& t : prices(c, splits, cost_, align_).tasks) n += double(t.cost > limit) * t.per_member();
     return n * kv_heads_ * c.span;
   }
 

@@ -11,16 +11,18 @@
 
 namespace codec::planning {
 
-// Identical tasks: `count` of them cost `cost` each. Items are numbered
-// member-major, then row tile, kv head, chunk (see expand below).
+// Identical tasks: `count` of them cost `cost` each, the tasks of chunks
+// [chunk_begin, + chunks) and row tiles [tile_begin, + tiles) of each member
+// and kv head of class `cls`. Item ((member · kv heads + head) · chunks +
+// chunk) · tiles + tile is numbered so that the row tiles of one chunk are
+// neighbours.
 struct TaskGroup {
   double cost;
   int cls;
-  bool wide;        // its class's tasks are wide
-  bool hi_tiles;    // tiles of rows_hi rows (else rows_hi − 1)
-  bool last_chunk;  // the shorter last chunk (else the full ones)
+  bool wide;  // its class's tasks are wide
+  int chunk_begin, chunks, tile_begin, tiles;
   std::int64_t count;
-  int seq;          // its place in task_groups' order: among equal costs, the earlier goes first
+  int seq;  // its place in task_groups' order: among equal costs, the earlier goes first
 };
 
 // Longest-processing-time-first onto the least-loaded block, a group of equal

@@ -6,15 +6,41 @@ namespace codec::planning {
 [[gnu::noinline]] void fill_prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy,
                                    NodeClass::Prices& p) {
   const Chunking k = chunking(c.tokens, splits, align);
+  const std::int64_t tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
   auto price = [&](int rows, std::int64_t len) {
+    len += tail;
     if (c.wide) return cost.wide_cost_us(rows, len, c.span);
     return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
   };
-  const std::int64_t tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
-  const int hi = c.tiling.rows_hi;
-  p.full_hi = price(hi, k.len + tail);
-  p.last_hi = price(hi, k.last + tail);
-  if (c.tiling.lo) p.full_lo = price(hi - 1, k.len + tail), p.last_lo = price(hi - 1, k.last + tail);
+  p.tasks.clear();
+  const int hi = c.tiling.rows_hi, tiles = c.tiling.hi + c.tiling.lo;
+  if (c.seen_indptr.empty()) {  // every tile reads whole chunks
+    for (const bool hi_tiles : {true, false}) {
+      const int n = hi_tiles ? c.tiling.hi : c.tiling.lo, first = hi_tiles ? 0 : c.tiling.hi;
+      if (n == 0) continue;
+      if (k.count > 1) p.tasks.push_back({price(hi_tiles ? hi : hi - 1, k.len), 0, k.count - 1, first, n});
+      p.tasks.push_back({price(hi_tiles ? hi : hi - 1, k.last), k.count - 1, 1, first, n});
+    }
+  } else {  // each tile reads what its rows see of a chunk: a run of tiles at one price
+    int last_rows = 0;
+    std::int64_t last_len = -1;
+    double x = 0;
+    for (int chunk = 0; chunk < k.count; ++chunk) {
+      const auto chunk_begin = std::int32_t(chunk * k.len);
+      const auto chunk_end = std::int32_t(std::min<std::int64_t>(c.tokens, chunk_begin + k.len));
+      for (int t = 0; t < tiles; ++t) {
+        std::int32_t b = chunk_begin, e = chunk_end;
+        cut_to_seen(c.seen.data() + c.seen_indptr[t], c.seen.data() + c.seen_indptr[t + 1], align, b, e);
+        const int rows = t < c.tiling.hi ? hi : hi - 1;
+        if (rows != last_rows || e - b != last_len) last_rows = rows, last_len = e - b, x = price(rows, e - b);
+        PricedTasks* run = p.tasks.empty() ? nullptr : &p.tasks.back();
+        if (run && run->chunk_begin == chunk && run->cost == x) ++run->tiles;
+        else p.tasks.push_back({x, chunk, 1, t, 1});
+      }
+    }
+  }
+  p.dearest = 0, p.total = 0;
+  for (const PricedTasks& t : p.tasks) p.dearest = std::max(p.dearest, t.cost), p.total += t.cost * t.per_member();
   p.busy = busy;
   p.chunks = k.count;
 }
@@ -24,17 +50,10 @@ void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& 
   groups.clear();
   for (std::size_t ci = 0; ci < classes.size(); ++ci) {
     const NodeClass& c = classes[ci];
-    const NodeClass::Prices& p = prices(c, splits[ci], cost, align, busy);
     const std::int64_t members = std::int64_t(c.nodes.size()) * kv_heads;
-    for (const bool hi : {true, false}) {
-      const int tiles = hi ? c.tiling.hi : c.tiling.lo;
-      if (tiles == 0) continue;
-      const int seq = int(groups.size());
-      if (p.chunks > 1)
-        groups.push_back(
-            {hi ? p.full_hi : p.full_lo, int(ci), c.wide, hi, false, members * tiles * (p.chunks - 1), seq});
-      groups.push_back({hi ? p.last_hi : p.last_lo, int(ci), c.wide, hi, true, members * tiles, int(groups.size())});
-    }
+    for (const PricedTasks& t : prices(c, splits[ci], cost, align, busy).tasks)
+      groups.push_back({t.cost, int(ci), c.wide, t.chunk_begin, t.chunks, t.tile_begin, t.tiles,
+                        members * t.per_member(), int(groups.size())});
   }
 }
 

@@ -5,6 +5,7 @@
 // per count (a memo). Internal to the planner (src/plan/).
 #include <algorithm>
 #include <cmath>
+#include <compare>
 #include <cstdint>
 #include <vector>
 
@@ -40,9 +41,40 @@ struct RowTiling {
   int end(int tile) const { return begin(tile) + (tile < hi ? rows_hi : rows_hi - 1); }
 };
 
-// Nodes of the same size and sharing degree (and tails, if any) behave
-// identically: the search runs over these classes (1,024 equal leaves are
-// one class).
+// Node positions [begin, end) of the keys some rows see.
+struct KeyRange {
+  std::int32_t begin = 0, end = 0;
+  auto operator<=>(const KeyRange&) const = default;
+};
+
+// A task's chunk [begin, end) cut to the keys some row of its tile sees, given
+// as the disjoint ranges its rows see of the node (a plan with masks: the
+// causal rows of a prefill chunk, windows): its start kept on the chunk
+// alignment; one aligned step where no row sees any of it, whose rows then
+// write empty partials as masked rows do.
+inline void cut_to_seen(const KeyRange* seen, const KeyRange* seen_end, int align, std::int32_t& begin,
+                        std::int32_t& end) {
+  std::int32_t lo = end, hi = begin;
+  for (; seen != seen_end; ++seen) {
+    const std::int32_t b = std::max(begin, seen->begin), e = std::min(end, seen->end);
+    if (e > b) lo = std::min(lo, b), hi = std::max(hi, e);
+  }
+  if (hi > lo) begin = lo / align * align, end = hi;
+  else end = std::min(end, begin + align);
+}
+
+// The same chunk-and-tile rectangle of a class's tasks, at one price: the
+// tasks of chunks [chunk_begin, + chunks) and row tiles [tile_begin, + tiles)
+// of each member and kv head.
+struct PricedTasks {
+  double cost;
+  int chunk_begin, chunks, tile_begin, tiles;
+  std::int64_t per_member() const { return std::int64_t(chunks) * tiles; }
+};
+
+// Nodes of the same size and sharing degree (and tails, if any, and keys
+// their tiles see, if masked) behave identically: the search runs over these
+// classes (1,024 equal leaves are one class).
 struct NodeClass {
   std::int64_t tokens = 0;  // its nodes' tokens rounded up to the chunk alignment
   int rows = 0;       // n_q · G
@@ -52,20 +84,30 @@ struct NodeClass {
   int max_splits = 1;  // ceil(tokens / align): finer chunks would break alignment
   int tail_tokens = 0;  // tails its row tiles take in, at most (PlannerOptions::wide_tail_tokens)
   int price_tile = 0;   // PlannerOptions::price_tile_tokens if narrow, else 0
+  // Where some tile's rows see less than the whole node (masks): the ranges
+  // row tile t sees, seen[seen_indptr[t] .. seen_indptr[t + 1]), the same for
+  // every member; empty where every row sees every key. A task is priced at
+  // the keys it reads (cut_to_seen), so a causal chunk's tiles cost what
+  // their rows see rather than the whole chunk.
+  std::vector<std::int32_t> seen_indptr;
+  std::vector<KeyRange> seen;
   // The tokens a task of len tokens is priced at: whole tiles past the first.
   std::int64_t priced(std::int64_t len) const {
     return price_tile > 0 && len > price_tile ? (len + price_tile - 1) / price_tile * price_tile : len;
   }
-  double unsplit_cost = 0;  // C(rows_hi, tokens + tail_tokens)
+  double unsplit_cost = 0;  // its dearest task, unsplit
   std::vector<int> nodes;   // members, ascending
-  // The predicted cost of one task under a split count: a full chunk and the
-  // last, of a tile of rows_hi rows and of rows_hi − 1. The search prices the
-  // same split counts over and over (the cost model's interpolation was a
-  // sixth of a plan's time at 64 requests), so prices() fills them once: with
-  // every block busy, and, where the model prices contention, at the busy
-  // count of the split vector last asked for.
+  // The predicted cost of a member's tasks under a split count, in
+  // rectangles of equal price: without masks four (full chunks and the last,
+  // tiles of rows_hi rows and of rows_hi − 1), with them a run of tiles of one
+  // chunk each. The search prices the same split counts over and over (the
+  // cost model's interpolation was a sixth of a plan's time at 64 requests),
+  // so prices() fills them once: with every block busy, and, where the model
+  // prices contention, at the busy count of the split vector last asked for.
   struct Prices {
-    double full_hi = NAN, last_hi = 0, full_lo = 0, last_lo = 0;
+    std::vector<PricedTasks> tasks;
+    double dearest = NAN;  // the dearest task's price
+    double total = 0;      // Σ of one member's tasks' prices, one kv head
     int busy = 0;
     int chunks = 0;  // chunking(tokens, splits, align).count, asked for as often
   };
@@ -96,7 +138,7 @@ constexpr int kMemoSplits = 4096;
   if (splits >= int(memo.size())) [[unlikely]]
     memo.resize(std::min<std::size_t>(std::max<std::size_t>(splits + 1, 2 * memo.size()), kMemoSplits));
   NodeClass::Prices& p = memo[splits];
-  if (std::isnan(p.full_hi) || p.busy != busy) [[unlikely]]
+  if (std::isnan(p.dearest) || p.busy != busy) [[unlikely]]
     fill_prices(c, splits, cost, align, busy, p);
   return p;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <set>
 #include <unordered_map>
@@ -53,19 +54,26 @@ class Planning {
   // Then the wide blocks take a head slice's place of span blocks each, so
   // the slices are cut so that each holds whole wide blocks: g = gcd(m /
   // span, Hkv).
-  void classify() {
+  //
+  // In a plan with masks, nodes whose row tiles see less than all of them
+  // (seen_by_tiles) fall into classes by what each tile sees, too.
+  void classify(const PlanArrays& a) {
     find_tails();
     struct Shape {
       std::int64_t tokens;
-      int rows, tail;
+      int rows, tail, seen;  // seen: the id of its tiles' ranges, 0 where every row sees the whole node
       bool operator==(const Shape&) const = default;
     };
     struct ShapeHash {
       std::size_t operator()(const Shape& s) const {
-        return ((std::size_t(s.tokens) << 32 ^ std::size_t(s.rows)) * 0x9e3779b97f4a7c15ull) ^ std::size_t(s.tail);
+        return ((std::size_t(s.tokens) << 32 ^ std::size_t(s.rows)) * 0x9e3779b97f4a7c15ull) ^
+               (std::size_t(s.tail) << 20 ^ std::size_t(s.seen));
       }
     };
     std::unordered_map<Shape, int, ShapeHash> class_of_shape;
+    using TileRanges = std::pair<std::vector<std::int32_t>, std::vector<KeyRange>>;
+    std::map<TileRanges, int> seen_id;
+    TileRanges ranges;
     node_class_.assign(forest_.num_nodes(), -1);
     for (int i = 0; i < forest_.num_nodes(); ++i) {
       const ForestNode& n = forest_.nodes[i];
@@ -73,19 +81,24 @@ class Planning {
       const int rows = n.num_reqs * G_;
       const std::int64_t tokens = aligned(n.num_tokens);
       const int tail = node_tail_.empty() ? 0 : node_tail_[i];
-      auto [it, added] = class_of_shape.try_emplace(Shape{tokens, rows, tail}, int(classes_.size()));
+      const bool wide = goes_wide(rows, tokens);
+      const RowTiling tiling = RowTiling::of(rows, wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
+      int seen = 0;
+      if (seen_by_tiles(a, i, tiling, ranges.first, ranges.second))
+        seen = seen_id.try_emplace(ranges, int(seen_id.size()) + 1).first->second;
+      auto [it, added] = class_of_shape.try_emplace(Shape{tokens, rows, tail, seen}, int(classes_.size()));
       if (added) {
         NodeClass c;
         c.tokens = tokens;
         c.rows = rows;
-        c.wide = goes_wide(rows, tokens);
+        c.wide = wide;
         c.span = c.wide ? opt_.wide_span : 1;
-        c.tiling = RowTiling::of(rows, c.wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
+        c.tiling = tiling;
         c.max_splits = int(tokens / align_);
         c.tail_tokens = tail;
         c.price_tile = c.wide ? 0 : opt_.price_tile_tokens;
-        c.unsplit_cost = c.wide ? cost_.wide_cost_us(c.tiling.rows_hi, c.tokens + tail, opt_.wide_span)
-                                : cost_.cost_us(c.tiling.rows_hi, c.priced(c.tokens));
+        if (seen) c.seen_indptr = ranges.first, c.seen = ranges.second;
+        c.unsplit_cost = prices(c, 1, cost_, align_).dearest;
         wide_ = wide_ || c.wide;
         classes_.push_back(std::move(c));
       }
@@ -100,6 +113,41 @@ class Planning {
     }
     schedule_.configure(slice_blocks_, wide_, opt_.wide_span, opt_.beside_wide_price);
     if (cost_.prices_merge()) merge_price_.build(forest_, node_class_);
+  }
+
+  // The keys each row tile of node i sees (a plan with masks), as disjoint
+  // ascending ranges of node positions: tile t's are seen[indptr[t] ..
+  // indptr[t + 1]). False where every row sees the whole node (no mask, or
+  // one that cuts only other nodes).
+  bool seen_by_tiles(const PlanArrays& a, int i, const RowTiling& tiling, std::vector<std::int32_t>& indptr,
+                     std::vector<KeyRange>& seen) const {
+    if (a.query_lo.empty()) return false;
+    const ForestNode& n = forest_.nodes[i];
+    const std::int64_t first = a.node_kv_begin[i];
+    bool whole = true;
+    indptr.assign(1, 0);
+    seen.clear();
+    for (int tile = 0; tile < tiling.hi + tiling.lo; ++tile) {
+      const std::size_t from = seen.size();
+      for (int q = tiling.begin(tile) / G_; q <= (tiling.end(tile) - 1) / G_; ++q) {
+        const std::int32_t token = forest_.reqs[n.req_begin + q];
+        const auto b = std::int32_t(std::max<std::int64_t>(0, a.query_lo[token] - first));
+        const auto e = std::int32_t(std::min<std::int64_t>(n.num_tokens, a.query_hi[token] - first));
+        whole = whole && b == 0 && e == n.num_tokens;
+        if (e > b) seen.push_back({b, e});
+      }
+      std::sort(seen.begin() + std::ptrdiff_t(from), seen.end());
+      std::size_t kept = from;  // merge the rows' ranges where they overlap or touch
+      for (std::size_t j = from; j < seen.size(); ++j) {
+        if (kept > from && seen[j].begin <= seen[kept - 1].end)
+          seen[kept - 1].end = std::max(seen[kept - 1].end, seen[j].end);
+        else
+          seen[kept++] = seen[j];
+      }
+      seen.resize(kept);
+      indptr.push_back(std::int32_t(seen.size()));
+    }
+    return !whole;
   }
 
   static int row_tiles(int rows, int tile_rows) { return (rows + tile_rows - 1) / tile_rows; }
@@ -303,28 +351,6 @@ class Planning {
     CODEC_CHECK(slots_ < (std::int64_t(1) << 31), "plan needs ", slots_, " partial slots, more than 2^31");
   }
 
-  // A task's chunk [kv_begin, kv_end) cut to the keys some row of its tile
-  // sees (a plan with masks: the causal rows of a prefill chunk, windows),
-  // its start kept on the chunk alignment; one aligned step where no row sees
-  // any of it, whose rows then write empty partials as masked rows do. Tasks
-  // are priced whole: cut, they cost less than planned.
-  void seen_keys(const PlanArrays& a, int node, int row_begin, int row_end, std::int32_t& kv_begin,
-                 std::int32_t& kv_end) const {
-    if (a.query_lo.empty()) return;
-    const std::int32_t* tokens = a.node_reqs.data() + a.node_req_begin[node];
-    std::int64_t lo = kv_end, hi = kv_begin;  // the node positions of the chunk some row sees
-    for (int q = row_begin / G_; q <= (row_end - 1) / G_; ++q) {
-      const std::int64_t b = std::max<std::int64_t>(kv_begin, a.query_lo[tokens[q]] - a.node_kv_begin[node]);
-      const std::int64_t e = std::min<std::int64_t>(kv_end, a.query_hi[tokens[q]] - a.node_kv_begin[node]);
-      if (e > b) lo = std::min(lo, b), hi = std::max(hi, e);
-    }
-    if (hi > lo) {
-      kv_begin = std::int32_t(lo / align_ * align_), kv_end = std::int32_t(hi);
-    } else {
-      kv_end = std::int32_t(std::min<std::int64_t>(kv_end, kv_begin + align_));
-    }
-  }
-
   // 5. Tasks: replay LPT on the chosen splits for one head slice, expanding
   // each group's items into every slice. Blocks (and wide blocks) of a slice
   // are numbered slice by slice, or, in a plan with wide blocks, slice-minor
@@ -340,22 +366,20 @@ class Planning {
                       std::int64_t item, int block) {
       const NodeClass& c = classes_[grp.cls];
       const Chunking k = chunking(c.tokens, splits_[grp.cls], align_);
-      const std::int64_t tiles = grp.hi_tiles ? c.tiling.hi : c.tiling.lo;
-      const std::int64_t chunks = grp.last_chunk ? 1 : k.count - 1;
-      // item = ((member · slice_heads + head) · chunks + chunk) · tiles + tile:
-      // the row tiles of one chunk are neighbours (see Lpt)
-      std::int64_t rest = item;
-      const int tile = int(rest % tiles) + (grp.hi_tiles ? 0 : c.tiling.hi);
-      rest /= tiles;
-      const int chunk = int(rest % chunks) + (grp.last_chunk ? k.count - 1 : 0);
-      rest /= chunks;
+      std::int64_t rest = item;  // see TaskGroup
+      const int tile = grp.tile_begin + int(rest % grp.tiles);
+      rest /= grp.tiles;
+      const int chunk = grp.chunk_begin + int(rest % grp.chunks);
+      rest /= grp.chunks;
       const int head = int(rest % slice_heads_);
       const int member = int(rest / slice_heads_);
       const int row_begin = c.tiling.begin(tile), row_end = c.tiling.end(tile);
       const int node = c.nodes[member];
       auto kv_begin = std::int32_t(chunk * k.len);  // < the node's tokens: chunk < k.count
       auto kv_end = std::int32_t(std::min<std::int64_t>(forest_.nodes[node].num_tokens, kv_begin + k.len));
-      seen_keys(a, node, row_begin, row_end, kv_begin, kv_end);
+      if (!c.seen_indptr.empty())
+        cut_to_seen(c.seen.data() + c.seen_indptr[tile], c.seen.data() + c.seen_indptr[tile + 1], align_, kv_begin,
+                    kv_end);
       const SlotLayout slots{a.node_slot_base[node], kv_heads_, (a.node_req_begin[node + 1] - a.node_req_begin[node]) * G_};
       for (int slice = 0; slice < slices_; ++slice) {
         const int kv_head = slice * slice_heads_ + head;
@@ -479,8 +503,7 @@ class Planning {
     for (std::size_t ci = 0; ci < classes_.size(); ++ci) {
       const NodeClass& c = classes_[ci];
       load += search_.member_cost(c, s[ci], busy) * double(c.nodes.size());
-      const NodeClass::Prices& p = prices(c, s[ci], cost_, align_, busy);
-      dearest = std::max({dearest, p.full_hi, p.last_hi});
+      dearest = std::max(dearest, prices(c, s[ci], cost_, align_, busy).dearest);
     }
     return std::max(load / slice_blocks_, dearest);
   }
@@ -594,7 +617,7 @@ PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostM
   PlannerOptions options = opt;
   if (!a.query_lo.empty()) options.wide_tail_tokens = 0;
   Planning planning(rows, heads, cost, options);
-  planning.classify();
+  planning.classify(a);
   planning.bound();
   planning.choose_splits();
   planning.node_tables(a);

@@ -51,7 +51,7 @@ std::vector<TaskGroup> random_groups(std::mt19937& rng, int blocks) {
   for (int g = 0; g < n; ++g) {
     // Groups of fewer items than blocks and of more (up to 3 rounds).
     const std::int64_t count = 1 + std::int64_t(rng() % (3 * blocks));
-    groups.push_back({level(rng) * 0.25, g, false, true, false, count, g});
+    groups.push_back({level(rng) * 0.25, g, false, 0, 1, 0, 1, count, g});
   }
   return groups;
 }
@@ -86,7 +86,7 @@ TEST(Lpt, StopsOnceABlockReachesTheLimit) {
   // with a load of at least 2, never below it; a limit above the makespan
   // changes nothing.
   Lpt lpt;
-  std::vector<TaskGroup> groups = {{1.0, 0, false, true, false, 10, 0}};
+  std::vector<TaskGroup> groups = {{1.0, 0, false, 0, 1, 0, 1, 10, 0}};
   EXPECT_DOUBLE_EQ(lpt(groups, 3, NoAssign{}), 4.0);
   EXPECT_GE(lpt(groups, 3, NoAssign{}, 2.0), 2.0);
   EXPECT_DOUBLE_EQ(lpt(groups, 3, NoAssign{}, 100.0), 4.0);
@@ -101,7 +101,7 @@ TEST(Lpt, NeighbouringItemsGoToDifferentBlocks) {
   // round, they run at the same time on different blocks (and share the
   // chunk through L2).
   Lpt lpt;
-  std::vector<TaskGroup> groups = {{2.0, 0, false, true, false, 8, 0}};
+  std::vector<TaskGroup> groups = {{2.0, 0, false, 0, 1, 0, 1, 8, 0}};
   std::vector<int> block_of;
   lpt(groups, 4, [&](const TaskGroup&, std::int64_t item, int b) {
     EXPECT_EQ(item, std::int64_t(block_of.size()));
