@@ -22,7 +22,7 @@ void PlannerOptions::validate() const {
               wide_span, " must be >= 1 and divide num_blocks ", num_blocks);
   CODEC_CHECK(wide_min_rows >= 0 && wide_min_tokens >= 0, "planner wide_min_rows ", wide_min_rows,
               " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
-  CODEC_CHECK(wide_max_rows >= 0, "planner wide_max_rows ", wide_max_rows, " must be >= 0");
+  CODEC_CHECK(wide_max_masked_rows >= 0, "planner wide_max_masked_rows ", wide_max_masked_rows, " must be >= 0");
   CODEC_CHECK(wide_tail_tokens >= 0, "planner wide_tail_tokens ", wide_tail_tokens, " must be >= 0");
   CODEC_CHECK(beside_wide_price >= kMinBesideWidePrice && beside_wide_price <= 1, "planner beside_wide_price ",
               beside_wide_price, " must be in [", kMinBesideWidePrice, ", 1]");

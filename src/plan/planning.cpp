@@ -81,7 +81,7 @@ class Planning {
       const int rows = n.num_reqs * G_;
       const std::int64_t tokens = aligned(n.num_tokens);
       const int tail = node_tail_.empty() ? 0 : node_tail_[i];
-      const bool wide = goes_wide(rows, tokens);
+      const bool wide = goes_wide(rows, tokens, masked(a, i));
       const RowTiling tiling = RowTiling::of(rows, wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
       int seen = 0;
       if (seen_by_tiles(a, i, tiling, ranges.first, ranges.second))
@@ -152,8 +152,21 @@ class Planning {
 
   static int row_tiles(int rows, int tile_rows) { return (rows + tile_rows - 1) / tile_rows; }
   std::int64_t aligned(std::int64_t tokens) const { return (tokens + align_ - 1) / align_ * align_; }
-  bool goes_wide(int rows, std::int64_t tokens) const {
-    return opt_.wide_tile_rows > 0 && rows > opt_.max_tile_rows && wide_pays(rows, tokens);
+  bool goes_wide(int rows, std::int64_t tokens, bool masked) const {
+    return opt_.wide_tile_rows > 0 && rows > opt_.max_tile_rows && wide_pays(rows, tokens, masked);
+  }
+  // Whether some row of node i sees less than all of it (PlanView::masked,
+  // over the whole node): a key range short of it, or mask bits over it.
+  bool masked(const PlanArrays& a, int i) const {
+    if (a.query_lo.empty()) return false;
+    const ForestNode& n = forest_.nodes[i];
+    const std::int64_t first = a.node_kv_begin[i], end = first + n.num_tokens;
+    for (int k = 0; k < n.num_reqs; ++k) {
+      const std::int32_t q = forest_.reqs[n.req_begin + k];
+      if (a.query_lo[q] > first || a.query_hi[q] < end || (a.query_bits_word[q] >= 0 && a.query_bits_pos[q] < end))
+        return true;
+    }
+    return false;
   }
 
   // Tails (PlannerOptions::wide_tail_tokens): request r's last node is a tail
@@ -172,7 +185,7 @@ class Planning {
       const ForestNode& n = forest_.nodes[x];
       if (n.num_reqs != 1 || n.num_tokens < 1 || n.num_tokens > opt_.wide_tail_tokens || n.parent < 0) continue;
       const ForestNode& p = forest_.nodes[n.parent];
-      if (p.num_tokens == 0 || !goes_wide(p.num_reqs * G_, aligned(p.num_tokens))) continue;
+      if (p.num_tokens == 0 || !goes_wide(p.num_reqs * G_, aligned(p.num_tokens), false)) continue;
       tail_of_[r] = x;
       total += n.num_tokens;
     }
@@ -206,17 +219,17 @@ class Planning {
     return !tail_of_.empty() && n.num_reqs == 1 && tail_of_[forest_.reqs[n.req_begin]] == node;
   }
   // Whether a node's rows go wide: its wide tasks hold at least
-  // wide_min_rows rows, it has at least wide_min_tokens tokens and at most
-  // wide_max_rows rows (where that is set), and its wide
+  // wide_min_rows rows, it has at least wide_min_tokens tokens and, if
+  // masked, at most wide_max_masked_rows rows (where that is set), and its wide
   // tasks take no more block time (each on span blocks) than its tasks
   // would, unsplit; on a tie wide, which reads the KV once per wide tile
   // rather than once per tile. Without a measured wide grid a wide task is
   // priced as two tasks of half its rows at span blocks' pace: a tie.
-  bool wide_pays(int rows, std::int64_t tokens) const {
+  bool wide_pays(int rows, std::int64_t tokens, bool masked) const {
     const int narrow = row_tiles(rows, opt_.max_tile_rows), wide = row_tiles(rows, opt_.wide_tile_rows);
     const int wide_rows = (rows + wide - 1) / wide;
     return wide_rows >= opt_.wide_min_rows && tokens >= opt_.wide_min_tokens &&
-           (opt_.wide_max_rows == 0 || rows <= opt_.wide_max_rows) &&
+           (opt_.wide_max_masked_rows == 0 || !masked || rows <= opt_.wide_max_masked_rows) &&
            double(wide) * opt_.wide_span * cost_.wide_cost_us(wide_rows, tokens, opt_.wide_span) <=
                double(narrow) * cost_.cost_us((rows + narrow - 1) / narrow, tokens);
   }

@@ -72,9 +72,9 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                   "Most tokens of a request's private tail that its wide parent takes in (default: the target's, "
                   "16 on the wide kernel; 0: none)")
       ->check(in_range(0, 1 << 20));
-  cmd->add_option("--wide-max-rows", w.wide_max_rows,
-                  "Most query rows a kv head a node may have for wide tasks (default: the target's, 2048 at "
-                  "head_dim 64; 0: any)")
+  cmd->add_option("--wide-max-masked-rows", w.wide_max_masked_rows,
+                  "Most query rows a kv head a masked node (some row sees less than all of it: causal chunks, "
+                  "windows, mask bits) may have for wide tasks (default: the target's, 2048 at head_dim 64; 0: any)")
       ->check(in_range(0, 1 << 30));
   cmd->add_option("--price-tile", w.price_tile,
                   "Tokens of the kernel's KV tile: a task past one tile is priced at whole tiles (default: the "

@@ -328,7 +328,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   // The tool's experiments with the target's options (bench's --wide auto,off plans both from the auto options).
   if (args.wide == "off") s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
-  if (args.wide_max_rows >= 0) s.options.wide_max_rows = args.wide_max_rows;
+  if (args.wide_max_masked_rows >= 0) s.options.wide_max_masked_rows = args.wide_max_masked_rows;
   if (args.price_tile >= 0) s.options.price_tile_tokens = args.price_tile;
   if (args.beside_wide > 0) s.options.beside_wide_price = args.beside_wide;
   return s;

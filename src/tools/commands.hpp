@@ -28,7 +28,7 @@ struct WorkloadArgs {
   std::string split = "adaptive";     // CoDec plan's splitting: adaptive, none, fixed:K, exhaustive
   std::string wide = "auto";          // wide tasks: "auto" (where the target runs them) or "off"
   int tail_tokens = -1;               // PlannerOptions::wide_tail_tokens; −1 keeps the target's
-  int wide_max_rows = -1;             // PlannerOptions::wide_max_rows; −1 keeps the target's
+  int wide_max_masked_rows = -1;      // PlannerOptions::wide_max_masked_rows; −1 keeps the target's
   int price_tile = -1;                // PlannerOptions::price_tile_tokens; −1 keeps the target's
   double beside_wide = 0;             // PlannerOptions::beside_wide_price; 0 keeps the target's
   double max_memory_gb = 16;          // host memory a workload may take (Workload::footprint), refused beyond
@@ -64,7 +64,7 @@ void check_policies(const WorkloadArgs& args);
 // refused a bad --split or --wide already (check_policies), once per command.
 // The library's setup for `target` ("cpu", "cuda" or "h200") and the
 // workload's heads, dtype and page size, with the tool's overrides of its
-// options (--blocks, --cost-table, --wide off, --tail-tokens, --wide-max-rows,
+// options (--blocks, --cost-table, --wide off, --tail-tokens, --wide-max-masked-rows,
 // --price-tile, --beside-wide).
 PlannerSetup planner_setup(const std::string& target, const Workload& w, const WorkloadArgs& args, int threads);
 

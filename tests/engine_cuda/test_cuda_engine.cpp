@@ -968,7 +968,7 @@ TEST(CudaEngine, PlannerOptionsDescribeTheDevice) {
     EXPECT_EQ(opt.wide_span, info.wide ? info.blocks_per_sm : 2);
     EXPECT_EQ(opt.wide_min_rows, info.wide ? kCudaWideMinRows : 0);
     EXPECT_EQ(opt.wide_min_tokens, info.wide ? kCudaWideMinTokens : 0);
-    EXPECT_EQ(opt.wide_max_rows, info.wide ? cuda_wide_max_rows(dim) : 0);
+    EXPECT_EQ(opt.wide_max_masked_rows, info.wide ? cuda_wide_max_masked_rows(dim) : 0);
     EXPECT_EQ(opt.wide_tail_tokens, info.wide ? kCudaWideTailTokens : 0);
     EXPECT_EQ(opt.beside_wide_price, info.wide ? kCudaBesideWidePrice : 1.0);
     std::cout << "[ info     ] " << info.name << ": " << info.sm_count << " SMs, head_dim " << dim << ": "

@@ -506,10 +506,10 @@ TEST(Planner, BadOptions) {
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
                                 "wide_span 3 must be >= 1 and divide num_blocks 4"));
   opt.wide_span = 2;
-  opt.wide_max_rows = -1;
+  opt.wide_max_masked_rows = -1;
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
-                                "wide_max_rows -1 must be >= 0"));
-  opt.wide_max_rows = 0;
+                                "wide_max_masked_rows -1 must be >= 0"));
+  opt.wide_max_masked_rows = 0;
   opt.wide_tile_rows = 0;
   opt.price_tile_tokens = -64;
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
@@ -664,21 +664,41 @@ TEST(Planner, NodesGoWideWhereItPays) {
       EXPECT_GE((rows + tiles - 1) / tiles, 65) << "wide task " << t;
       EXPECT_GE(f.nodes[p.tasks[t].node].num_tokens, 300) << "wide task " << t;
     }
-    // nor do nodes of more rows than wide_max_rows; the others still go wide
+    // nor do masked nodes of more rows than wide_max_masked_rows: under a
+    // custom mask that hides each request's first key (its rows' mask bits
+    // cover every node), the others still go wide; unmasked, the cap binds none
     std::vector<bool> was_wide(p.num_nodes, false);
     int most_rows = 0;
     for (int t = p.num_wide_blocks ? p.wide_indptr[0] : p.num_tasks; t < p.num_tasks; ++t) {
       was_wide[p.tasks[t].node] = true;
       most_rows = std::max(most_rows, p.node_rows(p.tasks[t].node));
     }
-    opt.wide_max_rows = most_rows - 1;
-    const Plan capped = make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt);
-    const PlanView c = capped.view();
-    std::vector<bool> is_wide(c.num_nodes, false);
-    for (int t = c.num_wide_blocks ? c.wide_indptr[0] : c.num_tasks; t < c.num_tasks; ++t)
-      is_wide[c.tasks[t].node] = true;
-    for (int i = 0; i < c.num_nodes; ++i) {
-      EXPECT_EQ(is_wide[i], was_wide[i] && c.node_rows(i) < most_rows) << "seed " << seed << " node " << i;
+    const std::vector<std::int64_t> kv_len = request_lengths(f);
+    std::vector<std::int32_t> qo_indptr{0};
+    QueryBatch hide_first{{}, QueryMask::custom, {}};
+    const std::vector<std::int64_t> bytes = mask_byte_offsets(kv_len, hide_first);
+    std::vector<std::uint8_t> bits(std::size_t(bytes.back()), 0xff);
+    for (int r = 0; r < f.num_requests(); ++r) {
+      bits[std::size_t(bytes[r])] &= 0xfe;
+      qo_indptr.push_back(r + 1);
+    }
+    hide_first.qo_indptr = qo_indptr;
+    hide_first.mask_bits = bits;
+    opt.wide_max_masked_rows = most_rows - 1;
+    auto wide_nodes = [&](const Plan& plan) {
+      const PlanView v = plan.view();
+      std::vector<bool> wide(v.num_nodes, false);
+      for (int t = v.num_wide_blocks ? v.wide_indptr[0] : v.num_tasks; t < v.num_tasks; ++t)
+        wide[v.tasks[t].node] = true;
+      return wide;
+    };
+    EXPECT_EQ(wide_nodes(make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt)), was_wide)
+        << "seed " << seed;
+    const Plan capped = make_plan(f, heads, DType::bf16, test::WidePriced(base, 0.5), opt, hide_first);
+    ASSERT_TRUE(capped.view().masks);
+    const std::vector<bool> is_wide = wide_nodes(capped);
+    for (int i = 0; i < p.num_nodes; ++i) {
+      EXPECT_EQ(is_wide[i], was_wide[i] && p.node_rows(i) < most_rows) << "seed " << seed << " node " << i;
       still_wide += is_wide[i];
     }
   }

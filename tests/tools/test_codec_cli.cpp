@@ -294,14 +294,17 @@ TEST(CodecCli, BesideWidePriceLeavesSmsToTheLeaves) {
   EXPECT_EQ(wide_tasks("batch:64", " --beside-wide 1"), 128);
   EXPECT_EQ(wide_tasks("long", ""), 120);
   EXPECT_EQ(wide_tasks("long", " --beside-wide 0.8"), 112);
-  // at head_dim 64 a node of more than 2,048 rows stays off the wide kernel (gpt-oss-20b's system prompt: 4,096)
-  EXPECT_EQ(wide_tasks("sysprompt:512 --model gpt-oss-20b", ""), 0);
-  EXPECT_GT(wide_tasks("sysprompt:512 --model gpt-oss-20b", " --wide-max-rows 0"), 0);
-  EXPECT_GT(wide_tasks("sysprompt:512 --model llama3.2-1b", ""), 0);  // 2,048 rows
-  EXPECT_EQ(wide_tasks("sysprompt:512 --model llama3.2-1b", " --wide-max-rows 2047"), 0);
-  const Result negative = run_codec("plan --workload batch:32 --target h200 --wide-max-rows -1");
+  // at head_dim 64 a masked node of more than 2,048 rows stays off the wide kernel (a 1,024-token causal chunk's own
+  // node: 4,096), an unmasked one does not (gpt-oss-20b's system prompt: 4,096)
+  EXPECT_EQ(wide_tasks("shape:DT --model llama3.2-1b --q-len 1024", ""), 0);
+  EXPECT_GT(wide_tasks("shape:DT --model llama3.2-1b --q-len 1024", " --wide-max-masked-rows 0"), 0);
+  EXPECT_GT(wide_tasks("shape:DT --model llama3.2-1b --q-len 512", ""), 0);  // 2,048 rows
+  EXPECT_EQ(wide_tasks("shape:DT --model llama3.2-1b --q-len 512", " --wide-max-masked-rows 2047"), 0);
+  EXPECT_GT(wide_tasks("sysprompt:512 --model gpt-oss-20b", ""), 0);
+  EXPECT_EQ(wide_tasks("sysprompt:512 --model gpt-oss-20b", " --wide off"), 0);
+  const Result negative = run_codec("plan --workload batch:32 --target h200 --wide-max-masked-rows -1");
   EXPECT_NE(negative.code, 0);
-  EXPECT_NE(negative.output.find("--wide-max-rows"), std::string::npos) << negative.output;
+  EXPECT_NE(negative.output.find("--wide-max-masked-rows"), std::string::npos) << negative.output;
   for (const char* bad : {"0", "0.2", "1.5", "-0.5"}) {
     const Result r = run_codec(std::string("plan --workload batch:32 --target h200 --beside-wide ") + bad);
     EXPECT_NE(r.code, 0) << bad;

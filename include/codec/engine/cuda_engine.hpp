@@ -62,14 +62,16 @@ inline constexpr int kCudaWideMinRows = 96;
 // (a few tiles a task; the wide blocks' phase before the blocks'), sysprompt:64's
 // prompt of 4,096 and 256 rows 2.3% faster (125c65a).
 inline constexpr int kCudaWideMinTokens = 2048;
-// Most rows a node a kv head may have for wide tasks (wide_max_rows; 0: any).
-// At head_dim 64 compute-bound nodes ran slower on the wide kernel than on
-// the PAC kernel (H100; docs/DESIGN_NOTES.md, Planner 13; not yet profiled:
-// its P·V wgmma is only 64 columns wide): a prefill chunk's own node of 4,096
-// rows (llama3.2-1b, shape:DT --q-len 1024) 1.39× and of 65,536 (gpt-oss-20b,
-// --q-len 8192) 1.31×, while nodes of 256-2,048 rows ran 18-23% faster wide
-// (batch:64 and sysprompt:512 decoding, batch:64 at 4 query tokens).
-constexpr int cuda_wide_max_rows(int head_dim) { return head_dim == 64 ? 2048 : 0; }
+// Most rows a kv head a masked node may have for wide tasks
+// (wide_max_masked_rows; 0: any). At head_dim 64 a prefill chunk's own
+// node, causal, ran slower on the wide kernel than on the PAC kernel (H100;
+// docs/DESIGN_NOTES.md, Planner 13; not yet profiled): 4,096 rows
+// (llama3.2-1b, shape:DT --q-len 1024) 1.26-1.39×, 65,536 (gpt-oss-20b,
+// --q-len 8192) 1.31×, balanced or not; while unmasked shared nodes ran
+// faster wide at every size tried, 256-2,048 rows 18-23% (batch:64 and
+// sysprompt:512 decoding) and 4,096-16,384 rows 8-28% (sysprompt:512 at 2
+// and 8 query tokens, gpt-oss-20b's with sinks, batch:64 at 2).
+constexpr int cuda_wide_max_masked_rows(int head_dim) { return head_dim == 64 ? 2048 : 0; }
 // Most tokens of a request's private tail that its wide parent takes in
 // (PlannerOptions::wide_tail_tokens): each tail token costs the wide task a
 // token of every row's scores, so tails stay short; a system prompt's
@@ -157,7 +159,7 @@ class CudaDeviceScope {
 // = kCudaMaxTileRows; price_tile_tokens = the PAC kernel's KV tile; where
 // `wide`, wide_tile_rows = kCudaMaxWideRows, wide_span = blocks per SM,
 // wide_min_rows = kCudaWideMinRows, wide_min_tokens = kCudaWideMinTokens,
-// wide_max_rows = cuda_wide_max_rows(head_dim),
+// wide_max_masked_rows = cuda_wide_max_masked_rows(head_dim),
 // wide_tail_tokens = kCudaWideTailTokens and beside_wide_price =
 // kCudaBesideWidePrice, else no wide tasks; chunk_align =
 // 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
@@ -175,7 +177,7 @@ inline PlannerOptions cuda_planner_options(const HeadConfig& heads, int sm_count
     options.wide_span = blocks_per_sm;
     options.wide_min_rows = kCudaWideMinRows;
     options.wide_min_tokens = kCudaWideMinTokens;
-    options.wide_max_rows = cuda_wide_max_rows(heads.head_dim);
+    options.wide_max_masked_rows = cuda_wide_max_masked_rows(heads.head_dim);
     options.wide_tail_tokens = kCudaWideTailTokens;
     options.beside_wide_price = kCudaBesideWidePrice;
   }

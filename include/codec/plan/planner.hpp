@@ -47,11 +47,12 @@ struct PlannerOptions {
   int wide_span = 2;
   // Fewest rows a wide task must hold (its node's rows over its wide tiles),
   // and fewest tokens its node must have, or the node keeps tasks of
-  // max_tile_rows; most rows its node may have (0: any), past which the
-  // node is compute-bound and the PAC kernel may be the faster one.
+  // max_tile_rows; most rows its node may have where some of them see less
+  // than all of it (0: any), past which a masked node (a long causal chunk)
+  // may run faster on the PAC kernel.
   int wide_min_rows = 0;
   int wide_min_tokens = 0;
-  int wide_max_rows = 0;
+  int wide_max_masked_rows = 0;
   // Tails: a request's last node, when it holds that request alone and at
   // most this many tokens and its parent's tasks are wide, has no tasks of
   // its own; the parent's chunks attend each of their rows to an equal share
