@@ -1,5 +1,7 @@
 #include "plan/node_class.hpp"
 
+#include <algorithm>
+
 namespace codec::planning {
 
 // Not inlined: prices() is, at every one of the search's many lookups.
@@ -21,21 +23,34 @@ namespace codec::planning {
       if (k.count > 1) p.tasks.push_back({price(hi_tiles ? hi : hi - 1, k.len), 0, k.count - 1, first, n});
       p.tasks.push_back({price(hi_tiles ? hi : hi - 1, k.last), k.count - 1, 1, first, n});
     }
-  } else {  // each tile reads what its rows see of a chunk: a run of tiles at one price
+  } else {  // each tile reads what its rows see of a chunk: runs of tiles at one price
     int last_rows = 0;
     std::int64_t last_len = -1;
     double x = 0;
+    std::size_t prev = 0;  // the previous chunk's runs: p.tasks[prev .. this chunk's first)
     for (int chunk = 0; chunk < k.count; ++chunk) {
       const auto chunk_begin = std::int32_t(chunk * k.len);
       const auto chunk_end = std::int32_t(std::min<std::int64_t>(c.tokens, chunk_begin + k.len));
+      const std::size_t first = p.tasks.size();
       for (int t = 0; t < tiles; ++t) {
         std::int32_t b = chunk_begin, e = chunk_end;
         cut_to_seen(c.seen.data() + c.seen_indptr[t], c.seen.data() + c.seen_indptr[t + 1], align, b, e);
         const int rows = t < c.tiling.hi ? hi : hi - 1;
         if (rows != last_rows || e - b != last_len) last_rows = rows, last_len = e - b, x = price(rows, e - b);
-        PricedTasks* run = p.tasks.empty() ? nullptr : &p.tasks.back();
-        if (run && run->chunk_begin == chunk && run->cost == x) ++run->tiles;
+        if (p.tasks.size() > first && p.tasks.back().cost == x) ++p.tasks.back().tiles;
         else p.tasks.push_back({x, chunk, 1, t, 1});
+      }
+      // runs equal to the previous chunk's (the chunks every row sees whole, as without masks): one rectangle
+      const auto same = [](const PricedTasks& u, const PricedTasks& v) {
+        return u.cost == v.cost && u.tile_begin == v.tile_begin && u.tiles == v.tiles;
+      };
+      if (chunk > 0 && p.tasks.size() - first == first - prev &&
+          std::equal(p.tasks.begin() + std::ptrdiff_t(first), p.tasks.end(), p.tasks.begin() + std::ptrdiff_t(prev),
+                     same)) {
+        p.tasks.resize(first);
+        for (std::size_t i = prev; i < first; ++i) ++p.tasks[i].chunks;
+      } else {
+        prev = first;
       }
     }
   }

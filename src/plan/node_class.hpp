@@ -99,8 +99,8 @@ struct NodeClass {
   std::vector<int> nodes;   // members, ascending
   // The predicted cost of a member's tasks under a split count, in
   // rectangles of equal price: without masks four (full chunks and the last,
-  // tiles of rows_hi rows and of rows_hi − 1), with them a run of tiles of one
-  // chunk each. The search prices the same split counts over and over (the
+  // tiles of rows_hi rows and of rows_hi − 1), with them runs of tiles within
+  // a chunk, consecutive chunks of equal runs as one. The search prices the same split counts over and over (the
   // cost model's interpolation was a sixth of a plan's time at 64 requests),
   // so prices() fills them once: with every block busy, and, where the model
   // prices contention, at the busy count of the split vector last asked for.

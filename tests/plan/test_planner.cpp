@@ -392,13 +392,15 @@ TEST(Planner, PrefillTasksReadOnlyTheKeysTheirRowsSee) {
 TEST(Planner, BalancesCausalTilesByTheKeysTheyRead) {
   const HeadConfig heads{8, 2, 64};
   const RooflineCostModel cost = roofline(heads);
-  for (const int cached : {0, 160}) {
+  // unsplit, and in 4 chunks (those every row sees whole price as one rectangle)
+  for (const auto& [cached, splits] : {std::pair{0, 0}, {160, 0}, {1600, 4}}) {
     const int len = cached + 1024, page_size = 16, pages = (len + page_size - 1) / page_size;
     std::vector<std::int32_t> indptr{0, pages}, indices(pages), last{len - (pages - 1) * page_size};
     for (int p = 0; p < pages; ++p) indices[p] = p;
     const Forest f = derive_forest({indptr, indices, last, page_size, pages});
     PlannerOptions opt;
     opt.num_blocks = 16;
+    if (splits) opt.split = SplitPolicy::fixed, opt.fixed_splits = splits;
     const std::vector<std::int32_t> qo_indptr{0, 1024};
     const Plan plan = make_plan(f, heads, DType::bf16, cost, opt, {qo_indptr, QueryMask::causal, {}});
     const PlanView v = plan.view();
@@ -410,7 +412,7 @@ TEST(Planner, BalancesCausalTilesByTheKeysTheyRead) {
       most = std::max(most, load);
       total += load;
     }
-    SCOPED_TRACE(testing::Message() << cached << " cached tokens");
+    SCOPED_TRACE(testing::Message() << cached << " cached tokens, " << splits << " splits");
     EXPECT_NEAR(plan.stats().makespan_us, most, 1e-6 * most);
     EXPECT_LE(most, 1.05 * total / v.num_blocks);
   }
