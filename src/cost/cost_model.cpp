@@ -89,6 +89,10 @@ namespace {
 
 using nlohmann::json;
 
+// The dearest price a table may hold: far above any kernel (1,000 s), and low
+// enough that interpolating and extrapolating over any axis stays finite.
+constexpr double kMaxPriceUs = 1e9;
+
 // Strictly increasing values ≥ 1, named `name`.
 void validate_axis(const auto& v, const std::string& where, const std::string& name) {
   CODEC_CHECK(!v.empty(), where, ": ", name, " is empty");
@@ -109,8 +113,8 @@ void validate_task_grid(const CostTable& t, const std::vector<std::vector<double
     CODEC_CHECK(us[i].size() == t.kv_len.size(), where, ": ", name, "[", i, "] has ", us[i].size(),
                 " values, expected ", t.kv_len.size(), " (one per kv_len entry)");
     for (std::size_t j = 0; j < us[i].size(); ++j)
-      CODEC_CHECK(std::isfinite(us[i][j]) && us[i][j] > 0, where, ": ", name, "[", i, "][", j, "] = ", us[i][j],
-                  " must be > 0");
+      CODEC_CHECK(us[i][j] > 0 && us[i][j] <= kMaxPriceUs, where, ": ", name, "[", i, "][", j, "] = ", us[i][j],
+                  " must be in (0, ", kMaxPriceUs, "] us");
   }
 }
 
@@ -168,8 +172,8 @@ void validate_table(const CostTable& t, const std::string& where) {
                 t.merge_us[i].size(), " values, expected ", t.merge_partials.size(),
                 " (one per merge_partials entry)");
     for (std::size_t j = 0; j < t.merge_us[i].size(); ++j)
-      CODEC_CHECK(std::isfinite(t.merge_us[i][j]) && t.merge_us[i][j] >= 0, where, ": merge_us[", i, "][", j,
-                  "] = ", t.merge_us[i][j], " must be >= 0");
+      CODEC_CHECK(t.merge_us[i][j] >= 0 && t.merge_us[i][j] <= kMaxPriceUs, where, ": merge_us[", i, "][", j,
+                  "] = ", t.merge_us[i][j], " must be in [0, ", kMaxPriceUs, "] us");
   }
 }
 
@@ -420,7 +424,8 @@ double TableCostModel::cost_busy_us(int rows, long kv_len, int busy) const {
   const int last = t.busy_blocks.back();
   if (busy >= last) {
     const double at_last = grid_cost(t, t.busy_us.back(), rows, kv_len, t.rows);
-    return std::min(all, at_last + (all - at_last) * double(busy - last) / double(t.blocks - last));
+    const double w = double(busy - last) / double(t.blocks - last);
+    return std::min(all, at_last + w * (all - at_last));
   }
   const auto at = [&](std::size_t b) { return grid_cost(t, t.busy_us[b], rows, kv_len, t.rows); };
   return std::min(all, interpolate(t.busy_blocks, at, double(busy)));

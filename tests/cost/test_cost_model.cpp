@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -290,7 +291,7 @@ TEST(TableFile, SaveLoadRoundTrip) {
 TEST(TableFile, SaveRejectsInvalidTable) {
   CostTable t = sample_table();
   t.us[0][0] = 0;
-  EXPECT_TRUE(throws_with([&] { t.save(temp_path("never.json")); }, "us[0][0] = 0 must be > 0"));
+  EXPECT_TRUE(throws_with([&] { t.save(temp_path("never.json")); }, "us[0][0] = 0 must be in (0, 1e+09] us"));
 }
 
 TEST(TableFile, LoadNamesMissingFile) {
@@ -303,7 +304,7 @@ TEST(TableFile, LoadNamesFileInErrors) {
   std::ofstream(path) << R"({"device": "x", "head_dim": 128, "dtype": "bf16",
                             "rows": [1], "kv_len": [16], "us": [[-1]]})";
   EXPECT_TRUE(throws_with([&] { CostTable::load(path); },
-                          "cost table " + path + ": us[0][0] = -1 must be > 0"));
+                          "cost table " + path + ": us[0][0] = -1 must be in (0, 1e+09] us"));
   std::remove(path.c_str());
 }
 
@@ -356,9 +357,9 @@ TEST(TableFile, RejectsWrongShape) {
 
 TEST(TableFile, RejectsBadValues) {
   EXPECT_TRUE(parse_fails(doc_with("[2, 3, 4, 5]", "[2, 3, 4, -1]"),
-                          "cost table t.json: us[1][3] = -1 must be > 0"));
+                          "cost table t.json: us[1][3] = -1 must be in (0, 1e+09] us"));
   EXPECT_TRUE(parse_fails(doc_with("[2, 3, 4, 5]", "[2, 0, 4, 5]"),
-                          "cost table t.json: us[1][1] = 0 must be > 0"));
+                          "cost table t.json: us[1][1] = 0 must be in (0, 1e+09] us"));
   EXPECT_TRUE(parse_fails(doc_with("[2, 3, 4, 5]", "[2, null, 4, 5]"),
                           "cost table t.json: us[1][1] = null must be a number"));
   EXPECT_TRUE(parse_fails(doc_with("[1, 4, 16]", "[1, 4.5, 16]"),
@@ -414,11 +415,11 @@ TEST(TableFile, RejectsUnsupportedHeadDimAndDtype) {
 TEST(TableFile, ValidateAndConstructorReject) {
   CostTable t = sample_table();
   t.us[2][1] = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_TRUE(throws_with([&] { t.validate(); }, "cost table: us[2][1] = nan must be > 0"));
+  EXPECT_TRUE(throws_with([&] { t.validate(); }, "cost table: us[2][1] = nan must be in (0, 1e+09] us"));
   EXPECT_TRUE(throws_with([&] { TableCostModel{t}; }, "us[2][1] = nan"));
   t = sample_table();
   t.us[0][2] = std::numeric_limits<double>::infinity();
-  EXPECT_TRUE(throws_with([&] { t.validate(); }, "us[0][2] = inf must be > 0"));
+  EXPECT_TRUE(throws_with([&] { t.validate(); }, "us[0][2] = inf must be in (0, 1e+09] us"));
   EXPECT_TRUE(throws_with([] { TableCostModel{CostTable{}}; }, "head_dim = 0"));
 }
 
@@ -489,7 +490,7 @@ TEST(Merge, SavesLoadsAndValidatesTheGrid) {
                     "merge_rows[1] = 32 must be > merge_rows[0] = 256 (strictly increasing)"));
   EXPECT_TRUE(fails([](CostTable& b) { b.merge_us[1] = {2}; }, "merge_us[1] has 1 values, expected 2"));
   EXPECT_TRUE(fails([](CostTable& b) { b.merge_us.pop_back(); }, "merge_us has 1 rows, expected 2"));
-  EXPECT_TRUE(fails([](CostTable& b) { b.merge_us[0][1] = -0.5; }, "merge_us[0][1] = -0.5 must be >= 0"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.merge_us[0][1] = -0.5; }, "merge_us[0][1] = -0.5 must be in [0, 1e+09] us"));
   EXPECT_TRUE(fails([](CostTable& b) { b.merge_partials.clear(); },
                     "merge_rows, merge_partials and merge_us come together (2, 0 and 2 entries)"));
   EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"merge_rows\": [8], \"us\""),
@@ -557,10 +558,34 @@ TEST(Contention, SavesLoadsAndValidatesTheBusyGrids) {
                     "busy_blocks[1] = 8 must be > busy_blocks[0] = 32 (strictly increasing)"));
   EXPECT_TRUE(fails([](CostTable& b) { b.busy_us.pop_back(); }, "busy_us has 1 grids, expected 2"));
   EXPECT_TRUE(fails([](CostTable& b) { b.busy_us[1][2] = {1, 2}; }, "busy_us[1][2] has 2 values, expected 3"));
-  EXPECT_TRUE(fails([](CostTable& b) { b.busy_us[0][1][0] = 0; }, "busy_us[0][1][0] = 0 must be > 0"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_us[0][1][0] = 0; },
+                    "busy_us[0][1][0] = 0 must be in (0, 1e+09] us"));
+  EXPECT_TRUE(fails([](CostTable& b) { b.busy_us[1][0][0] = 1.21e308; },
+                    "busy_us[1][0][0] = 1.21e+308 must be in (0, 1e+09] us"));
   EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"busy_blocks\": [8], \"us\""), "cost table t.json: missing field 'blocks'"));
   EXPECT_TRUE(parse_fails(doc_with("\"us\"", "\"blocks\": 64, \"busy_blocks\": [8], \"busy_us\": [[1]], \"us\""),
                           "cost table t.json: busy_us[0][0] must be an array, got number"));
+}
+
+// Prices at the bound next to the smallest ones: every interpolation and
+// extrapolation, at the far ends of every axis, stays finite and >= 0.
+TEST(TableFile, PricesAtTheBoundStayFiniteEverywhere) {
+  CostTable t = busy_table();
+  t.merge_rows = {32, 256};
+  t.merge_partials = {2, 8};
+  t.merge_us = {{1e-9, 1e9}, {1e9, 1e-9}};
+  for (auto* grid : {&t.us, &t.busy_us[0], &t.busy_us[1]})
+    for (std::size_t i = 0; i < grid->size(); ++i)
+      for (std::size_t j = 0; j < (*grid)[i].size(); ++j) (*grid)[i][j] = (i + j) % 2 ? 1e9 : 1e-9;
+  const TableCostModel model(t);
+  auto price = [](double us) { return std::isfinite(us) && us >= 0; };
+  for (const int rows : {1, 5, 1 << 30})
+    for (const long kv : {1L, 150L, 1L << 62})
+      for (const int busy : {1, 20, 48, 64}) EXPECT_TRUE(price(model.cost_busy_us(rows, kv, busy))) << rows << kv;
+  for (const std::int64_t rows : {std::int64_t{1}, std::int64_t{1} << 62})
+    EXPECT_TRUE(price(model.merge_us(rows, 1 << 30)));
+  t.merge_us[1][0] = 2e9;
+  EXPECT_TRUE(throws_with([&] { t.validate(); }, "merge_us[1][0] = 2e+09 must be in [0, 1e+09] us"));
 }
 
 // The tables `codec profile` measured and the repository ships: each must load,

@@ -111,15 +111,16 @@ struct CostTable {
   DType dtype = DType::bf16;
   std::vector<int> rows;       // strictly increasing, ≥ 1
   std::vector<long> kv_len;    // strictly increasing, ≥ 1
-  std::vector<std::vector<double>> us;  // [rows.size()][kv_len.size()], > 0
+  std::vector<std::vector<double>> us;  // [rows.size()][kv_len.size()], in (0, 1e9] us (a bound that keeps
+                                        // every extrapolated price finite)
   std::vector<std::int64_t> merge_rows;       // strictly increasing, ≥ 1; empty: the merge is not priced
   std::vector<int> merge_partials;            // strictly increasing, ≥ 2
-  std::vector<std::vector<double>> merge_us;  // [merge_rows.size()][merge_partials.size()], ≥ 0
+  std::vector<std::vector<double>> merge_us;  // [merge_rows.size()][merge_partials.size()], in [0, 1e9]
   int blocks = 0;                             // the blocks busy in `us`; 0: contention is not priced
   std::vector<int> busy_blocks;               // strictly increasing, ≥ 1, < blocks
-  std::vector<std::vector<std::vector<double>>> busy_us;  // [busy_blocks.size()] grids like us, > 0
+  std::vector<std::vector<std::vector<double>>> busy_us;  // [busy_blocks.size()] grids like us
   std::vector<int> wide_rows;                   // strictly increasing, ≥ 1; empty: wide tasks not measured
-  std::vector<std::vector<double>> wide_us;     // [wide_rows.size()][kv_len.size()], > 0
+  std::vector<std::vector<double>> wide_us;     // [wide_rows.size()][kv_len.size()], like us
 
   void validate() const;
   static CostTable load(const std::string& path);  // throws naming the file and field
