@@ -171,8 +171,53 @@ void BM_PlanFromBlockTable(benchmark::State& state, bool reuse) {
   state.counters["searches"] = double(steps.searches());
 }
 
+// Query tokens with causal masks, as prefill chunks and verification bring
+// them: each row tile is priced at the keys it sees (planning.cpp,
+// NodeClass::seen), so a plan walks a masked node's tiles per chunk. (1) One
+// request's prompt chunk of range(0) tokens after 2,048 cached ones, on the
+// engine's options (wide tasks allowed); (2) range(0) query tokens on each of
+// the 64 requests of loogle_block_table(8).
+void BM_PlanCausalChunk(benchmark::State& state) {
+  const int q_len = int(state.range(0)), tokens = 2048 + q_len;
+  Tables t;
+  for (int p = 0; p < (tokens + kPageSize - 1) / kPageSize; ++p) t.indices.push_back(p);
+  t.indptr.push_back(std::int32_t(t.indices.size()));
+  t.last.push_back((tokens - 1) % kPageSize + 1);
+  t.num_pages = std::int64_t(t.indices.size());
+  const codec::Forest forest = codec::derive_forest(t.view());
+  const std::unique_ptr<codec::CostModel> cost = cost_model(state, true);
+  if (!cost) return;
+  const std::vector<std::int32_t> qo_indptr{0, q_len};
+  const codec::QueryBatch queries{qo_indptr, codec::QueryMask::causal};
+  const codec::PlannerOptions opt =
+      codec::cuda_planner_options(kHeads, codec::h200::kSms, codec::h200::kBlocksPerSm, /*wide=*/true);
+  codec::PlanStats stats;
+  for (auto _ : state) stats = codec::make_plan(forest, kHeads, codec::DType::bf16, *cost, opt, queries).stats();
+  state.counters["tasks"] = stats.num_tasks;
+  state.counters["makespan/bound"] = stats.quality();
+}
+
+void BM_PlanVerification(benchmark::State& state) {
+  const BlockTableBatch b = loogle_block_table(8);
+  codec::PageTableArrays pages;
+  codec::page_table_from_block_table({b.blocks.data(), b.rows, b.cols, b.cols, b.lens.data(), false}, kPageSize,
+                                     b.num_pages, pages);
+  const codec::Forest forest = codec::derive_forest(pages.view());
+  const std::unique_ptr<codec::CostModel> cost = cost_model(state, true);
+  if (!cost) return;
+  std::vector<std::int32_t> qo_indptr(b.rows + 1);
+  for (int r = 0; r <= b.rows; ++r) qo_indptr[r] = r * int(state.range(0));
+  const codec::QueryBatch queries{qo_indptr, codec::QueryMask::causal};
+  codec::PlanStats stats;
+  for (auto _ : state) stats = codec::make_plan(forest, kHeads, codec::DType::bf16, *cost, h200_options(), queries).stats();
+  state.counters["tasks"] = stats.num_tasks;
+  state.counters["makespan/bound"] = stats.quality();
+}
+
 }  // namespace
 
+BENCHMARK(BM_PlanCausalChunk)->Arg(1024)->Arg(4096)->Arg(8192)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlanVerification)->Arg(4)->Arg(16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PlanFromBlockTable, search, false)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PlanFromBlockTable, reuse, true)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DeriveForest)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);

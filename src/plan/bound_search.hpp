@@ -17,7 +17,11 @@ class BoundSearch {
   // The head slice searched: kv_heads heads on `blocks` blocks.
   void slice(int kv_heads, int blocks) { kv_heads_ = kv_heads, blocks_ = blocks; }
 
-  double chunk_cost(const NodeClass& c, int splits) const { return prices(c, splits, cost_, align_).dearest; }
+  double chunk_cost(const NodeClass& c, int splits) const {
+    if (splits != c.max_splits) return prices(c, splits, cost_, align_).dearest;
+    if (std::isnan(c.finest)) c.finest = finest_cost(c, cost_, align_);
+    return c.finest;
+  }
   // Σ over one member's tasks (all kv heads) of their predicted cost, times
   // the blocks each takes the place of: the block time the member takes.
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {

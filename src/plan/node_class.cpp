@@ -4,16 +4,24 @@
 
 namespace codec::planning {
 
+namespace {
+
+// The price of a task of class c of `rows` rows reading `len` keys of a node
+// cut into `chunks` chunks, with its chunk's share of the class's tails
+// (PlanView::task_tails).
+double task_price(const NodeClass& c, const CostModel& cost, int busy, int chunks, int rows, std::int64_t len) {
+  len += (c.tail_tokens + chunks - 1) / chunks;
+  if (c.wide) return cost.wide_cost_us(rows, len, c.span);
+  return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
+}
+
+}  // namespace
+
 // Not inlined: prices() is, at every one of the search's many lookups.
 [[gnu::noinline]] void fill_prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy,
                                    NodeClass::Prices& p) {
   const Chunking k = chunking(c.tokens, splits, align);
-  const std::int64_t tail = (c.tail_tokens + k.count - 1) / k.count;  // each chunk's share (PlanView::task_tails)
-  auto price = [&](int rows, std::int64_t len) {
-    len += tail;
-    if (c.wide) return cost.wide_cost_us(rows, len, c.span);
-    return busy ? cost.cost_busy_us(rows, c.priced(len), busy) : cost.cost_us(rows, c.priced(len));
-  };
+  auto price = [&](int rows, std::int64_t len) { return task_price(c, cost, busy, k.count, rows, len); };
   p.tasks.clear();
   const int hi = c.tiling.rows_hi, tiles = c.tiling.hi + c.tiling.lo;
   if (c.seen_indptr.empty()) {  // every tile reads whole chunks
@@ -58,6 +66,33 @@ namespace codec::planning {
   for (const PricedTasks& t : p.tasks) p.dearest = std::max(p.dearest, t.cost), p.total += t.cost * t.per_member();
   p.busy = busy;
   p.chunks = k.count;
+}
+
+double finest_cost(const NodeClass& c, const CostModel& cost, int align) {
+  if (c.seen_indptr.empty()) {
+    NodeClass::Prices p;
+    fill_prices(c, c.max_splits, cost, align, 0, p);
+    return p.dearest;
+  }
+  const int chunks = chunking(c.tokens, c.max_splits, align).count;
+  double dearest = 0;
+  for (int t = 0; t < c.tiling.hi + c.tiling.lo; ++t) {
+    const int rows = t < c.tiling.hi ? c.tiling.rows_hi : c.tiling.rows_hi - 1;
+    const KeyRange *seen = c.seen.data() + c.seen_indptr[t], *seen_end = c.seen.data() + c.seen_indptr[t + 1];
+    // The chunks that hold a range's end short of their own: the rest are read whole or are one step of keys no
+    // row sees, `align` keys either way.
+    int held = 0, last = -1;  // ends ascend: a chunk's are consecutive
+    for (const KeyRange* r = seen; r != seen_end; ++r) {
+      if (r->end % align == 0 || r->end / align == last) continue;
+      last = r->end / align;
+      std::int32_t b = last * align, e = b + align;
+      cut_to_seen(seen, seen_end, align, b, e);
+      dearest = std::max(dearest, task_price(c, cost, 0, chunks, rows, e - b));
+      ++held;
+    }
+    if (held < chunks) dearest = std::max(dearest, task_price(c, cost, 0, chunks, rows, align));
+  }
+  return dearest;
 }
 
 void task_groups(const std::vector<NodeClass>& classes, const std::vector<int>& splits, const CostModel& cost,

@@ -96,6 +96,7 @@ struct NodeClass {
     return price_tile > 0 && len > price_tile ? (len + price_tile - 1) / price_tile * price_tile : len;
   }
   double unsplit_cost = 0;  // its dearest task, unsplit
+  mutable double finest = NAN;  // its dearest task at max_splits (finest_cost below), once asked for
   std::vector<int> nodes;   // members, ascending
   // The predicted cost of a member's tasks under a split count, in
   // rectangles of equal price: without masks four (full chunks and the last,
@@ -118,6 +119,14 @@ struct NodeClass {
 // Fills p, the prices of split count `splits`, at `busy` (prices below).
 void fill_prices(const NodeClass& c, int splits, const CostModel& cost, int align, int busy, NodeClass::Prices& p);
 
+// The dearest task of class c at max_splits, every chunk `align` tokens:
+// fill_prices' dearest there, without walking every chunk of every tile
+// (640 chunks × 256 tiles for a causal 8,192-token prefill chunk; the bounds
+// of the search ask for it, the plan seldom takes it). With masks a tile's
+// chunk is shorter than `align` only where the tile sees some of its keys
+// and not its last, and each such chunk holds the end of a range the tile sees.
+double finest_cost(const NodeClass& c, const CostModel& cost, int align);
+
 // busy: the blocks a plan keeps busy, if fewer than all and the model prices
 // contention (CostModel::cost_busy_us); else 0. A chunk is priced with its
 // share of the class's tails. The search asks for the same prices thousands of
@@ -135,8 +144,8 @@ constexpr int kMemoSplits = 4096;
     return c.spill_prices;
   }
   std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
-  if (splits >= int(memo.size())) [[unlikely]]
-    memo.resize(std::min<std::size_t>(std::max<std::size_t>(splits + 1, 2 * memo.size()), kMemoSplits));
+  if (splits >= int(memo.size())) [[unlikely]]  // once: every split count the search may ask for
+    memo.resize(std::size_t(std::min(std::max(splits, c.max_splits) + 1, kMemoSplits)));
   NodeClass::Prices& p = memo[splits];
   if (std::isnan(p.dearest) || p.busy != busy) [[unlikely]]
     fill_prices(c, splits, cost, align, busy, p);

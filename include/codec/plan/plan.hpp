@@ -142,8 +142,8 @@ struct PlanView {
   // Whether some row of task t sees less than all of the task's keys.
   CODEC_HD bool masked(const Task& t) const {
     if (!masks) return false;
-    for (int row = t.row_begin; row < t.row_end; ++row) {
-      const int q = node_reqs[t.req_begin + row / group];
+    for (int r = t.row_begin / group; r <= (t.row_end - 1) / group; ++r) {  // the requests of its rows
+      const int q = node_reqs[t.req_begin + r];
       const Visible seen = visible(t.node, q, t.kv_begin, t.kv_end);
       if (seen.begin != t.kv_begin || seen.end != t.kv_end ||
           (query_bits_word[q] >= 0 && query_bits_pos[q] < node_kv_begin[t.node] + t.kv_end))
