@@ -217,7 +217,7 @@ void BM_PlanVerification(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_PlanCausalChunk)->Arg(1024)->Arg(4096)->Arg(8192)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_PlanVerification)->Arg(4)->Arg(16)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlanVerification)->Arg(4)->Arg(16)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PlanFromBlockTable, search, false)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_PlanFromBlockTable, reuse, true)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_DeriveForest)->Arg(64)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond);

@@ -112,7 +112,10 @@ struct NodeClass {
     int busy = 0;
     int chunks = 0;  // chunking(tokens, splits, align).count, asked for as often
   };
-  mutable std::vector<Prices> prices_by_splits, busy_prices_by_splits;
+  // The memo: where each split count's prices are in `memo` (−1: not yet), with every block busy and at the
+  // busy count last asked for; a few hundred of a node's thousands of counts are ever asked for.
+  mutable std::vector<std::int32_t> memo_at, busy_memo_at;
+  mutable std::vector<Prices> memo;
   mutable Prices spill_prices;  // the prices of the last split count past the memo (prices below)
 };
 
@@ -143,13 +146,16 @@ constexpr int kMemoSplits = 4096;
     fill_prices(c, splits, cost, align, busy, c.spill_prices);
     return c.spill_prices;
   }
-  std::vector<NodeClass::Prices>& memo = busy ? c.busy_prices_by_splits : c.prices_by_splits;
-  if (splits >= int(memo.size())) [[unlikely]]  // once: every split count the search may ask for
-    memo.resize(std::size_t(std::min(std::max(splits, c.max_splits) + 1, kMemoSplits)));
-  NodeClass::Prices& p = memo[splits];
-  if (std::isnan(p.dearest) || p.busy != busy) [[unlikely]]
-    fill_prices(c, splits, cost, align, busy, p);
-  return p;
+  std::vector<std::int32_t>& at = busy ? c.busy_memo_at : c.memo_at;
+  if (splits >= int(at.size())) [[unlikely]]  // once: every split count the search may ask for
+    at.resize(std::size_t(std::min(std::max(splits, c.max_splits) + 1, kMemoSplits)), -1);
+  if (at[splits] < 0) [[unlikely]] {
+    at[splits] = std::int32_t(c.memo.size());
+    fill_prices(c, splits, cost, align, busy, c.memo.emplace_back());
+  } else if (c.memo[at[splits]].busy != busy) [[unlikely]] {
+    fill_prices(c, splits, cost, align, busy, c.memo[at[splits]]);
+  }
+  return c.memo[at[splits]];
 }
 
 // The task groups of a split vector (one split count per class), into `groups`.
