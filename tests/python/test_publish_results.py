@@ -46,7 +46,10 @@ def test_headline_numbers_of_the_published_files():
     assert rows["noop"] is None and round(rows["codec"], 2) == 7.45 and round(rows["fi_decode"], 2) == 28.66
     rows = {b: attn for b, _, attn in pr.e2e_rows(runs["samples:64 (gpt-oss-20b, eager, H100)"])}
     assert round(rows["codec"], 2) == 1.29 and round(rows["fi_sink"], 2) == 40.85
-    assert {k: len(v) for k, v in data["sweeps"].items()} == {"q4": 7, "fp8": 6}
+    assert {k: len(v) for k, v in data["sweeps"].items()} == \
+        {"q2": 21, "q4": 7, "q8": 21, "tree": 2, "fp8": 6, "capped": 21, "window": 21}
+    targets = "\n".join(pr.sweep_targets(data["sweeps"]))
+    assert "51 points, worst batch:64 q8 (8 query tokens) 0.67×; 4 behind" in targets and "| 1.22× |" in targets
 
 
 def test_an_e2e_run_of_another_model_names_it():
