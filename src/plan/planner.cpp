@@ -23,6 +23,7 @@ void PlannerOptions::validate() const {
   CODEC_CHECK(wide_min_rows >= 0 && wide_min_tokens >= 0, "planner wide_min_rows ", wide_min_rows,
               " and wide_min_tokens ", wide_min_tokens, " must be >= 0");
   CODEC_CHECK(wide_max_masked_rows >= 0, "planner wide_max_masked_rows ", wide_max_masked_rows, " must be >= 0");
+  CODEC_CHECK(wide_max_chunk_tokens >= 0, "planner wide_max_chunk_tokens ", wide_max_chunk_tokens, " must be >= 0");
   CODEC_CHECK(wide_tail_tokens >= 0, "planner wide_tail_tokens ", wide_tail_tokens, " must be >= 0");
   CODEC_CHECK(beside_wide_price >= kMinBesideWidePrice && beside_wide_price <= 1, "planner beside_wide_price ",
               beside_wide_price, " must be in [", kMinBesideWidePrice, ", 1]");

@@ -76,6 +76,10 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                   "Most query rows a kv head a masked node (some row sees less than all of it: causal chunks, "
                   "windows, mask bits) may have for wide tasks (default: the target's, 2048 at head_dim 64; 0: any)")
       ->check(in_range(0, 1 << 30));
+  cmd->add_option("--wide-max-chunk", w.wide_max_chunk,
+                  "Most KV tokens of a wide task's chunk under the adaptive and exhaustive split searches "
+                  "(default: the target's, 32768 on the wide kernel; 0: any)")
+      ->check(in_range(0, 1 << 30));
   cmd->add_option("--price-tile", w.price_tile,
                   "Tokens of the kernel's KV tile: a task past one tile is priced at whole tiles (default: the "
                   "target's, 64 on the H200, 32 at head_dim 256; 0: at its length)")

@@ -329,6 +329,7 @@ PlannerSetup planner_setup(const std::string& target, const Workload& w, const W
   if (args.wide == "off") s.options.wide_tile_rows = 0;
   if (args.tail_tokens >= 0) s.options.wide_tail_tokens = args.tail_tokens;
   if (args.wide_max_masked_rows >= 0) s.options.wide_max_masked_rows = args.wide_max_masked_rows;
+  if (args.wide_max_chunk >= 0) s.options.wide_max_chunk_tokens = args.wide_max_chunk;
   if (args.price_tile >= 0) s.options.price_tile_tokens = args.price_tile;
   if (args.beside_wide > 0) s.options.beside_wide_price = args.beside_wide;
   return s;

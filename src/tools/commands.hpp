@@ -29,6 +29,7 @@ struct WorkloadArgs {
   std::string wide = "auto";          // wide tasks: "auto" (where the target runs them) or "off"
   int tail_tokens = -1;               // PlannerOptions::wide_tail_tokens; −1 keeps the target's
   int wide_max_masked_rows = -1;      // PlannerOptions::wide_max_masked_rows; −1 keeps the target's
+  int wide_max_chunk = -1;            // PlannerOptions::wide_max_chunk_tokens; −1 keeps the target's
   int price_tile = -1;                // PlannerOptions::price_tile_tokens; −1 keeps the target's
   double beside_wide = 0;             // PlannerOptions::beside_wide_price; 0 keeps the target's
   double max_memory_gb = 16;          // host memory a workload may take (Workload::footprint), refused beyond

@@ -969,6 +969,7 @@ TEST(CudaEngine, PlannerOptionsDescribeTheDevice) {
     EXPECT_EQ(opt.wide_min_rows, info.wide ? kCudaWideMinRows : 0);
     EXPECT_EQ(opt.wide_min_tokens, info.wide ? kCudaWideMinTokens : 0);
     EXPECT_EQ(opt.wide_max_masked_rows, info.wide ? cuda_wide_max_masked_rows(dim) : 0);
+    EXPECT_EQ(opt.wide_max_chunk_tokens, info.wide ? kCudaWideMaxChunkTokens : 0);
     EXPECT_EQ(opt.wide_tail_tokens, info.wide ? kCudaWideTailTokens : 0);
     EXPECT_EQ(opt.beside_wide_price, info.wide ? kCudaBesideWidePrice : 1.0);
     std::cout << "[ info     ] " << info.name << ": " << info.sm_count << " SMs, head_dim " << dim << ": "

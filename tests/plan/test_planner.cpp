@@ -10,6 +10,7 @@
 
 #include "codec/core/error.hpp"
 #include "codec/cost/cost_model.hpp"
+#include "codec/engine/cuda_engine.hpp"
 #include "codec/plan/planner.hpp"
 #include "workload/workload.hpp"
 #include "support/planning.hpp"
@@ -512,6 +513,10 @@ TEST(Planner, BadOptions) {
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
                                 "wide_max_masked_rows -1 must be >= 0"));
   opt.wide_max_masked_rows = 0;
+  opt.wide_max_chunk_tokens = -1;
+  EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
+                                "wide_max_chunk_tokens -1 must be >= 0"));
+  opt.wide_max_chunk_tokens = 0;
   opt.wide_tile_rows = 0;
   opt.price_tile_tokens = -64;
   EXPECT_TRUE(test::throws_with([&] { make_plan(f, heads, DType::bf16, roofline(heads), opt); },
@@ -705,6 +710,48 @@ TEST(Planner, NodesGoWideWhereItPays) {
     }
   }
   EXPECT_GT(still_wide, 0);  // some node under the cap went wide beside one over it
+}
+
+// A wide node longer than wide_max_chunk_tokens starts the adaptive and
+// exhaustive searches at ceil(tokens / max) chunks. batch:64 at 8 query
+// tokens: the roofline prices chunk counts of its 120k-token root alike and
+// leaves it whole, which ran at half speed (DESIGN_NOTES.md, Planner 13).
+// Fixed and unsplit plans keep their counts, and a workspace too small for
+// the start searches from one.
+TEST(Planner, WideChunksStartWithinMaxChunkTokens) {
+  const Workload w = builtin_workload("batch:64").with_queries(8);
+  const Forest f = derive_forest(workload_page_tables(w).view());
+  const WorkloadQueries queries = workload_queries(w);
+  const HeadConfig& heads = w.heads;
+  PlannerOptions opt = cuda_planner_options(heads, 132, 2, /*wide=*/true);  // an H200's (codec plan --target h200)
+  opt.wide_max_chunk_tokens = 0;
+  const RooflineCostModel cost = roofline(heads);
+  auto plan = [&](const PlannerOptions& o) { return make_plan(f, heads, DType::bf16, cost, o, queries.view()); };
+  auto longest_wide_chunk = [](const Plan& plan) {
+    const PlanView p = plan.view();
+    int longest = 0;
+    for (int t = p.num_wide_blocks ? p.wide_indptr[0] : p.num_tasks; t < p.num_tasks; ++t)
+      longest = std::max(longest, p.tasks[t].kv_end - p.tasks[t].kv_begin);
+    return longest;
+  };
+  const Plan whole = plan(opt);
+  ASSERT_GT(whole.stats().num_wide_tasks, 0);
+  EXPECT_GT(longest_wide_chunk(whole), 100000);  // the case the option is for
+  opt.wide_max_chunk_tokens = 32768;
+  for (const SplitPolicy policy : {SplitPolicy::adaptive, SplitPolicy::exhaustive}) {
+    opt.split = policy;
+    const Plan cut = plan(opt);
+    EXPECT_LE(longest_wide_chunk(cut), 32768) << "policy " << int(policy);
+    EXPECT_GE(cut.stats().max_splits, 4) << "policy " << int(policy);
+  }
+  opt.split = SplitPolicy::none;
+  EXPECT_EQ(plan(opt).stats().max_splits, 1);
+  opt.split = SplitPolicy::fixed;
+  opt.fixed_splits = 2;
+  EXPECT_EQ(plan(opt).stats().max_splits, 2);
+  opt.split = SplitPolicy::adaptive;
+  opt.max_slots = min_slots(f, heads, queries.view());  // room for the unsplit plan alone
+  EXPECT_EQ(plan(opt).stats().max_splits, 1);
 }
 
 // A forest without a node past max_tile_rows plans as without wide tasks,

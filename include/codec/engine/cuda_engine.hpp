@@ -72,6 +72,12 @@ inline constexpr int kCudaWideMinTokens = 2048;
 // sysprompt:512 decoding) and 4,096-16,384 rows 8-28% (sysprompt:512 at 2
 // and 8 query tokens, gpt-oss-20b's with sinks, batch:64 at 2).
 constexpr int cuda_wide_max_masked_rows(int head_dim) { return head_dim == 64 ? 2048 : 0; }
+// Most KV tokens of a wide task's chunk (wide_max_chunk_tokens): past it the
+// cost model's linear price is wrong. batch:64 at 8 query tokens (H100,
+// roofline prices, where chunk counts tie) ran unsplit, 128 wide tasks of
+// 120k tokens, in 3.73 ms; cut into 2, 4, 8 and 16 chunks in 2.22, 1.95, 1.96
+// and 2.11 ms. Chunks of up to 30k ran at speed, 60k 14% slower.
+inline constexpr int kCudaWideMaxChunkTokens = 32768;
 // Most tokens of a request's private tail that its wide parent takes in
 // (PlannerOptions::wide_tail_tokens): each tail token costs the wide task a
 // token of every row's scores, so tails stay short; a system prompt's
@@ -160,6 +166,7 @@ class CudaDeviceScope {
 // `wide`, wide_tile_rows = kCudaMaxWideRows, wide_span = blocks per SM,
 // wide_min_rows = kCudaWideMinRows, wide_min_tokens = kCudaWideMinTokens,
 // wide_max_masked_rows = cuda_wide_max_masked_rows(head_dim),
+// wide_max_chunk_tokens = kCudaWideMaxChunkTokens,
 // wide_tail_tokens = kCudaWideTailTokens and beside_wide_price =
 // kCudaBesideWidePrice, else no wide tasks; chunk_align =
 // 16, one k16 step of the P·V mma, the kernel's unit of work per warp: finer
@@ -178,6 +185,7 @@ inline PlannerOptions cuda_planner_options(const HeadConfig& heads, int sm_count
     options.wide_min_rows = kCudaWideMinRows;
     options.wide_min_tokens = kCudaWideMinTokens;
     options.wide_max_masked_rows = cuda_wide_max_masked_rows(heads.head_dim);
+    options.wide_max_chunk_tokens = kCudaWideMaxChunkTokens;
     options.wide_tail_tokens = kCudaWideTailTokens;
     options.beside_wide_price = kCudaBesideWidePrice;
   }
