@@ -73,11 +73,12 @@ inline constexpr int kCudaWideMinTokens = 2048;
 // and 8 query tokens, gpt-oss-20b's with sinks, batch:64 at 2).
 constexpr int cuda_wide_max_masked_rows(int head_dim) { return head_dim == 64 ? 2048 : 0; }
 // Most KV tokens of a wide task's chunk (wide_max_chunk_tokens): past it the
-// cost model's linear price is wrong. batch:64 at 8 query tokens (H100,
-// roofline prices, where chunk counts tie) ran unsplit, 128 wide tasks of
-// 120k tokens, in 3.73 ms; cut into 2, 4, 8 and 16 chunks in 2.22, 1.95, 1.96
-// and 2.11 ms. Chunks of up to 30k ran at speed, 60k 14% slower.
-inline constexpr int kCudaWideMaxChunkTokens = 32768;
+// cost model's linear price is wrong (H100, roofline prices). batch:64 at 8
+// query tokens ran its 120k-token root unsplit in 3.73 ms, cut into 2, 4, 8
+// and 16 chunks in 2.22, 1.95, 1.96 and 2.11 ms; but ratio:0.1 at 8 tokens
+// ran its 77k-token root in 2 chunks in 1.12 ms and, held to 32,768 tokens,
+// in 5 in 1.30 ms. DESIGN_NOTES.md, Planner 13.
+inline constexpr int kCudaWideMaxChunkTokens = 65536;
 // Most tokens of a request's private tail that its wide parent takes in
 // (PlannerOptions::wide_tail_tokens): each tail token costs the wide task a
 // token of every row's scores, so tails stay short; a system prompt's
