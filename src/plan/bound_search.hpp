@@ -27,12 +27,12 @@ class BoundSearch {
   double member_cost(const NodeClass& c, int splits, int busy = 0) const {
     return prices(c, splits, cost_, align_, busy).total * kv_heads_ * c.span;
   }
-  // Fewest chunks, at least c.fewest_splits, whose largest costs at most tau.
-  // Splitting never lowers the total (b · C(r, n/b) ≥ C(r, n)), so
-  // b < C(r, n)/tau cannot meet tau: start there and gallop up.
+  // Fewest chunks whose largest costs at most tau. Splitting never lowers the
+  // total (b · C(r, n/b) ≥ C(r, n)), so b < C(r, n)/tau cannot meet tau: start
+  // there and gallop up.
   int min_splits(const NodeClass& c, double tau) const {
     if (chunk_cost(c, c.max_splits) > tau) return c.max_splits;
-    int lo = std::clamp(int(std::ceil(c.unsplit_cost / tau)), c.fewest_splits, c.max_splits);
+    int lo = std::clamp(int(std::ceil(c.unsplit_cost / tau)), 1, c.max_splits);
     if (chunk_cost(c, lo) <= tau) return lo;
     int step = 1, hi = lo;  // invariant: lo fails
     while (true) {

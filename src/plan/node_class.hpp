@@ -82,7 +82,6 @@ struct NodeClass {
   int span = 1;       // blocks one of its tasks takes the place of: wide_span if wide
   RowTiling tiling{};  // its row tiles (of at most wide_tile_rows rows if wide, else max_tile_rows)
   int max_splits = 1;  // ceil(tokens / align): finer chunks would break alignment
-  int fewest_splits = 1;  // where the search starts: PlannerOptions::wide_max_chunk_tokens if wide
   int tail_tokens = 0;  // tails its row tiles take in, at most (PlannerOptions::wide_tail_tokens)
   int price_tile = 0;   // PlannerOptions::price_tile_tokens if narrow, else 0
   // Where some tile's rows see less than the whole node (masks): the ranges

@@ -32,6 +32,11 @@ constexpr double kCapFactor = 8;  // see Planning::choose_splits
 // which takes 2.5× the time on loogle:16 (4.5 ms against 1.7): 4 keeps the
 // gain with a margin (8d7f05d; docs/DESIGN_NOTES.md, Planner 5).
 constexpr std::size_t kPolishClasses = 4;
+// How much dearer the model may price a plan whose long wide chunks are cut
+// (Planning::cut_long_wide_chunks): where it prices chunk counts alike
+// (batch:64 at 8 tokens, +0.2%), the cut pays; where the cut plan packs worse
+// (+63%), not.
+constexpr double kLongChunkSlack = 0.02;
 
 // make_plan's steps over one forest, in order; each step's products are
 // members the later steps read.
@@ -95,9 +100,6 @@ class Planning {
         c.span = c.wide ? opt_.wide_span : 1;
         c.tiling = tiling;
         c.max_splits = int(tokens / align_);
-        if (wide && opt_.wide_max_chunk_tokens > 0)
-          c.fewest_splits = int(std::min<std::int64_t>((tokens + opt_.wide_max_chunk_tokens - 1) /
-                                                           opt_.wide_max_chunk_tokens, c.max_splits));
         c.tail_tokens = tail;
         c.price_tile = c.wide ? 0 : opt_.price_tile_tokens;
         if (seen) c.seen_indptr = ranges.first, c.seen = ranges.second;
@@ -280,22 +282,6 @@ class Planning {
     }
   }
 
-  // 2b. The workspace's bounds on slots and tasks, and the fewest chunks of
-  // each class that the adaptive and exhaustive searches start from, where
-  // the workspace holds them all (else, and for other policies, one).
-  void limits() {
-    max_slots_ = opt_.max_slots;
-    if (opt_.capacity) {
-      max_slots_ = max_slots_ > 0 ? std::min(max_slots_, opt_.capacity->slots) : opt_.capacity->slots;
-      max_tasks_ = opt_.capacity->tasks;
-    }
-    std::vector<int> fewest(classes_.size());
-    for (std::size_t ci = 0; ci < classes_.size(); ++ci) fewest[ci] = classes_[ci].fewest_splits;
-    const bool searched = opt_.split == SplitPolicy::adaptive || opt_.split == SplitPolicy::exhaustive;
-    if (!searched || !fits(fewest))
-      for (NodeClass& c : classes_) c.fewest_splits = 1;
-  }
-
   // 3. Split counts. Adaptive: the paper caps every class at ceil(C / cost_l)
   // chunks; we cap at kCapFactor times that, because with the paper's cap a
   // few long units cannot be cut fine enough to pack (ratio:0.05 on the H200
@@ -304,11 +290,15 @@ class Planning {
   // the caps, targets tau on a geometric grid around cost_l each propose two
   // split vectors (fewest chunks whose dearest costs ≤ tau, and C / tau
   // rounded up); the one whose LPT makespan is least wins, then a pattern
-  // search on the classes with the dearest chunks polishes it. Both start
-  // from each class's fewest chunks (limits). The workspace bounds the slots
-  // (and a capacity the tasks) of every vector the search may pick; the
-  // unsplit one must fit.
+  // search on the classes with the dearest chunks polishes it. The workspace
+  // bounds the slots (and a capacity the tasks) of every vector the search
+  // may pick; the unsplit one must fit.
   void choose_splits() {
+    max_slots_ = opt_.max_slots;
+    if (opt_.capacity) {
+      max_slots_ = max_slots_ > 0 ? std::min(max_slots_, opt_.capacity->slots) : opt_.capacity->slots;
+      max_tasks_ = opt_.capacity->tasks;
+    }
     splits_.assign(classes_.size(), 1);
     const Footprint unsplit = footprint(classes_, splits_, align_, kv_heads_);
     CODEC_CHECK(max_slots_ == 0 || unsplit.slots <= max_slots_, "the batch needs ", unsplit.slots,
@@ -329,15 +319,36 @@ class Planning {
                   opt_.given_splits.size(), " counts for a forest of ", forest_.num_nodes(), " nodes");
       for (std::size_t ci = 0; ci < classes_.size(); ++ci)
         splits_[ci] = std::clamp(opt_.given_splits[classes_[ci].nodes.front()], 1, classes_[ci].max_splits);
-      if (fits(splits_)) return;  // else, beyond the workspace, search as adaptive does
+      if (fits(splits_)) return;
+      splits_.assign(classes_.size(), 1);  // beyond the workspace: search as adaptive does
     }
-    for (std::size_t ci = 0; ci < classes_.size(); ++ci) splits_[ci] = classes_[ci].fewest_splits;
     std::vector<int> cap(classes_.size());
     for (std::size_t ci = 0; ci < classes_.size(); ++ci)
-      cap[ci] = std::clamp(int(std::ceil(kCapFactor * classes_[ci].unsplit_cost / cost_l_)),
-                           classes_[ci].fewest_splits, classes_[ci].max_splits);
+      cap[ci] = std::clamp(int(std::ceil(kCapFactor * classes_[ci].unsplit_cost / cost_l_)), 1,
+                           classes_[ci].max_splits);
     if (opt_.split == SplitPolicy::exhaustive) search_exhaustively(cap);
     else search_adaptively(cap);
+    cut_long_wide_chunks();
+  }
+
+  // Wide chunks longer than wide_max_chunk_tokens in the searched vector are
+  // cut to that length where the workspace holds the chunks and the model
+  // prices the cut vector within kLongChunkSlack of the searched one; every
+  // other count stays as the search chose it. Imposed within the search, the
+  // cap moved other classes' counts too (ratio:0.1 at 8 tokens 1.4× slower),
+  // and cut regardless it left a draft tree's long private nodes waiting for
+  // SMs behind twice the wide tasks (ratio:0.1, 1.6× the price;
+  // docs/DESIGN_NOTES.md, Planner 13).
+  void cut_long_wide_chunks() {
+    if (opt_.wide_max_chunk_tokens <= 0) return;
+    std::vector<int> s = splits_;
+    for (std::size_t ci = 0; ci < classes_.size(); ++ci) {
+      const NodeClass& c = classes_[ci];
+      if (!c.wide) continue;
+      const std::int64_t fewest = (c.tokens + opt_.wide_max_chunk_tokens - 1) / opt_.wide_max_chunk_tokens;
+      s[ci] = std::max(s[ci], int(std::min<std::int64_t>(fewest, c.max_splits)));
+    }
+    if (s != splits_ && fits(s) && objective(s) <= objective(splits_) * (1 + kLongChunkSlack)) splits_ = s;
   }
 
   // 4. Node tables: pages, requests, splits, slot bases, tails. A plan at a
@@ -539,14 +550,14 @@ class Planning {
   // Every split vector within the caps that fits, the least objective kept.
   void search_exhaustively(const std::vector<int>& cap) {
     double vectors = 1;
-    for (std::size_t ci = 0; ci < cap.size(); ++ci) vectors *= cap[ci] - classes_[ci].fewest_splits + 1;
+    for (const int c : cap) vectors *= c;
     CODEC_CHECK(vectors <= double(kMaxExhaustivePlans), "exhaustive split search: ", vectors, " split vectors over ",
                 classes_.size(), " node classes exceed ", kMaxExhaustivePlans);
-    std::vector<int> s = splits_;
+    std::vector<int> s(classes_.size(), 1);
     double best = objective(s);
-    while (true) {  // odometer over s[ci] ∈ [fewest, cap[ci]]
+    while (true) {  // odometer over s[ci] ∈ [1, cap[ci]]
       std::size_t ci = 0;
-      while (ci < s.size() && s[ci] == cap[ci]) s[ci] = classes_[ci].fewest_splits, ++ci;
+      while (ci < s.size() && s[ci] == cap[ci]) s[ci++] = 1;
       if (ci == s.size()) break;
       ++s[ci];
       if (!fits(s)) continue;
@@ -573,7 +584,7 @@ class Planning {
     for (double tau = 2 * cost_l_; tau > cost_l_ / (2 * kCapFactor); tau *= 0.92) {
       for (std::size_t ci = 0; ci < classes_.size(); ++ci) {
         by_chunk[ci] = std::min(cap[ci], search_.min_splits(classes_[ci], tau));
-        by_cost[ci] = std::clamp(int(std::ceil(classes_[ci].unsplit_cost / tau)), classes_[ci].fewest_splits, cap[ci]);
+        by_cost[ci] = std::clamp(int(std::ceil(classes_[ci].unsplit_cost / tau)), 1, cap[ci]);
       }
       consider(by_chunk);
       consider(by_cost);
@@ -593,7 +604,7 @@ class Planning {
           for (const int delta : {step, -step}) {
             std::vector<int> s = splits_;
             s[ci] += delta;
-            if (s[ci] < classes_[ci].fewest_splits || s[ci] > cap[ci]) continue;
+            if (s[ci] < 1 || s[ci] > cap[ci]) continue;
             const double before = best;
             consider(s);
             improved = improved || best < before;
@@ -646,7 +657,6 @@ PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostM
   if (!a.query_lo.empty()) options.wide_tail_tokens = 0;
   Planning planning(rows, heads, cost, options);
   planning.classify(a);
-  planning.limits();
   planning.bound();
   planning.choose_splits();
   planning.node_tables(a);

@@ -77,8 +77,8 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                   "windows, mask bits) may have for wide tasks (default: the target's, 2048 at head_dim 64; 0: any)")
       ->check(in_range(0, 1 << 30));
   cmd->add_option("--wide-max-chunk", w.wide_max_chunk,
-                  "Most KV tokens of a wide task's chunk under the adaptive and exhaustive split searches "
-                  "(default: the target's, 65536 on the wide kernel; 0: any)")
+                  "Most KV tokens of a wide task's chunk after the adaptive and exhaustive split searches, where "
+                  "the model prices the cut plan within 2% (default: the target's, 65536 on the wide kernel; 0: any)")
       ->check(in_range(0, 1 << 30));
   cmd->add_option("--price-tile", w.price_tile,
                   "Tokens of the kernel's KV tile: a task past one tile is priced at whole tiles (default: the "

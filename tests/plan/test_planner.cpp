@@ -712,13 +712,14 @@ TEST(Planner, NodesGoWideWhereItPays) {
   EXPECT_GT(still_wide, 0);  // some node under the cap went wide beside one over it
 }
 
-// A wide node longer than wide_max_chunk_tokens starts the adaptive and
-// exhaustive searches at ceil(tokens / max) chunks. batch:64 at 8 query
-// tokens: the roofline prices chunk counts of its 120k-token root alike and
-// leaves it whole, which ran at half speed (DESIGN_NOTES.md, Planner 13).
-// Fixed and unsplit plans keep their counts, and a workspace too small for
-// the start searches from one.
-TEST(Planner, WideChunksStartWithinMaxChunkTokens) {
+// After the adaptive and exhaustive searches a wide node longer than
+// wide_max_chunk_tokens takes ceil(tokens / max) chunks at least, and every
+// other node the count the search chose. batch:64 at 8 query tokens: the
+// roofline prices chunk counts of its 120k-token root alike and leaves it
+// whole, which ran at half speed (DESIGN_NOTES.md, Planner 13). Fixed and
+// unsplit plans keep their counts, and a workspace too small for the chunks
+// keeps the search's.
+TEST(Planner, LongWideChunksAreCutAfterTheSearch) {
   const Workload w = builtin_workload("batch:64").with_queries(8);
   const Forest f = derive_forest(workload_page_tables(w).view());
   const WorkloadQueries queries = workload_queries(w);
@@ -737,13 +738,29 @@ TEST(Planner, WideChunksStartWithinMaxChunkTokens) {
   const Plan whole = plan(opt);
   ASSERT_GT(whole.stats().num_wide_tasks, 0);
   EXPECT_GT(longest_wide_chunk(whole), 100000);  // the case the option is for
-  opt.wide_max_chunk_tokens = 32768;
   for (const SplitPolicy policy : {SplitPolicy::adaptive, SplitPolicy::exhaustive}) {
     opt.split = policy;
+    opt.wide_max_chunk_tokens = 0;
+    const Plan searched = plan(opt);
+    opt.wide_max_chunk_tokens = 32768;
     const Plan cut = plan(opt);
     EXPECT_LE(longest_wide_chunk(cut), 32768) << "policy " << int(policy);
-    EXPECT_GE(cut.stats().max_splits, 4) << "policy " << int(policy);
+    EXPECT_EQ(cut.view().node_splits[0], 4) << "policy " << int(policy);  // the root: ceil(120,000 / 32,768)
+    for (int i = 1; i < f.num_nodes(); ++i)
+      EXPECT_EQ(cut.view().node_splits[i], searched.view().node_splits[i]) << "policy " << int(policy) << " node " << i;
   }
+  // ratio:0.1's draft trees: its 77k-token root cut in 2 would leave the
+  // private nodes waiting behind twice the wide tasks, priced far dearer
+  const Workload r = builtin_workload("ratio:0.1").with_queries(1, 4, 4);
+  const Forest rf = derive_forest(workload_page_tables(r).view());
+  const WorkloadQueries rq = workload_queries(r);
+  opt.wide_max_chunk_tokens = 0;
+  const Plan r_searched = make_plan(rf, heads, DType::bf16, cost, opt, rq.view());
+  opt.wide_max_chunk_tokens = 32768;
+  const Plan r_kept = make_plan(rf, heads, DType::bf16, cost, opt, rq.view());
+  ASSERT_GT(r_searched.stats().num_wide_tasks, 0);
+  EXPECT_EQ(r_kept.stats().makespan_us, r_searched.stats().makespan_us);
+  EXPECT_GT(longest_wide_chunk(r_kept), 32768);
   opt.split = SplitPolicy::none;
   EXPECT_EQ(plan(opt).stats().max_splits, 1);
   opt.split = SplitPolicy::fixed;

@@ -72,12 +72,12 @@ inline constexpr int kCudaWideMinTokens = 2048;
 // sysprompt:512 decoding) and 4,096-16,384 rows 8-28% (sysprompt:512 at 2
 // and 8 query tokens, gpt-oss-20b's with sinks, batch:64 at 2).
 constexpr int cuda_wide_max_masked_rows(int head_dim) { return head_dim == 64 ? 2048 : 0; }
-// Most KV tokens of a wide task's chunk (wide_max_chunk_tokens): past it the
-// cost model's linear price is wrong (H100, roofline prices). batch:64 at 8
-// query tokens ran its 120k-token root unsplit in 3.73 ms, cut into 2, 4, 8
-// and 16 chunks in 2.22, 1.95, 1.96 and 2.11 ms; but ratio:0.1 at 8 tokens
-// ran its 77k-token root in 2 chunks in 1.12 ms and, held to 32,768 tokens,
-// in 5 in 1.30 ms. DESIGN_NOTES.md, Planner 13.
+// Most KV tokens of a wide task's chunk (wide_max_chunk_tokens) where the
+// model prices the cut plan alike: on an H100 under roofline prices, batch:64
+// at 8 query tokens ran its 120k-token root unsplit in 3.73 ms and cut into
+// 2, 4, 8 and 16 chunks in 2.22, 1.95, 1.96 and 2.11 ms, while ratio:0.1 at 8
+// tokens ran its 77k-token root in 2 chunks of 38k at speed
+// (docs/DESIGN_NOTES.md, Planner 13).
 inline constexpr int kCudaWideMaxChunkTokens = 65536;
 // Most tokens of a request's private tail that its wide parent takes in
 // (PlannerOptions::wide_tail_tokens): each tail token costs the wide task a

@@ -53,10 +53,10 @@ struct PlannerOptions {
   int wide_min_rows = 0;
   int wide_min_tokens = 0;
   int wide_max_masked_rows = 0;
-  // Most KV tokens of a wide task's chunk that the adaptive and exhaustive
-  // searches plan (0: any): a wide node of n tokens takes at least
-  // ceil(n / wide_max_chunk_tokens) chunks where the workspace holds them.
-  // Fixed, given and unsplit plans keep their counts.
+  // Most KV tokens of a wide task's chunk in plans the adaptive and
+  // exhaustive searches choose (0: any): after the search a wide node of n
+  // tokens takes at least ceil(n / wide_max_chunk_tokens) chunks where the
+  // workspace holds them. Fixed, given and unsplit plans keep their counts.
   int wide_max_chunk_tokens = 0;
   // Tails: a request's last node, when it holds that request alone and at
   // most this many tokens and its parent's tasks are wide, has no tasks of
