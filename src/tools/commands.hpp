@@ -66,7 +66,7 @@ void check_policies(const WorkloadArgs& args);
 // The library's setup for `target` ("cpu", "cuda" or "h200") and the
 // workload's heads, dtype and page size, with the tool's overrides of its
 // options (--blocks, --cost-table, --wide off, --tail-tokens, --wide-max-masked-rows,
-// --price-tile, --beside-wide).
+// --wide-max-chunk, --price-tile, --beside-wide).
 PlannerSetup planner_setup(const std::string& target, const Workload& w, const WorkloadArgs& args, int threads);
 
 int run_bench(const WorkloadArgs& args, const BenchArgs& bench);
