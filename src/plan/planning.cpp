@@ -334,11 +334,9 @@ class Planning {
   // Wide chunks longer than wide_max_chunk_tokens in the searched vector are
   // cut to that length where the workspace holds the chunks and the model
   // prices the cut vector within kLongChunkSlack of the searched one; every
-  // other count stays as the search chose it. Imposed within the search, the
-  // cap moved other classes' counts too (ratio:0.1 at 8 tokens 1.4× slower),
-  // and cut regardless it left a draft tree's long private nodes waiting for
-  // SMs behind twice the wide tasks (ratio:0.1, 1.6× the price;
-  // docs/DESIGN_NOTES.md, Planner 13).
+  // other count stays as the search chose it, since the model misprices the
+  // other classes' counts where it misprices long chunks (docs/DESIGN_NOTES.md,
+  // Planner 13).
   void cut_long_wide_chunks() {
     if (opt_.wide_max_chunk_tokens <= 0) return;
     std::vector<int> s = splits_;

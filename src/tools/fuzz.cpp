@@ -221,7 +221,7 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
     for (int h = 0; h < c.w.heads.num_qo_heads; ++h) c.sinks.push_back(0.1f * float(d.in(-80, 120)));
   // a cap on a wide node's rows (a node of more keeps narrow tasks, and its requests' tails tasks of their own)
   if (c.options.wide_tile_rows > 0 && d.chance(0.25)) c.options.wide_max_masked_rows = d.in(65, 400);
-  // wide chunks of a few tiles at most: the split searches start wide nodes at several chunks
+  // wide chunks of a few tiles at most: the searched plans cut their wide nodes finer
   if (c.options.wide_tile_rows > 0 && d.chance(0.25)) c.options.wide_max_chunk_tokens = d.in(16, 600);
   return c;
 }
