@@ -653,6 +653,10 @@ PlanStats plan_arrays(const Forest& forest, const HeadConfig& heads, const CostM
   const Forest& rows = trimmed ? *trimmed : requested;
   PlannerOptions options = opt;
   if (!a.query_lo.empty()) options.wide_tail_tokens = 0;
+  // The beside price is for batches of one query token a request: with more,
+  // every plan measured ran as fast or faster priced at 1 (docs/DESIGN_NOTES.md,
+  // Planner 13).
+  if (queries.num_queries(forest.num_requests()) > forest.num_requests()) options.beside_wide_price = 1;
   Planning planning(rows, heads, cost, options);
   planning.classify(a);
   planning.bound();

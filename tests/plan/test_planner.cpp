@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <span>
 #include <tuple>
 
 #include "codec/core/error.hpp"
@@ -628,6 +629,41 @@ TEST(Planner, WideTasksRunFirstOnWideBlocks) {
       }
     }
   EXPECT_GT(relieved, 0);  // the relieved replay was exercised
+}
+
+// Tasks beside wide ones take beside_wide_price only in batches of one query
+// token a request (qo_indptr given or not); with more the plan is the one
+// priced at 1, byte for byte.
+TEST(Planner, BesidePriceOnlyWhereRequestsBringOneToken) {
+  const HeadConfig heads{32, 8, 128};
+  int moved = 0;  // one-token plans the beside price changes
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    const Forest f = many_row_forest(seed, 16, heads, 60);
+    const std::vector<std::int64_t> kv_len = request_lengths(f);
+    std::vector<std::int32_t> one{0}, two{0};
+    for (int r = 0; r < f.num_requests(); ++r) {
+      one.push_back(r + 1);
+      two.push_back(two.back() + int(std::min<std::int64_t>(2, kv_len[r])));
+    }
+    ASSERT_GT(two.back(), f.num_requests());
+    PlannerOptions opt;
+    opt.num_blocks = 264;
+    opt.wide_tile_rows = 128;
+    auto plan_at = [&](double price, std::span<const std::int32_t> qo_indptr) {
+      opt.beside_wide_price = price;
+      return make_plan(f, heads, DType::bf16, roofline(heads), opt, {qo_indptr, QueryMask::causal, {}});
+    };
+    const Plan decode = plan_at(0.6, {}), given = plan_at(0.6, one), at_one = plan_at(1.0, {});
+    ASSERT_GT(decode.stats().num_wide_tasks, 0) << "seed " << seed;
+    EXPECT_DOUBLE_EQ(given.stats().makespan_us, decode.stats().makespan_us) << "seed " << seed;
+    moved += decode.stats().makespan_us != at_one.stats().makespan_us;
+    const Plan verify = plan_at(0.6, two), priced_whole = plan_at(1.0, two);
+    ASSERT_GT(verify.stats().num_wide_tasks, 0) << "seed " << seed;
+    ASSERT_EQ(verify.bytes().size(), priced_whole.bytes().size()) << "seed " << seed;
+    EXPECT_EQ(0, std::memcmp(verify.bytes().data(), priced_whole.bytes().data(), verify.bytes().size()))
+        << "seed " << seed;
+  }
+  EXPECT_GT(moved, 0);
 }
 
 // A node takes wide tasks where they cost less block time than its tasks

@@ -69,9 +69,10 @@ struct PlannerOptions {
   // The price of a block's tasks while wide blocks still run, relative to the
   // cost table's (timed with every block busy), until the last wide block
   // ends: a compute-bound wide phase leaves DRAM bandwidth to the blocks that
-  // start beside it, on the SMs of wide blocks without a task. In
-  // [kMinBesideWidePrice, 1]; 1: priced as with every block busy
-  // (docs/DESIGN_NOTES.md, Planner 13).
+  // start beside it, on the SMs of wide blocks without a task. Batches of
+  // one query token a request only: with more, tasks beside wide ones take
+  // the table's price. In [kMinBesideWidePrice, 1]; 1: priced as with every
+  // block busy (docs/DESIGN_NOTES.md, Planner 13).
   double beside_wide_price = 1;
   int wide_blocks() const { return wide_tile_rows > 0 ? num_blocks / wide_span : 0; }
   // Tail tokens a request may bring (PlanCapacity::for_batches).
