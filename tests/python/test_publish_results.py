@@ -49,7 +49,7 @@ def test_headline_numbers_of_the_published_files():
     assert {k: len(v) for k, v in data["sweeps"].items()} == \
         {"q2": 21, "q4": 7, "q8": 21, "tree": 2, "fp8": 6, "capped": 21, "window": 21}
     targets = "\n".join(pr.sweep_targets(data["sweeps"]))
-    assert "51 points, worst batch:64 t4x4 (4×4 draft tree) 0.85×; 3 behind" in targets and "| 1.23× |" in targets
+    assert "51 points, worst flat:64 q8 (8 query tokens) 0.99×; 0 behind" in targets and "| 1.24× |" in targets
 
 
 def test_an_e2e_run_of_another_model_names_it():
