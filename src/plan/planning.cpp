@@ -86,10 +86,11 @@ class Planning {
       const int rows = n.num_reqs * G_;
       const std::int64_t tokens = aligned(n.num_tokens);
       const int tail = node_tail_.empty() ? 0 : node_tail_[i];
-      const bool wide = goes_wide(rows, tokens, masked(a, i));
+      const bool node_masked = masked(a, i);
+      const bool wide = goes_wide(rows, tokens, node_masked);
       const RowTiling tiling = RowTiling::of(rows, wide ? opt_.wide_tile_rows : opt_.max_tile_rows);
       int seen = 0;
-      if (seen_by_tiles(a, i, tiling, ranges.first, ranges.second))
+      if (node_masked && seen_by_tiles(a, i, tiling, ranges.first, ranges.second))
         seen = seen_id.try_emplace(ranges, int(seen_id.size()) + 1).first->second;
       auto [it, added] = class_of_shape.try_emplace(Shape{tokens, rows, tail, seen}, int(classes_.size()));
       if (added) {
