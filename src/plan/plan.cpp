@@ -272,8 +272,9 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
       }
     const PlanView v = view();
     for (const Task& t : a.tasks) {
-      const std::int32_t base = a.node_kv_begin[std::size_t(t.node)];
-      const bool inside = all_from[std::size_t(t.node)] <= base + t.kv_begin && all_to[std::size_t(t.node)] >= base + t.kv_end;
+      const auto i = std::size_t(t.node);
+      const std::int32_t base = a.node_kv_begin[i];
+      const bool inside = all_from[i] <= base + t.kv_begin && all_to[i] >= base + t.kv_end;
       extent_.masked_tasks += !inside && v.masked(t);
     }
     extent_.windowed = std::any_of(a.query_lo.begin(), a.query_lo.end(), [](std::int32_t lo) { return lo > 0; });
