@@ -85,8 +85,9 @@ void add_workload_options(CLI::App* cmd, codec::tools::WorkloadArgs& w) {
                   "target's, 64 on the H200, 32 at head_dim 256; 0: at its length)")
       ->check(in_range(0, 1 << 20));
   cmd->add_option("--beside-wide", w.beside_wide,
-                  "Price of PAC tasks while wide tasks run, relative to the cost table's (default: the target's, "
-                  "0.6 on the wide kernel; 1: as with every block busy)")
+                  "Price of PAC tasks while wide tasks run, relative to the cost table's, in batches of one query "
+                  "token a request (default: the target's, 0.6 on the wide kernel; 1: as with every block busy); "
+                  "batches of more take 1")
       ->check(in_range(codec::kMinBesideWidePrice, 1));
   cmd->add_option("--max-memory", w.max_memory_gb,
                   "Host memory in GB a workload may take (page tables, and for bench its KV pool); refused beyond")

@@ -76,7 +76,7 @@ struct Case {
        << (options.wide_tile_rows && options.wide_max_chunk_tokens
                ? " wide chunks <= " + std::to_string(options.wide_max_chunk_tokens)
                : std::string())
-       << (options.wide_tile_rows && options.beside_wide_price < 1
+       << (options.wide_tile_rows && options.beside_wide_price < 1 && w.q_len == 1  // the planner's rule
                ? " beside " + std::to_string(options.beside_wide_price).substr(0, 3)
                : std::string())
        << " align " << options.chunk_align << " split "
@@ -198,7 +198,7 @@ Case draw_case(std::uint64_t seed, int index, bool cuda, const PlannerOptions& d
   c.roofline_cpu = d.chance(0.5);
   // tails the wide parents take in (drawn last: the draws above keep their cases)
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.wide_tail_tokens = d.in(1, 64);
-  // the price of tasks beside wide ones: another schedule, never other results
+  // the price of tasks beside wide ones (one-token batches): another schedule, never other results
   if (c.options.wide_tile_rows > 0 && d.chance(0.5)) c.options.beside_wide_price = 0.1 * d.in(3, 10);
   // several query tokens a request, causal, a draft tree or a custom mask
   if (d.chance(0.3)) {

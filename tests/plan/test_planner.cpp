@@ -5,8 +5,8 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <tuple>
 
 #include "codec/core/error.hpp"
