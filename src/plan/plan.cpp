@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "codec/core/error.hpp"
+#include "plan/query_forest.hpp"
 
 namespace codec {
 
@@ -258,24 +259,17 @@ Plan::Plan(const HeadConfig& heads, DType dtype, int page_size, const PlanArrays
   }
   extent_.needs_merge = extent_.needs_merge || has_capacity_;
   if (!a.query_lo.empty()) {
-    // What every request of a node sees of it (the latest first key; the
-    // earliest end or first mask bit), so that a task inside that is known
-    // unmasked without a look at each of its rows.
-    const std::size_t nodes = a.node_kv_begin.size();
-    std::vector<std::int32_t> all_from(nodes, std::numeric_limits<std::int32_t>::min()),
-        all_to(nodes, std::numeric_limits<std::int32_t>::max());
-    for (std::size_t i = 0; i < nodes; ++i)
-      for (std::int32_t e = a.node_req_begin[i]; e < a.node_req_begin[i + 1]; ++e) {
-        const std::int32_t q = a.node_reqs[std::size_t(e)];
-        all_from[i] = std::max(all_from[i], a.query_lo[q]);
-        all_to[i] = std::min({all_to[i], a.query_hi[q], a.query_bits_word[q] >= 0 ? a.query_bits_pos[q] : all_to[i]});
-      }
+    // A task inside what every row of its node sees has no masked row: only
+    // the others are looked at row by row.
+    std::vector<planning::SeenByAll> seen(a.node_kv_begin.size());
+    for (std::size_t i = 0; i < seen.size(); ++i)
+      seen[i] = planning::seen_by_all(a, a.node_reqs.data() + a.node_req_begin[i],
+                                      a.node_req_begin[i + 1] - a.node_req_begin[i]);
     const PlanView v = view();
     for (const Task& t : a.tasks) {
-      const auto i = std::size_t(t.node);
-      const std::int32_t base = a.node_kv_begin[i];
-      const bool inside = all_from[i] <= base + t.kv_begin && all_to[i] >= base + t.kv_end;
-      extent_.masked_tasks += !inside && v.masked(t);
+      const std::int32_t base = a.node_kv_begin[std::size_t(t.node)];
+      extent_.masked_tasks +=
+          !seen[std::size_t(t.node)].covers(base + t.kv_begin, base + t.kv_end) && v.masked(t);
     }
     extent_.windowed = std::any_of(a.query_lo.begin(), a.query_lo.end(), [](std::int32_t lo) { return lo > 0; });
   }

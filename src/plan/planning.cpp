@@ -166,13 +166,8 @@ class Planning {
   bool masked(const PlanArrays& a, int i) const {
     if (a.query_lo.empty()) return false;
     const ForestNode& n = forest_.nodes[i];
-    const std::int64_t first = a.node_kv_begin[i], end = first + n.num_tokens;
-    for (int k = 0; k < n.num_reqs; ++k) {
-      const std::int32_t q = forest_.reqs[n.req_begin + k];
-      if (a.query_lo[q] > first || a.query_hi[q] < end || (a.query_bits_word[q] >= 0 && a.query_bits_pos[q] < end))
-        return true;
-    }
-    return false;
+    const std::int64_t first = a.node_kv_begin[i];
+    return !seen_by_all(a, forest_.reqs.data() + n.req_begin, n.num_reqs).covers(first, first + n.num_tokens);
   }
 
   // Tails (PlannerOptions::wide_tail_tokens): request r's last node is a tail

@@ -96,9 +96,7 @@ inline constexpr int kCudaWideTailTokens = 16;
 // 0.8's plan, which the faster leaves had made 1.026× slower; long's plan
 // moves too, 1.007× (fp16 0.993-0.999×) (a9a33b9;
 // docs/DESIGN_NOTES.md, Planner 13). Batches of several query tokens a
-// request price beside tasks at 1: on an H100 with its tables, 0.6 ran
-// batch:64 at 8 tokens 1.124× slower, ratio:0.05 at 2 1.076×, loogle:8 at 4
-// 1.037×, batch:64 at 2 and 4 1.016× and 1.002×.
+// request take 1 instead (the planner's rule, measured there).
 inline constexpr double kCudaBesideWidePrice = 0.6;
 
 // KV tokens a PAC task streams per tile (PacTraits::kTileTokens): the
