@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Whether a kernel change leaves the machine code as it was: compiles the CUDA
-# sources (src/engine/cuda/*.cu) of REV and of the working tree for each
+# sources (src/engine/cuda/**/*.cu) of REV and of the working tree for each
 # architecture and compares the SASS of every kernel, instruction by
 # instruction (register names included; only addresses and encodings are
 # dropped). A refactor that claims to cost nothing proves it this way, without
@@ -20,9 +20,10 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/old"
 git archive "$rev" include src | tar -x -C "$work/old"
 flags=(-O3 -DNDEBUG -DCODEC_HAS_CUDA=1 -std=c++20 -cubin -DCODEC_CUDA_ARCHITECTURES=\"sass_compare\")
-# drop addresses, encodings and the per-path hash of anonymous namespaces
+# drop addresses, encodings, each file's header (a kernel may move to another
+# file) and the per-path hash of anonymous namespaces
 norm() {
-  grep -vE '^\s*$|nvdisasm warning' |
+  grep -vE '^\s*$|^\s*(code for sm_|\.target)|nvdisasm warning' |
     sed -E 's#/\*[0-9a-f]{4,}\*/##; s#/\* 0x[0-9a-f]+ \*/##; s/_GLOBAL__N__[0-9a-f]+_/_GLOBAL__N__/g; s/[[:space:]]+$//'
 }
 status=0
@@ -30,7 +31,7 @@ for arch in "${archs[@]}"; do
   for side in old new; do
     root=$PWD; [ $side = old ] && root=$work/old
     : > "$work/$side.$arch.sass"
-    for src in "$root"/src/engine/cuda/*.cu; do
+    for src in $(find "$root/src/engine/cuda" -name "*.cu" | sort); do
       nvcc "${flags[@]}" -arch="$arch" -I"$root/include" -I"$root/src" "$src" -o "$work/$side.cubin"
       "$cuobjdump" -sass "$work/$side.cubin" 2> /dev/null | norm >> "$work/$side.$arch.sass"
     done

@@ -1,7 +1,8 @@
 // Host side of the CUDA engine: validation, workspace layout, plan upload,
 // launch configuration, and the single dispatch from a runtime (head_dim, q
-// dtype, KV dtype) to one of the 12 kernel configurations, and from a run's
-// plan and heads to one of a configuration's 4 variants (cuda::Variant).
+// dtype, KV dtype) to one of the 12 kernel configurations, whose launchers
+// (kernels/launch.cuh) take the run's plan and heads as a cuda::RunVariant.
+// This file holds no kernel: instances/ compiles them.
 #include "codec/engine/cuda_engine.hpp"
 
 #include <cuda_runtime_api.h>
@@ -19,9 +20,7 @@
 #include "engine/cuda_layout.hpp"
 #include "engine/run_checks.hpp"
 #include "engine/cuda/kernel_traits.cuh"
-#include "engine/cuda/kernels/merge.cuh"
-#include "engine/cuda/kernels/pac.cuh"
-#include "engine/cuda/kernels/pac_wide.cuh"
+#include "engine/cuda/kernels/launch.cuh"
 
 namespace codec {
 
@@ -61,20 +60,6 @@ decltype(auto) dispatch_config(int head_dim, DType q_dtype, DType kv_dtype, F&& 
   }
   CODEC_FAIL("CUDA engine: dtype ", to_string(q_dtype), " is not supported (fp16 or bf16, or an fp8 cache under "
              "either)");
-}
-
-// The variant a run's kernels are instances of: f(cuda::Variant<kFp8,
-// masked, soft_cap>{}).
-template <bool kFp8, typename F>
-void dispatch_variant(bool masked, bool soft_cap, F&& f) {
-  using cuda::Variant;
-  if (masked) {
-    if (soft_cap) f(Variant<kFp8, true, true>{});
-    else f(Variant<kFp8, true, false>{});
-  } else {
-    if (soft_cap) f(Variant<kFp8, false, true>{});
-    else f(Variant<kFp8, false, false>{});
-  }
 }
 
 // The q dtype the CUDA engine pairs with a KV dtype where only the KV's is
@@ -193,8 +178,8 @@ const char* cuda_built_architectures() { return CODEC_CUDA_ARCHITECTURES; }
 CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
   CudaDeviceInfo info;
   // an unsupported configuration is reported as such, GPU or not
-  const auto has_image = dispatch_config(heads.head_dim, q_dtype_of(dtype), dtype, [](auto dim, auto type, auto) {
-    return &cuda::pac_has_image<decltype(dim)::value, typename decltype(type)::type>;
+  const auto has_image = dispatch_config(heads.head_dim, q_dtype_of(dtype), dtype, [](auto dim, auto type, auto fp8) {
+    return &cuda::PacKernels<decltype(dim)::value, typename decltype(type)::type, decltype(fp8)::value>::has_image;
   });
   CODEC_CUDA_CHECK(cudaGetDevice(&info.device));
   cudaDeviceProp prop{};
@@ -209,7 +194,7 @@ CudaDeviceInfo cuda_device_info(const HeadConfig& heads, DType dtype) {
               " only: rebuild with -DCMAKE_CUDA_ARCHITECTURES=", info.compute_capability,
               info.compute_capability == 90 ? "a" : "", "-real");
   info.blocks_per_sm = dispatch_config(heads.head_dim, q_dtype_of(dtype), dtype, [](auto dim, auto type, auto fp8) {
-    return cuda::pac_blocks_per_sm<decltype(dim)::value, typename decltype(type)::type, decltype(fp8)::value>();
+    return cuda::PacKernels<decltype(dim)::value, typename decltype(type)::type, decltype(fp8)::value>::blocks_per_sm();
   });
   CODEC_CHECK(info.blocks_per_sm >= 1, "PAC kernel for head_dim ", heads.head_dim, " ", to_string(dtype),
               " cannot be resident on ", info.name);
@@ -355,15 +340,13 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
                                  .v_scale = kv.v_scale,
                                  .sinks = io.sinks,
                                  .fp8_e5m2 = kv.dtype == DType::e5m2};
-    dispatch_variant<kFp8>(masked, soft_cap > 0.f, [&](auto variant) {
-      using V = decltype(variant);
-      if constexpr (cuda_wide_head_dim(D)) {  // with wide blocks validate_run made sure of sm_90 and sm_90a code
-        if (launches.wide) cuda::launch_pac_wide<D, T, V>(params, stream);
-      }
-      if (launches.pac) cuda::launch_pac<D, T, V>(params, launches.wide, stream);
-    });
+    const cuda::RunVariant variant{.masked = masked, .soft_cap = soft_cap > 0.f};
+    if constexpr (cuda_wide_head_dim(D)) {  // with wide blocks validate_run made sure of sm_90 and sm_90a code
+      if (launches.wide) cuda::WideKernels<D, T, kFp8>::launch(params, variant, stream);
+    }
+    if (launches.pac) cuda::PacKernels<D, T, kFp8>::launch(params, variant, launches.wide, stream);
     if (launches.merge)
-      cuda::launch_merge<D, T>({.plan = device,
+      cuda::MergeKernels<D, T>::launch({.plan = device,
                                 .part_o = part_o,
                                 .part_lse = part_lse,
                                 .out = io.out.data,

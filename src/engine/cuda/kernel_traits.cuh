@@ -12,15 +12,34 @@ namespace codec::cuda {
 
 // What a run asks of the attention kernels beyond (head_dim, dtype), each a
 // compile-time switch so that an instance carries only the code its runs
-// need (cuda_engine.cu, dispatch_variant, picks one per run). A type, not a
-// value: nvcc's kernel stubs take no class-type template arguments.
+// need (with_variant, below, picks one per run). A type, not a value:
+// nvcc's kernel stubs take no class-type template arguments.
 template <bool kFp8, bool kMasked, bool kSoftCap>
 struct Variant {
   static constexpr bool fp8 = kFp8;            // an fp8 cache: PacSmem, tile/fp8.cuh, per-head scales
   static constexpr bool masked = kMasked;      // a plan with masked tasks (tile/row_masks.cuh)
   static constexpr bool soft_cap = kSoftCap;   // HeadConfig::logits_soft_cap > 0 (tile/softmax.cuh, ScoreMod)
 };
-using PlainVariant = Variant<false, false, false>;
+
+// A run's switches beyond its configuration's (head_dim, dtype, cache),
+// chosen by the engine (cuda_engine.cu, run_cuda).
+struct RunVariant {
+  bool masked;    // the plan has masked tasks, or may have at a capacity
+  bool soft_cap;  // HeadConfig::logits_soft_cap > 0
+};
+
+// The one place a run's switches become an instance:
+// f(Variant<kFp8, masked, soft_cap>{}).
+template <bool kFp8, typename F>
+void with_variant(RunVariant run, F&& f) {
+  if (run.masked) {
+    if (run.soft_cap) f(Variant<kFp8, true, true>{});
+    else f(Variant<kFp8, true, false>{});
+  } else {
+    if (run.soft_cap) f(Variant<kFp8, false, true>{});
+    else f(Variant<kFp8, false, false>{});
+  }
+}
 
 // The element the tensor cores see: q's type T, or fp16 under an fp8 cache.
 // Every e4m3 and e5m2 value is an fp16 one, reached in one instruction a

@@ -26,23 +26,11 @@
 #include "codec/engine/cuda_check.hpp"
 #include "codec/plan/plan.hpp"
 #include "engine/cuda/kernel_traits.cuh"
+#include "engine/cuda/kernels/launch.cuh"
 #include "engine/cuda/primitives/ptx.cuh"
 #include "engine/cuda/primitives/warp.cuh"
 
 namespace codec::cuda {
-
-struct MergeParams {
-  PlanView plan;          // views the plan copy at the head of the workspace
-  const float* part_o;    // [slots, D] fp32 normalised partial outputs
-  const float* part_lse;  // [slots] fp32 natural log
-  void* out;              // row (request, qo head) at out_rows.at(request, head), KV dtype
-  RowStrides out_rows;
-  float* lse;             // lse of (request, qo head) at lse_rows.at(request, head), or null
-  RowStrides lse_rows;
-  float lse_scale;        // 1 (natural log) or log2(e) (base 2)
-  const float* sinks;     // [Hq] attention sinks (AttentionIO::sinks), or null
-  int warps_per_row = 1;  // 1, 2 or 4 (merge_warps_per_row)
-};
 
 // ---------------------------------------------------------------- kernel
 
@@ -177,24 +165,13 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
 
 // ---------------------------------------------------------------- host launcher
 
-// Warps per row for a plan whose longest row merges max_partials partials:
-// one while a warp's round holds them, else 2 or 4 (fewer rows per block).
-template <int D>
-int merge_warps_per_row(int max_partials) {
-  using Tr = MergeTraits<D>;
-  return max_partials <= Tr::kBatch ? 1 : max_partials <= 2 * Tr::kBatch ? 2 : Tr::kWarps;
-}
-
-// `programmatic`: launch as a programmatic dependent of the previous kernel on
-// the stream (PAC, or the wide kernel), sm_90+ only; stream capture records
-// it as a programmatic graph edge.
 template <int D, typename T>
-void launch_merge(const MergeParams& params, bool programmatic, cudaStream_t stream) {
+void MergeKernels<D, T>::launch(const MergeParams& params, bool programmatic, cudaStream_t stream) {
   using Tr = MergeTraits<D>;
   const std::int64_t rows = std::int64_t(params.plan.num_requests) * params.plan.num_qo_heads;
   if (rows == 0) return;
   CODEC_CHECK(params.warps_per_row == 1 || params.warps_per_row == 2 || params.warps_per_row == Tr::kWarps,
-              "launch_merge: warps_per_row ", params.warps_per_row, " is not 1, 2 or ", Tr::kWarps);
+              "MergeKernels::launch: warps_per_row ", params.warps_per_row, " is not 1, 2 or ", Tr::kWarps);
   const bool split = params.warps_per_row > 1;  // one row per block of warps_per_row warps
   const std::int64_t rows_per_block = split ? 1 : Tr::kWarps;
   const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);

@@ -48,6 +48,7 @@
 #include "codec/engine/cuda_check.hpp"
 #include "codec/plan/plan.hpp"
 #include "engine/cuda/kernel_traits.cuh"
+#include "engine/cuda/kernels/launch.cuh"
 #include "engine/cuda/primitives/ptx.cuh"
 #include "engine/cuda/primitives/warp.cuh"
 #include "engine/cuda/primitives/wgmma.cuh"
@@ -59,25 +60,6 @@
 #include "engine/cuda/tile/row_masks.cuh"
 
 namespace codec::cuda {
-
-struct PacParams {
-  PlanView plan;               // views the plan copy at the head of the workspace
-  KvPool kv;
-  const void* q;               // row (request, qo head) at q_rows.at(request, head), D elements, KV dtype
-  RowStrides q_rows;           //   (each row start 16-byte aligned)
-  void* out;                   // likewise, KV dtype: rows whose request has a single partial
-  RowStrides out_rows;
-  float* lse;                  // lse of (request, qo head) at lse_rows.at(request, head), or null
-  RowStrides lse_rows;
-  float lse_scale;             // 1 (natural log) or log2(e) (base 2)
-  float* part_o;               // [slots, D] fp32 normalised partial outputs
-  float* part_lse;             // [slots] fp32 natural log
-  float sm_scale;
-  float soft_cap;              // HeadConfig::logits_soft_cap (0: none; Variant::soft_cap otherwise)
-  KvScale k_scale, v_scale;    // an fp8 cache's scales in device memory (PagedKV), or none
-  const float* sinks;          // [Hq] attention sinks (AttentionIO::sinks), or null
-  bool fp8_e5m2;               // an fp8 cache's format: e5m2, else e4m3
-};
 
 // The scales of a task's kv head: the exponent's e = |sm_scale · k_scale|
 // and the raw scores' ScoreMod (tile/softmax.cuh), and V's scale, which
@@ -604,11 +586,10 @@ void set_pac_smem_limit() {
   set_smem_limit<pac_kernel<D, T, V>>(PacSmem<D, T, V::fp8>::kBytes);
 }
 
-// Whether this build holds a kernel image the current device can run.
-template <int D, typename T>
-bool pac_has_image() {
+template <int D, typename T, bool kFp8>
+bool PacKernels<D, T, kFp8>::has_image() {
   cudaFuncAttributes attributes{};
-  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T, PlainVariant>);
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, pac_kernel<D, T, Variant<kFp8, false, false>>);
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     cudaGetLastError();  // an answer, not a failure: clear it
     return false;
@@ -617,11 +598,8 @@ bool pac_has_image() {
   return true;
 }
 
-// Resident PAC blocks per SM on the current device (registers and shared
-// memory). Every variant of a cache's instance has the same launch bounds and
-// shared memory, hence as many.
 template <int D, typename T, bool kFp8>
-int pac_blocks_per_sm() {
+int PacKernels<D, T, kFp8>::blocks_per_sm() {
   using V = Variant<kFp8, false, false>;
   set_pac_smem_limit<D, T, V>();
   int blocks = 0;
@@ -630,24 +608,25 @@ int pac_blocks_per_sm() {
   return blocks;
 }
 
-// One block per plan block. `programmatic`: a dependent launch of the wide
-// kernel just launched on the stream (pac_wide.cuh), sm_90 only.
-template <int D, typename T, typename V>
-void launch_pac(const PacParams& params, bool programmatic, cudaStream_t stream) {
-  using Tr = PacTraits<D, T>;
-  set_pac_smem_limit<D, T, V>();
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(params.plan.num_blocks);
-  config.blockDim = dim3(Tr::kThreads);
-  config.dynamicSmemBytes = PacSmem<D, T, V::fp8>::kBytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = programmatic ? 1 : 0;
-  CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, pac_kernel<D, T, V>, params));
-  CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
+template <int D, typename T, bool kFp8>
+void PacKernels<D, T, kFp8>::launch(const PacParams& params, RunVariant variant, bool programmatic,
+                                    cudaStream_t stream) {
+  with_variant<kFp8>(variant, [&](auto instance) {
+    using V = decltype(instance);
+    set_pac_smem_limit<D, T, V>();
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(params.plan.num_blocks);
+    config.blockDim = dim3(PacTraits<D, T>::kThreads);
+    config.dynamicSmemBytes = PacSmem<D, T, kFp8>::kBytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = programmatic ? 1 : 0;
+    CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, pac_kernel<D, T, V>, params));
+    CODEC_CUDA_CHECK_LAUNCH("pac_kernel", stream);
+  });
 }
 
 }  // namespace codec::cuda

@@ -44,6 +44,7 @@
 #include "codec/engine/cuda_check.hpp"
 #include "codec/plan/plan.hpp"
 #include "engine/cuda/kernel_traits.cuh"
+#include "engine/cuda/kernels/launch.cuh"
 #include "engine/cuda/kernels/pac.cuh"
 #include "engine/cuda/primitives/pipeline.cuh"
 #include "engine/cuda/primitives/ptx.cuh"
@@ -504,13 +505,15 @@ __global__ void __launch_bounds__(WideTraits<D, T>::kThreads, 1) pac_wide_kernel
 
 // ---------------------------------------------------------------- host launcher
 
-// One block per wide block of the plan (one per SM).
-template <int D, typename T, typename V>
-void launch_pac_wide(const PacParams& params, cudaStream_t stream) {
-  using Tr = WideTraits<D, T, V::fp8>;
-  set_smem_limit<pac_wide_kernel<D, T, V>>(Tr::kSmemBytes);
-  pac_wide_kernel<D, T, V><<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
-  CODEC_CUDA_CHECK_LAUNCH("pac_wide_kernel", stream);
+template <int D, typename T, bool kFp8>
+void WideKernels<D, T, kFp8>::launch(const PacParams& params, RunVariant variant, cudaStream_t stream) {
+  using Tr = WideTraits<D, T, kFp8>;
+  with_variant<kFp8>(variant, [&](auto instance) {
+    using V = decltype(instance);
+    set_smem_limit<pac_wide_kernel<D, T, V>>(Tr::kSmemBytes);
+    pac_wide_kernel<D, T, V><<<params.plan.num_wide_blocks, Tr::kThreads, Tr::kSmemBytes, stream>>>(params);
+    CODEC_CUDA_CHECK_LAUNCH("pac_wide_kernel", stream);
+  });
 }
 
 }  // namespace codec::cuda
