@@ -24,15 +24,34 @@ namespace codec::cuda {
 
 // Bytes 0, 1 (kHigh false) or 2, 3 (kHigh true) of a word, two fp8 values,
 // as an fp16 pair, the lower byte in the low half: e5m2 is the top byte of
-// an fp16 (one byte permute), e4m3 one F2FP.UNPACK_B.
+// an fp16 (one byte permute), e4m3 one F2FP.UNPACK_B from sm_89 on.
 template <__nv_fp8_interpretation_t kFormat, bool kHigh>
 __device__ __forceinline__ std::uint32_t fp8_half2(std::uint32_t word) {
+  const std::uint32_t top = __byte_perm(word, 0u, kHigh ? 0x3424u : 0x1404u);  // each byte atop its half
   if constexpr (kFormat == __NV_E5M2) {
-    return __byte_perm(word, 0u, kHigh ? 0x3424u : 0x1404u);
+    return top;
   } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+    // No conversion instruction: the library's fallback normalises subnormals
+    // in a loop, a value at a time (it took ptxas 9 minutes on one sm_80 file
+    // of kernels). An e4m3 magnitude moved into fp16's exponent and mantissa
+    // fields reads as its value times 2^-8 (biases 7 and 15), subnormals
+    // included, so one exact multiply by 2^8 finishes it; 0x7f, the NaN,
+    // would read as 480 and is set apart.
+    const std::uint32_t magnitude = top & 0x7f007f00u;
+    const std::uint32_t bits = (top & 0x80008000u) | magnitude >> 1;
+    __half2 value;
+    std::memcpy(&value, &bits, sizeof value);
+    value = __hmul2(value, __float2half2_rn(256.f));
+    std::uint32_t out;
+    std::memcpy(&out, &value, sizeof out);
+    const std::uint32_t nan = __vcmpeq2(magnitude, 0x7f007f00u);  // 0xffff in each NaN's half
+    return (out & ~nan) | (nan & 0x7fff7fffu);
+#else
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
         __nv_fp8x2_storage_t(kHigh ? word >> 16 : word & 0xffffu), kFormat);
     return std::uint32_t(h.x) | std::uint32_t(h.y) << 16;
+#endif
   }
 }
 
