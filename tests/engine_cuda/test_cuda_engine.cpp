@@ -937,6 +937,19 @@ TEST(CudaEngine, GraphReplayEqualsDirectRunBitForBit) {
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   run_cuda(plan, d.kv, io, ws.span(), stream);
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  // The merge follows PAC as a programmatic dependent (kernels/merge.cuh)
+  // where both the device and the build's code are sm_90's, and only there.
+  std::size_t num_edges = 0;
+  CUDA_OK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &num_edges));
+  std::vector<cudaGraphNode_t> from(num_edges), to(num_edges);
+  std::vector<cudaGraphEdgeData> edges(num_edges);
+  CUDA_OK(cudaGraphGetEdges(graph, from.data(), to.data(), edges.data(), &num_edges));
+  const bool programmatic = std::any_of(edges.begin(), edges.end(), [](const cudaGraphEdgeData& e) {
+    return e.type == cudaGraphDependencyTypeProgrammatic;
+  });
+  const bool sm90_code = std::string(cuda_built_architectures()).find("90") != std::string::npos;
+  EXPECT_EQ(programmatic, sm90_code && cuda_device_info(spec.heads, spec.dtype).compute_capability >= 90)
+      << "built for " << cuda_built_architectures();
   cudaGraphExec_t exec = nullptr;
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 2; ++replay) {  // the plan in the workspace serves every replay

@@ -302,15 +302,6 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
   float* part_o = reinterpret_cast<float*>(partials + layout.o_offset);
   float* part_lse = reinterpret_cast<float*>(partials + layout.lse_offset);
   const CudaLaunches launches = cuda_launches(plan, stages);
-  // Programmatic dependent launch of the merge (kernels/merge.cuh) needs sm_90. Querying
-  // the device is not a stream operation, so it is allowed during graph capture.
-  bool programmatic = false;
-  if (launches.merge) {
-    int dev = 0, major = 0;
-    CODEC_CUDA_CHECK(cudaGetDevice(&dev));
-    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    programmatic = major >= 9;
-  }
   const float lse_scale = codec::lse_scale(io.lse_base);
   // The kernels' masked instances (tile/row_masks.cuh): for a plan with
   // masked tasks, and at a capacity with masks for any plan uploaded later.
@@ -345,18 +336,19 @@ void run_cuda(const Plan& plan, const PagedKV& kv, const AttentionIO& io, std::s
       if (launches.wide) cuda::WideKernels<D, T, kFp8>::launch(params, variant, stream);
     }
     if (launches.pac) cuda::PacKernels<D, T, kFp8>::launch(params, variant, launches.wide, stream);
-    if (launches.merge)
-      cuda::MergeKernels<D, T>::launch({.plan = device,
-                                .part_o = part_o,
-                                .part_lse = part_lse,
-                                .out = io.out.data,
-                                .out_rows = io.out.strides(),
-                                .lse = io.lse.data,
-                                .lse_rows = io.lse.strides(),
-                                .lse_scale = lse_scale,
-                                .sinks = io.sinks,
-                                .warps_per_row = cuda::merge_warps_per_row<D>(plan.extent().max_partials)},
-                               programmatic, stream);
+    if (launches.merge) {
+      const cuda::MergeParams merge{.plan = device,
+                                    .part_o = part_o,
+                                    .part_lse = part_lse,
+                                    .out = io.out.data,
+                                    .out_rows = io.out.strides(),
+                                    .lse = io.lse.data,
+                                    .lse_rows = io.lse.strides(),
+                                    .lse_scale = lse_scale,
+                                    .sinks = io.sinks,
+                                    .warps_per_row = cuda::merge_warps_per_row<D>(plan.extent().max_partials)};
+      cuda::MergeKernels<D, T>::launch(merge, stream);
+    }
   });
 }
 

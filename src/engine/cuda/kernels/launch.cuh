@@ -67,12 +67,13 @@ struct WideKernels {
   static void launch(const PacParams& params, RunVariant variant, cudaStream_t stream);
 };
 
-// The merge (merge.cuh). `programmatic`: launch as a programmatic dependent of
-// the previous kernel on the stream (PAC, or the wide kernel), sm_90+ only;
-// stream capture records it as a programmatic graph edge.
+// The merge (merge.cuh), launched as a programmatic dependent of the previous
+// kernel on the stream (PAC, or the wide kernel) where the device and the
+// merge's code are sm_90's; stream capture records that as a programmatic
+// graph edge.
 template <int D, typename T>
 struct MergeKernels {
-  static void launch(const MergeParams& params, bool programmatic, cudaStream_t stream);
+  static void launch(const MergeParams& params, cudaStream_t stream);
 };
 
 // Warps per row for a plan whose longest row merges max_partials partials:

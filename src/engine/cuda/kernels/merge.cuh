@@ -8,7 +8,8 @@
 // row with no partial at all would come out as the empty state (o = 0, lse =
 // −inf), never NaN.
 //
-// On sm_90 the merge is launched with programmatic stream serialisation: it
+// Where its code is sm_90's (MergeKernels::launch, programmatic_here) the
+// merge is launched with programmatic stream serialisation: it
 // starts while PAC runs its last tasks (pac.cuh), or, where a plan has no PAC
 // kernel (cuda_launches), on the SMs that no wide block holds while the wide
 // kernel runs; it reads its slots from the plan (which neither writes), and
@@ -18,6 +19,7 @@
 // path to walk).
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "codec/core/error.hpp"
@@ -165,8 +167,29 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
 
 // ---------------------------------------------------------------- host launcher
 
+// Whether the merge the current device runs was compiled for sm_90 or later
+// (its PTX's virtual architecture): only that code waits for its primary grid
+// in pdl_wait, so only it may start early. An sm_90 device that JIT-compiles a
+// build's PTX for an older target (-DCMAKE_CUDA_ARCHITECTURES=80) runs code
+// without the wait, which must be launched in order. Cached per device:
+// every run asks; not a stream operation, so allowed during graph capture.
 template <int D, typename T>
-void MergeKernels<D, T>::launch(const MergeParams& params, bool programmatic, cudaStream_t stream) {
+bool programmatic_here() {
+  constexpr int kCachedDevices = 64;
+  static std::atomic<int> known[kCachedDevices] = {};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  CODEC_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kCachedDevices && known[device].load(std::memory_order_relaxed) != 0)
+    return known[device].load(std::memory_order_relaxed) == 2;
+  cudaFuncAttributes attributes{};
+  CODEC_CUDA_CHECK(cudaFuncGetAttributes(&attributes, merge_kernel<D, T>));
+  const bool yes = attributes.ptxVersion >= 90;
+  if (device < kCachedDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
+  return yes;
+}
+
+template <int D, typename T>
+void MergeKernels<D, T>::launch(const MergeParams& params, cudaStream_t stream) {
   using Tr = MergeTraits<D>;
   const std::int64_t rows = std::int64_t(params.plan.num_requests) * params.plan.num_qo_heads;
   if (rows == 0) return;
@@ -184,7 +207,7 @@ void MergeKernels<D, T>::launch(const MergeParams& params, bool programmatic, cu
   config.dynamicSmemBytes = split ? 32 * sizeof(WarpMerge<D>) : 0;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = programmatic ? 1 : 0;
+  config.numAttrs = programmatic_here<D, T>() ? 1 : 0;
   CODEC_CUDA_CHECK(cudaLaunchKernelEx(&config, merge_kernel<D, T>, params));
   CODEC_CUDA_CHECK_LAUNCH("merge_kernel", stream);
 }

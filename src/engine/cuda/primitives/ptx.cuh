@@ -74,7 +74,8 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 }
 
 // Programmatic dependent launch (PTX griddepcontrol, sm_90+; no-ops below, where
-// the host never sets the launch attribute either: cuda_engine.cu). wait blocks
+// the host never sets the launch attribute either: kernels/merge.cuh,
+// programmatic_here). wait blocks
 // until the grids this one depends on have completed and their writes are
 // visible, and returns at once when there is no such grid (an ordinary launch)
 // or after its first call; launch_dependents lets the dependent grid start
