@@ -4,7 +4,7 @@
 # test, the benchmark suite, and ncu device-memory traffic. Logs and tables go
 # to the folder given as $1 (default: build-gpu/out, ignored by git).
 #   bash scripts/gpu_run.sh "$OUT"
-# Set CODEC_GPU_STEPS to a subset of "build test python install arch fuzz sanitize profile bench roofline ablation
+# Set CODEC_GPU_STEPS to a subset of "build test python install arch ptx fuzz sanitize profile bench roofline ablation
 # ncu peers pat pybench e2e" to run fewer steps; the default is all but roofline (every workload planned under the
 # roofline model instead of the measured table), install (the python step's `pip install` alone), peers
 # (FlashInfer, Hydragen-style, cuDNN and flex_attention side by side: FlashInfer needs the wheels
@@ -25,11 +25,14 @@
 #           those CODEC_PYTESTS names (test files or node ids); without them, --tp's gloo rehearsal too, with
 #           no GPU visible (it needs accelerate, in .whl/)
 #   arch:   a build for sm_80 only must refuse this GPU with a clear error, not fail a launch
+#   ptx:    a build of sm_80 PTX alone, JIT-compiled for this GPU, runs the GPU tests of fp8 caches, merges and
+#           a captured graph on sm_80's code (mma.sync only, e4m3 converted without sm_89's instruction, the
+#           merge launched in order: its code has no griddepcontrol.wait)
 #   fuzz:   codec fuzz --backend cuda, 1,000 random cases against the fp64 reference
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-build-gpu/out}
-steps=${CODEC_GPU_STEPS:-build test python arch fuzz sanitize profile bench ablation ncu}
+steps=${CODEC_GPU_STEPS:-build test python arch ptx fuzz sanitize profile bench ablation ncu}
 mkdir -p "$out"
 status=0
 step() { [[ " $steps " == *" $1 "* ]]; }
@@ -116,6 +119,12 @@ if step arch; then
   if [ $code -ne 2 ] || ! grep -q "but this CoDec build has kernels for CUDA architectures 80-real only" "$out/arch.log"; then
     echo "!! arch: expected exit 2 and the architecture error, got exit $code"; status=1
   fi
+fi
+if step ptx; then
+  run configure_ptx80 cmake -S . -B build-ptx80 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=80-virtual \
+    -DCODEC_BUILD_BENCH=OFF
+  run build_ptx80 cmake --build build-ptx80 -j "$(nproc)" --target test_engine_cuda
+  run test_ptx80 ./build-ptx80/tests/test_engine_cuda --gtest_filter='CudaEngine.Fp8CachesMatchTheDequantisedReference:CudaEngine.ManyPartialsPerRow:CudaEngine.GraphReplayEqualsDirectRunBitForBit:CudaEngine.EdgeCases'
 fi
 if step fuzz; then
   run fuzz ./build-gpu/codec fuzz --backend cuda --count 1000 --seed 1 --failures "$out/fuzz-failures"
