@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `codec` tool and the C++ GPU tests for sm_90a, compiled here (nvcc needs no GPU) into .prebuilt/, so that a
 # GPU step given CODEC_PREBUILT=.prebuilt (carried to the device) copies them instead of building: the build is
-# most of a cold machine's first minutes, and one kernel file is a single nvcc job that no core count shortens.
+# most of a cold machine's first minutes, device time that the development host spends for free.
 # Host code for any x86-64 (CODEC_NATIVE off: the device's CPU is not this one). .prebuilt/COMMIT names the
 # tree it was built from, which the step's machine_*.txt then records.
 #   bash scripts/prebuild_codec.sh                                    # here, after each change to the engine
