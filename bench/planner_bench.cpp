@@ -188,7 +188,8 @@ void BM_PlanCausalChunk(benchmark::State& state) {
   const std::unique_ptr<codec::CostModel> cost = cost_model(state, true);
   if (!cost) return;
   const std::vector<std::int32_t> qo_indptr{0, q_len};
-  const codec::QueryBatch queries{qo_indptr, codec::QueryMask::causal};
+  codec::QueryBatch queries;  // causal
+  queries.qo_indptr = qo_indptr;
   const codec::PlannerOptions opt =
       codec::cuda_planner_options(kHeads, codec::h200::kSms, codec::h200::kBlocksPerSm, /*wide=*/true);
   codec::PlanStats stats;
@@ -207,7 +208,8 @@ void BM_PlanVerification(benchmark::State& state) {
   if (!cost) return;
   std::vector<std::int32_t> qo_indptr(b.rows + 1);
   for (int r = 0; r <= b.rows; ++r) qo_indptr[r] = r * int(state.range(0));
-  const codec::QueryBatch queries{qo_indptr, codec::QueryMask::causal};
+  codec::QueryBatch queries;  // causal
+  queries.qo_indptr = qo_indptr;
   codec::PlanStats stats;
   for (auto _ : state) stats = codec::make_plan(forest, kHeads, codec::DType::bf16, *cost, h200_options(), queries).stats();
   state.counters["tasks"] = stats.num_tasks;
