@@ -8,7 +8,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -72,21 +71,16 @@ bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::ui
 // The wide kernel has code only in sm_90a builds and runs only on sm_90.
 bool built_for_sm90a() { return std::strstr(CODEC_CUDA_ARCHITECTURES, "90a") != nullptr; }
 
-// Whether the current device runs the wide kernel (an answer cached per
-// device: run_cuda asks on every call).
+// Whether the current device runs the wide kernel.
 bool wide_runs_here() {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> known[kCachedDevices] = {};  // 0 unknown, 1 no, 2 yes
-  int device = 0;
-  CODEC_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCachedDevices && known[device].load(std::memory_order_relaxed) != 0)
-    return known[device].load(std::memory_order_relaxed) == 2;
-  int major = 0, minor = 0;
-  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  const bool yes = built_for_sm90a() && major == 9 && minor == 0;
-  if (device < kCachedDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
-  return yes;
+  static cuda::PerDeviceAnswer cached;
+  return cached.get([] {
+    int device = 0, major = 0, minor = 0;
+    CODEC_CUDA_CHECK(cudaGetDevice(&device));
+    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CODEC_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return built_for_sm90a() && major == 9 && minor == 0;
+  });
 }
 
 void check_workspace(const Plan& plan, std::span<std::byte> workspace, const char* who) {

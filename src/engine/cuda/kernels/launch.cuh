@@ -7,12 +7,36 @@
 // engine's own file holds no kernel.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 #include "codec/engine/attention_io.hpp"
+#include "codec/engine/cuda_check.hpp"
 #include "codec/plan/plan.hpp"
 #include "engine/cuda/kernel_traits.cuh"
 #include "engine/cuda/tile/kv_loader.cuh"
 
 namespace codec::cuda {
+
+// A yes-or-no property of the current device, computed once per device
+// (`answer()` on it) and cached for the first 64: run_cuda asks on every
+// call. A device query, not a stream operation, so allowed during capture.
+class PerDeviceAnswer {
+ public:
+  template <typename F>
+  bool get(F&& answer) {
+    int device = 0;
+    CODEC_CUDA_CHECK(cudaGetDevice(&device));
+    if (device < kCachedDevices && known_[device].load(std::memory_order_acquire) != 0)
+      return known_[device].load(std::memory_order_acquire) == 2;
+    const bool yes = answer();
+    if (device < kCachedDevices) known_[device].store(yes ? 2 : 1, std::memory_order_release);
+    return yes;
+  }
+
+ private:
+  static constexpr int kCachedDevices = 64;
+  std::atomic<int> known_[kCachedDevices] = {};  // 0 unknown, 1 no, 2 yes
+};
 
 struct PacParams {
   PlanView plan;               // views the plan copy at the head of the workspace

@@ -19,7 +19,6 @@
 // path to walk).
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "codec/core/error.hpp"
@@ -171,21 +170,15 @@ __global__ void __launch_bounds__(MergeTraits<D>::kThreads) merge_kernel(const _
 // (its PTX's virtual architecture): only that code waits for its primary grid
 // in pdl_wait, so only it may start early. An sm_90 device that JIT-compiles a
 // build's PTX for an older target (-DCMAKE_CUDA_ARCHITECTURES=80) runs code
-// without the wait, which must be launched in order. Cached per device:
-// every run asks; not a stream operation, so allowed during graph capture.
+// without the wait, which must be launched in order.
 template <int D, typename T>
 bool programmatic_here() {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<int> known[kCachedDevices] = {};  // 0 unknown, 1 no, 2 yes
-  int device = 0;
-  CODEC_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCachedDevices && known[device].load(std::memory_order_relaxed) != 0)
-    return known[device].load(std::memory_order_relaxed) == 2;
-  cudaFuncAttributes attributes{};
-  CODEC_CUDA_CHECK(cudaFuncGetAttributes(&attributes, merge_kernel<D, T>));
-  const bool yes = attributes.ptxVersion >= 90;
-  if (device < kCachedDevices) known[device].store(yes ? 2 : 1, std::memory_order_relaxed);
-  return yes;
+  static PerDeviceAnswer cached;
+  return cached.get([] {
+    cudaFuncAttributes attributes{};
+    CODEC_CUDA_CHECK(cudaFuncGetAttributes(&attributes, merge_kernel<D, T>));
+    return attributes.ptxVersion >= 90;
+  });
 }
 
 template <int D, typename T>

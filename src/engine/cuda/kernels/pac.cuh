@@ -39,7 +39,6 @@
 // the query rows go to fp16 once a task, bf16 ones scaled (convert_queries).
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -571,15 +570,13 @@ __global__ void __launch_bounds__(PacTraits<D, T>::kThreads, PacTraits<D, T>::kM
 // (The wide kernel, one block of 224 KiB per SM, sets the same.)
 template <auto Kernel>
 void set_smem_limit(int bytes) {
-  constexpr int kCachedDevices = 64;
-  static std::atomic<bool> done[kCachedDevices] = {};
-  int device = 0;
-  CODEC_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCachedDevices && done[device].load(std::memory_order_acquire)) return;
-  CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        int(cudaSharedmemCarveoutMaxShared)));
-  if (device < kCachedDevices) done[device].store(true, std::memory_order_release);
+  static PerDeviceAnswer done;
+  done.get([bytes] {
+    CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CODEC_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          int(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  });
 }
 template <int D, typename T, typename V>
 void set_pac_smem_limit() {
