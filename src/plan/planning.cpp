@@ -574,12 +574,6 @@ class Planning {
     // Targets and pattern moves often propose a vector already tried (at 64
     // requests 16 of 81): a second look cannot change the best.
     std::set<std::vector<int>> tried = {splits_};
-    auto consider = [&](const std::vector<int>& s) {
-      if (!tried.insert(s).second) return;
-      if (!fits(s)) return;
-      const double bar = best * (1 - 1e-9);  // better beyond rounding
-      if (const double t = objective(s, bar); t < bar) best = t, splits_ = s;
-    };
     // Targets span 2·cost_l (small trees: fewer, larger chunks may pack
     // better) down to cost_l / 16, below the finest capped chunk (~cost_l / 8).
     // The makespan is not unimodal in tau, so the whole grid is tried:
@@ -589,8 +583,8 @@ class Planning {
         by_chunk[ci] = std::min(cap[ci], search_.min_splits(classes_[ci], tau));
         by_cost[ci] = std::clamp(int(std::ceil(classes_[ci].unsplit_cost / tau)), 1, cap[ci]);
       }
-      consider(by_chunk);
-      consider(by_cost);
+      improve(by_chunk, splits_, best, tried);
+      improve(by_cost, splits_, best, tried);
     }
     polish(cap, splits_, best, tried);
     // A second descent, from the unsplit vector: the grid's vectors split
@@ -605,7 +599,18 @@ class Planning {
     double ones_cost = objective(ones);
     std::set<std::vector<int>> tried_from_ones = {ones};
     polish(cap, ones, ones_cost, tried_from_ones, /*by_load=*/true);
-    if (ones_cost < best * (1 - 1e-9)) best = ones_cost, splits_ = ones;
+    if (ones_cost < best * (1 - 1e-9)) splits_ = ones;
+  }
+
+  // Whether t, not in `tried` (which takes it), fits and prices below cost
+  // beyond rounding; then s and cost become t and its price.
+  bool improve(const std::vector<int>& t, std::vector<int>& s, double& cost, std::set<std::vector<int>>& tried) {
+    if (!tried.insert(t).second || !fits(t)) return false;
+    const double bar = cost * (1 - 1e-9);  // better beyond rounding
+    const double x = objective(t, bar);
+    if (x >= bar) return false;
+    s = t, cost = x;
+    return true;
   }
 
   // Pattern search from s (whose objective is cost), coarse moves first: from
@@ -639,9 +644,8 @@ class Planning {
           for (const int delta : {step, -step}) {
             std::vector<int> t = s;
             t[ci] += delta;
-            if (t[ci] < 1 || t[ci] > cap[ci] || !tried.insert(t).second || !fits(t)) continue;
-            const double bar = cost * (1 - 1e-9);  // better beyond rounding
-            if (const double x = objective(t, bar); x < bar) s = t, cost = x, improved = true;
+            if (t[ci] < 1 || t[ci] > cap[ci]) continue;
+            improved = improve(t, s, cost, tried) || improved;
           }
         }
       }
