@@ -36,11 +36,14 @@ constexpr std::size_t kPolishClasses = 4;
 // runs only where the first one's makespan is priced more than this fraction
 // above the lower bound: where it runs it adds 20-35% to the planning time
 // (ratio:0.05, depth:6 at 2 tokens), and loogle:16, within 1.5% of its bound,
-// would pay 14% for nothing. Over the built-in workloads at 1-8 query tokens
-// under the H100 and H200 tables it improved 10 plans by 0.3-11% (makespan and
-// merge); the gate keeps 8 and drops two on the H200 table at 8 tokens,
-// batch:4 (6%) and loogle:8 (0.8%).
+// would pay 14% for nothing;
 constexpr double kSecondDescentGap = 0.02;
+// and its plan replaces the first's only where the model prices it this much
+// lower: ratio:0.05 at one token, 0.3% lower in the model under the H100
+// table, ran 0.9% slower on the H100, with 2% more tasks. Over the built-in
+// workloads at 1-8 query tokens under the H100 and H200 tables the descent
+// changes 5 plans, by 1.3-10% of the model's time (depth:5, depth:6, shape:5).
+constexpr double kSecondDescentGain = 0.01;
 // How much dearer the model may price a plan whose long wide chunks are cut
 // (Planning::cut_long_wide_chunks): where it prices chunk counts alike
 // (batch:64 at 8 tokens, +0.2%), the cut pays; where the cut plan packs worse
@@ -594,12 +597,16 @@ class Planning {
     // dearest chunks (depth:6 at 2 tokens, H100 table: the grid's descent
     // ends 11% above the exhaustive search's plan, which splits one class of
     // six, the 2-request nodes; this one finds that plan).
-    if (best - merge_of(splits_) <= lower_bound_ * (1 + kSecondDescentGap)) return;
+    // Not where some class is wide: the table prices a shared node's wide
+    // tasks less truly than PAC's, and on the H100 the plans this descent
+    // found there ran slower than the first's (batch:16 at 2 tokens +3%,
+    // batch:4 at 8 +4%) for all the model's 3-6% gain.
+    if (wide_ || best - merge_of(splits_) <= lower_bound_ * (1 + kSecondDescentGap)) return;
     std::vector<int> ones(classes_.size(), 1);
     double ones_cost = objective(ones);
     std::set<std::vector<int>> tried_from_ones = {ones};
     polish(cap, ones, ones_cost, tried_from_ones, /*by_load=*/true);
-    if (ones_cost < best * (1 - 1e-9)) splits_ = ones;
+    if (ones_cost < best * (1 - kSecondDescentGain)) splits_ = ones;
   }
 
   // Whether t, not in `tried` (which takes it), fits and prices below cost
