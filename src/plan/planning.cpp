@@ -36,13 +36,11 @@ constexpr std::size_t kPolishClasses = 4;
 // runs only where the first one's makespan is priced more than this fraction
 // above the lower bound: where it runs it adds 20-35% to the planning time
 // (ratio:0.05, depth:6 at 2 tokens), and loogle:16, within 1.5% of its bound,
-// would pay 14% for nothing;
+// would pay 14% for nothing.
 constexpr double kSecondDescentGap = 0.02;
-// and its plan replaces the first's only where the model prices it this much
-// lower: ratio:0.05 at one token, 0.3% lower in the model under the H100
-// table, ran 0.9% slower on the H100, with 2% more tasks. Over the built-in
-// workloads at 1-8 query tokens under the H100 and H200 tables the descent
-// changes 5 plans, by 1.3-10% of the model's time (depth:5, depth:6, shape:5).
+// The second descent's plan replaces the first's only where the model prices
+// it this much lower: ratio:0.05 at one token, 0.3% lower in the model under
+// the H100 table, ran 0.9% slower on the H100, with 2% more tasks.
 constexpr double kSecondDescentGain = 0.01;
 // How much dearer the model may price a plan whose long wide chunks are cut
 // (Planning::cut_long_wide_chunks): where it prices chunk counts alike
